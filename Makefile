@@ -1,0 +1,64 @@
+# The two commands of the README are `make book` and `make test`; both bootstrap .venv.
+# Every target installs what it needs itself (idempotent: a stamp file skips the install
+# when requirements.txt and pyproject.toml have not changed).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+NB     ?= $(wildcard book/[0-9]*.ipynb)
+
+# Stable hashing (set order) and one thread for torch/BLAS: the stored outputs are
+# bit-reproducible under these settings (see the book's preface).
+export PYTHONHASHSEED := 0
+export OMP_NUM_THREADS := 1
+export MPLBACKEND := Agg
+
+.PHONY: help venv book test test-package test-notebooks test-book execute lab lint clean
+
+help:
+	@echo "make book     build the HTML book into _build/html (from the stored outputs)"
+	@echo "make test     package tests + nbval on every notebook + the book build"
+	@echo "make execute  re-execute notebooks in place (NB=book/04_attention.ipynb for one)"
+	@echo "make lab      open the notebooks in JupyterLab"
+	@echo "make lint     ruff on the package, tests and notebooks"
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "Installing pinned requirements into $(VENV) (first time: about a minute)"
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt 2>&1 \
+		| grep -v "is ignored: it is neither a file nor a directory" || true
+	@$(BIN)/python -m pip check >/dev/null || { $(BIN)/python -m pip check; exit 1; }
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e . 2>&1 \
+		| grep -v "is ignored: it is neither a file nor a directory" || true
+	@$(BIN)/python -c "import mini_transformer, torch, numpy; print('mini_transformer', mini_transformer.__version__, '| torch', torch.__version__, '| numpy', numpy.__version__)"
+	@touch $(STAMP)
+
+book: $(STAMP)
+	@$(BIN)/jupyter-book build -W -n --keep-going --quiet . 
+	@echo "Book built: file://$(CURDIR)/_build/html/index.html"
+
+test: test-package test-notebooks test-book
+
+test-package: $(STAMP)
+	$(BIN)/python -m pytest -p no:cacheprovider -q tests/
+
+test-notebooks: $(STAMP)
+	$(BIN)/python -m pytest -p no:cacheprovider -q --nbval --nbval-current-env \
+		--nbval-sanitize-with .ci/nbval_sanitize.cfg book/
+
+test-book: book
+
+execute: $(STAMP)
+	$(BIN)/python tools/execute_notebooks.py $(NB)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab book/
+
+lint: $(STAMP)
+	$(BIN)/ruff check mini_transformer tests tools benchmarks book
+
+clean:
+	rm -rf _build
