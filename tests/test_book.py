@@ -1,0 +1,82 @@
+"""The book's structure: every chapter in the table of contents is a stored, executed notebook
+with the sections a reader expects, checked exercises and hidden solutions, and the
+configuration keeps the promises of the README (offline math, pinned toolchain)."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOC = (ROOT / "_toc.yml").read_text()
+CHAPTERS = sorted(ROOT.glob("book/[0-9][0-9]_*.ipynb"))
+
+
+def _cells(path):
+    return json.loads(path.read_text())["cells"]
+
+
+def _text(cell):
+    return "".join(cell["source"])
+
+
+def test_every_chapter_notebook_is_in_the_toc_and_exists():
+    listed = re.findall(r"file:\s*(book/\d\d_\w+)", TOC)
+    assert len(listed) == 6
+    assert sorted(f"{p.parent.name}/{p.stem}" for p in CHAPTERS) == sorted(listed)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_is_stored_executed_without_errors(path):
+    code = [c for c in _cells(path) if c["cell_type"] == "code" and _text(c).strip()]
+    assert code, "a chapter has code cells"
+    assert all(c.get("execution_count") is not None for c in code), "re-run `make execute`"
+    assert not any(o.get("output_type") == "error" for c in code for o in c["outputs"])
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_figures_are_png_not_svg(path):
+    for cell in _cells(path):
+        for out in cell.get("outputs", []):
+            assert "image/svg+xml" not in out.get("data", {}), "SVG outputs break nbval"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_has_goals_summary_exercises_references(path):
+    md = "\n".join(_text(c) for c in _cells(path) if c["cell_type"] == "markdown")
+    assert re.search(r"learning goals", md, re.I)
+    for heading in ("## Summary", "## Exercises", "## References"):
+        assert heading in md, f"missing {heading!r}"
+    assert md.count("### Exercise") >= 3
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_has_checked_exercises_with_hidden_executed_solutions(path):
+    cells = _cells(path)
+    checked = {m for c in cells if c["cell_type"] == "code"
+               for m in re.findall(r'exercises\.check\(\s*"([\w-]+)"', _text(c))}
+    assert len(checked) >= 2, "at least two exercises are checked by mini_transformer.exercises"
+    solutions = [c for c in cells if c["cell_type"] == "code"
+                 and re.search(r"assert\s+exercises\.check\(", _text(c))]
+    assert len(solutions) >= 2
+    for c in solutions:
+        assert "hide-input" in c["metadata"].get("tags", []), "solutions are collapsed in the book"
+        assert c["metadata"].get("jupyter", {}).get("source_hidden") is True
+
+
+def test_mathjax_is_served_locally():
+    config = (ROOT / "_config.yml").read_text()
+    assert "mathjax_path: mathjax/tex-svg.js" in config
+    assert (ROOT / "book/_static/mathjax/tex-svg.js").stat().st_size > 1_000_000
+
+
+def test_requirements_pin_the_toolchain():
+    pins = dict(
+        line.split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    assert pins["jupyter-book"].startswith("1."), "jupyter-book 2.x is a different tool"
+    assert pins["torch"] == "2.13.0"
+    for name in ("nbval", "pytest", "numpy", "matplotlib", "scikit-learn", "ipykernel", "tqdm"):
+        assert name in pins, f"{name} is pinned"
