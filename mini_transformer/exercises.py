@@ -232,10 +232,10 @@ def _ch1_neighbour_distances(pe: np.ndarray) -> np.ndarray:
 
 
 def _ch1_first_return() -> int:
-    """First pos >= 1 whose point (sin pos, cos pos) is within 0.05 of the point of pos 0."""
+    """First pos >= 1 whose point (sin pos, cos pos) is within 0.01 of the point of pos 0."""
     pos = np.arange(1, 10_000)
     dist = np.hypot(np.sin(pos), np.cos(pos) - 1.0)
-    return int(pos[np.argmax(dist < 0.05)])
+    return int(pos[np.argmax(dist < 0.01)])
 
 
 register(
@@ -269,16 +269,265 @@ register(
     _ch1_first_return,
     None,
     "The first position pos >= 1 whose point (sin pos, cos pos) on the unit circle lies "
-    "within 0.05 of the point of position 0.",
+    "within 0.01 of the point of position 0.",
     compare=_ch1_same_integer,
 )
 
 # === Chapter 2 ===
+# Sinusoidal encoding (book/02_sinusoidal.ipynb). References call mini_transformer.positional,
+# imported lazily so that this module stays importable on its own.
+
+
+def _ch2_sinusoidal_encoding(n_positions: int, d_model: int) -> np.ndarray:
+    from mini_transformer.positional import sinusoidal_encoding
+
+    return sinusoidal_encoding(n_positions, d_model)
+
+
+def _ch2_dot_offset(k: int, d_model: int) -> float:
+    from mini_transformer.positional import sinusoidal_frequencies
+
+    return float(np.cos(sinusoidal_frequencies(d_model) * k).sum())
+
+
+def _ch2_rotation_matrix(offset: int, d_model: int) -> np.ndarray:
+    from mini_transformer.positional import rotation_matrix
+
+    return rotation_matrix(offset, d_model)
+
+
+def _ch2_even_d(rng: np.random.Generator) -> int:
+    return 2 * int(rng.integers(1, 17))
+
+
+register(
+    "sinusoidal-encoding",
+    _ch2_sinusoidal_encoding,
+    lambda rng: (int(rng.integers(1, 60)), _ch2_even_d(rng)),
+    "f(n_positions, d_model) -> the (n_positions, d_model) sinusoidal encoding, paper layout "
+    "(sin in even columns, cos in odd columns, base 10000).",
+)
+register(
+    "sinusoidal-dot-offset",
+    _ch2_dot_offset,
+    lambda rng: (int(rng.integers(-200, 201)), _ch2_even_d(rng)),
+    "f(k, d_model) -> PE[pos] . PE[pos + k] (a float) for the paper's encoding with even "
+    "d_model, without building the encoding.",
+)
+register(
+    "rotation-matrix",
+    _ch2_rotation_matrix,
+    lambda rng: (int(rng.integers(-100, 101)), _ch2_even_d(rng)),
+    "f(offset, d_model) -> the (d_model, d_model) matrix R with PE[pos + offset] = R @ PE[pos] "
+    "for every pos (paper layout, base 10000).",
+)
 
 # === Chapter 3 ===
+# References are plain loops written from the papers' formulas, independent of
+# `positional.memn2n_encoding`, `positional.alibi_bias` and `lab.cosine_similarity_matrix`.
+
+
+def _ch3_memn2n_encoding(J: int, d: int) -> np.ndarray:
+    """l_kj = (1 - j/J) - (k/d)(1 - 2j/J) with 1-based j, k; row j-1, column k-1; (J, d)."""
+    out = np.empty((J, d))
+    for j in range(1, J + 1):
+        for k in range(1, d + 1):
+            out[j - 1, k - 1] = (1 - j / J) - (k / d) * (1 - 2 * j / J)
+    return out
+
+
+def _ch3_alibi_bias(n_heads: int, T: int) -> np.ndarray:
+    """b[h, i, j] = -m_h |i - j| with m_h = 2^(-8 (h+1) / n_heads), h = 0..n_heads-1."""
+    out = np.empty((n_heads, T, T))
+    for h in range(n_heads):
+        slope = 2.0 ** (-8.0 * (h + 1) / n_heads)
+        for i in range(T):
+            for j in range(T):
+                out[h, i, j] = -slope * abs(i - j)
+    return out
+
+
+def _ch3_cosine_similarity(w: np.ndarray) -> np.ndarray:
+    """S[i, j] = w_i . w_j / (|w_i| |w_j|) for the rows of w; (n, n)."""
+    n = w.shape[0]
+    out = np.empty((n, n))
+    for i in range(n):
+        for j in range(n):
+            out[i, j] = w[i] @ w[j] / (np.linalg.norm(w[i]) * np.linalg.norm(w[j]))
+    return out
+
+
+register(
+    "memn2n-encoding",
+    _ch3_memn2n_encoding,
+    lambda rng: (int(rng.integers(1, 25)), int(rng.integers(1, 33))),
+    "f(J, d) -> the (J, d) array with entry [j-1, k-1] = (1 - j/J) - (k/d)(1 - 2j/J) "
+    "for j = 1..J, k = 1..d (MemN2N's position encoding).",
+)
+register(
+    "alibi-bias",
+    _ch3_alibi_bias,
+    lambda rng: (int(2 ** rng.integers(0, 5)), int(rng.integers(1, 13))),
+    "f(n_heads, T) -> the (n_heads, T, T) ALiBi bias -m_h |i - j|, with slopes "
+    "m_h = 2^(-8h/n_heads) for h = 1..n_heads (n_heads a power of two).",
+)
+register(
+    "learned-similarity",
+    _ch3_cosine_similarity,
+    lambda rng: (rng.standard_normal((int(rng.integers(2, 20)), int(rng.integers(1, 17)))),),
+    "f(w) -> the (n, n) matrix of cosine similarities between the rows of w.",
+)
 
 # === Chapter 4 ===
 
+
+def _ch4_causal_mask(T):
+    from .attention import causal_mask
+
+    return causal_mask(T)
+
+
+def _ch4_causal_mask_inputs(rng):
+    return (int(rng.integers(1, 13)),)
+
+
+def _ch4_masked_softmax(scores, mask):
+    from .attention import scaled_dot_product_attention
+
+    # Zero queries and keys give zero dot products; the scores enter as the additive bias.
+    T_q, T_k = scores.shape
+    q, k = scores.new_zeros(T_q, 1), scores.new_zeros(T_k, 1)
+    _, weights = scaled_dot_product_attention(q, k, k, mask=mask, bias=scores, return_weights=True)
+    return weights
+
+
+def _ch4_masked_softmax_inputs(rng):
+    T_q, T_k = (int(n) for n in rng.integers(1, 7, size=2))
+    scores = torch.from_numpy(rng.normal(0.0, 3.0, size=(T_q, T_k)))
+    mask = torch.from_numpy(rng.random((T_q, T_k)) < 0.6)
+    mask[int(rng.integers(T_q))] = False  # at least one fully masked row
+    return scores, mask
+
+
+def _ch4_attention(q, k, v, mask):
+    from .attention import scaled_dot_product_attention
+
+    return scaled_dot_product_attention(q, k, v, mask=mask, return_weights=True)
+
+
+def _ch4_attention_inputs(rng):
+    T_q, T_k, d_k, d_v = (int(n) for n in rng.integers(1, 7, size=4))
+    q, k = (torch.from_numpy(rng.normal(size=(T, d_k))) for T in (T_q, T_k))
+    v = torch.from_numpy(rng.normal(size=(T_k, d_v)))
+    mask = torch.from_numpy(rng.random((T_q, T_k)) < 0.7)
+    mask[:, int(rng.integers(T_k))] = True  # every query may attend to at least one key
+    return q, k, v, mask
+
+
+register(
+    "causal-mask",
+    _ch4_causal_mask,
+    _ch4_causal_mask_inputs,
+    "causal_mask(T): a (T, T) bool tensor, True where key j may be attended from query i (j <= i).",
+)
+register(
+    "masked-softmax",
+    _ch4_masked_softmax,
+    _ch4_masked_softmax_inputs,
+    "masked_softmax(scores, mask): softmax over the last axis of scores where mask is True, "
+    "exactly 0 where it is False, and an all-zero row where a whole row is masked (no NaN).",
+)
+register(
+    "attention-weights",
+    _ch4_attention,
+    _ch4_attention_inputs,
+    "attention(q, k, v, mask): (out, weights) of masked scaled dot-product attention, "
+    "weights = softmax(q k^T / sqrt(d_k)) with masked keys at 0, out = weights v.",
+)
+
 # === Chapter 5 ===
+
+
+def _ch5_layer_norm(x, gamma, beta, eps):
+    # statistics over the last dimension, biased variance (divide by d)
+    mu = x.mean(dim=-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(dim=-1, keepdim=True)
+    return gamma * (x - mu) / torch.sqrt(var + eps) + beta
+
+
+def _ch5_layer_norm_inputs(rng):
+    B, T, d = (int(n) for n in rng.integers(1, 6, size=3))
+    d += 1  # at least 2 features
+    x = torch.from_numpy(rng.normal(rng.normal(0, 3), rng.uniform(0.1, 5), size=(B, T, d)))
+    gamma = torch.from_numpy(rng.normal(1.0, 0.5, size=d))
+    beta = torch.from_numpy(rng.normal(0.0, 0.5, size=d))
+    eps = float(rng.choice([1e-5, 1e-3, 0.1]))
+    return x, gamma, beta, eps
+
+
+register(
+    "layer-norm",
+    _ch5_layer_norm,
+    _ch5_layer_norm_inputs,
+    "layer_norm(x, gamma, beta, eps): normalise each token vector x[b, t, :] with its own mean "
+    "and biased variance, then scale by gamma and shift by beta; same shape as x.",
+)
+
+
+def _ch5_batch_norm_stats(x):
+    # one mean and one (biased) variance per feature, over batch AND positions
+    mean = x.mean(dim=(0, 1))
+    var = ((x - mean) ** 2).mean(dim=(0, 1))
+    return mean, var
+
+
+def _ch5_batch_norm_stats_inputs(rng):
+    B, T, d = (int(n) for n in rng.integers(1, 7, size=3))
+    B += 1  # at least two samples
+    return (torch.from_numpy(rng.normal(0.0, 2.0, size=(B, T, d)) + rng.normal(0, 2, size=d)),)
+
+
+register(
+    "batch-norm-stats",
+    _ch5_batch_norm_stats,
+    _ch5_batch_norm_stats_inputs,
+    "batch_norm_stats(x) for x of shape (B, T, d): the tuple (mean, var) of per-feature "
+    "statistics over the batch and position axes, each of shape (d,), var biased.",
+)
+
+
+def _ch5_block_inputs(rng):
+    from .layers import TransformerBlock
+
+    seed = int(rng.integers(0, 2**31 - 1))
+    d_model = 4 * int(rng.integers(1, 5))
+    with torch.random.fork_rng():  # leave the notebook's global torch RNG untouched
+        torch.manual_seed(seed)
+        block = TransformerBlock(d_model, 2, 2 * d_model, norm_position="pre", causal=True)
+        with torch.no_grad():
+            for ln in (block.ln1, block.ln2):
+                ln.weight.normal_(1.0, 0.2)
+                ln.bias.normal_(0.0, 0.2)
+        x = torch.randn(int(rng.integers(1, 4)), int(rng.integers(1, 7)), d_model)
+    return x, block.attn, block.ffn, block.ln1, block.ln2
+
+
+def _ch5_pre_ln_block(x, attn, ffn, ln1, ln2):
+    from .layers import TransformerBlock
+
+    d_model, n_heads = attn.d_model, attn.n_heads
+    block = TransformerBlock(d_model, n_heads, ffn.d_ff, norm_position="pre", causal=True)
+    block.attn, block.ffn, block.ln1, block.ln2 = attn, ffn, ln1, ln2
+    with torch.no_grad():
+        return block(x)
+
+
+register(
+    "pre-ln-block",
+    _ch5_pre_ln_block,
+    _ch5_block_inputs,
+    "pre_ln_block(x, attn, ffn, ln1, ln2): one Pre-LN block with causal self-attention, "
+    "x + Attn(LN1(x)) then + FFN(LN2(.)), where attn(h, is_causal=True) returns (out, None).",
+)
 
 # === Chapter 6 ===

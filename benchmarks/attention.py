@@ -1,0 +1,218 @@
+"""Benchmark: multi-head self-attention, from scratch vs fused vs ``nn.MultiheadAttention``.
+
+For each sequence length T this measures, for one forward + backward pass of causal
+self-attention on a batch ``(B, T, d_model)``:
+
+- time: the median over ``--repeats`` runs after ``--warmup`` runs;
+- peak memory: the peak of bytes allocated by torch's CPU allocator during the pass, above
+  what was allocated before it (from the profiler's allocation events, ``profile_memory=True``;
+  measured in a separate, untimed pass). It counts every tensor the pass creates: projections,
+  scores and weights kept for backward, gradients.
+
+Variants:
+
+- ``scratch``: ``MultiHeadAttention(fused=False)``: scores, softmax and weights are
+  materialised as ``(B, h, T, T)`` tensors and saved for backward.
+- ``fused``: ``MultiHeadAttention(fused=True)``: ``F.scaled_dot_product_attention`` (a
+  flash-attention style kernel on CPU: no ``(T, T)`` tensor is kept).
+- ``fused-3mm``: the fused path with three separate q/k/v matmuls instead of one matmul
+  with the concatenated weights (what ``MultiHeadAttention`` does for self-attention).
+- ``torch``: ``nn.MultiheadAttention(batch_first=True)`` with the same weights,
+  ``need_weights=False``, ``is_causal=True``.
+
+Run (takes about a minute on 1 thread)::
+
+    .venv/bin/python benchmarks/attention.py
+    .venv/bin/python benchmarks/attention.py --T 64 128 --repeats 3 --json out.json
+
+Timings on a shared machine are noisy: compare ratios within one run, not across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile
+
+from mini_transformer.attention import MultiHeadAttention
+
+
+class ThreeMatmulMHA(MultiHeadAttention):
+    """The fused path, with q, k and v projected by three separate matmuls."""
+
+    def _project(self, x, context):
+        c = x if context is None else context
+        return (
+            self._split_heads(self.q_proj(x)),
+            self._split_heads(self.k_proj(c)),
+            self._split_heads(self.v_proj(c)),
+        )
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def make_variants(d_model: int, n_heads: int) -> dict[str, tuple[nn.Module, callable]]:
+    torch.manual_seed(0)
+    ours = MultiHeadAttention(d_model, n_heads)
+    three = ThreeMatmulMHA(d_model, n_heads)
+    three.load_state_dict(ours.state_dict())
+    ref = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(
+            torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight])
+        )
+        ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+        ref.out_proj.load_state_dict(ours.out_proj.state_dict())
+    scratch = MultiHeadAttention(d_model, n_heads, fused=False)
+    scratch.load_state_dict(ours.state_dict())
+    masks: dict[int, torch.Tensor] = {}
+
+    def torch_call(x, causal):
+        T = x.shape[1]
+        if not causal:
+            return ref(x, x, x, need_weights=False)[0]
+        if T not in masks:  # nn.MultiheadAttention wants the mask as a hint; True = blocked
+            masks[T] = torch.ones(T, T, dtype=torch.bool).triu(1)
+        return ref(x, x, x, need_weights=False, attn_mask=masks[T], is_causal=True)[0]
+
+    return {
+        "scratch": (scratch, lambda x, causal: scratch(x, is_causal=causal)[0]),
+        "fused": (ours, lambda x, causal: ours(x, is_causal=causal)[0]),
+        "fused-3mm": (three, lambda x, causal: three(x, is_causal=causal)[0]),
+        "torch": (ref, torch_call),
+    }
+
+
+def step(module: nn.Module, call, x: torch.Tensor, causal: bool) -> None:
+    module.zero_grad(set_to_none=True)
+    x.grad = None
+    call(x, causal).sum().backward()
+
+
+def time_steps(variants, x, causal, warmup: int, repeats: int) -> dict[str, float]:
+    """Median seconds per forward + backward for each variant.
+
+    The variants take turns within each repeat (round robin), so a burst of load from other
+    processes on a shared machine slows all of them alike instead of one.
+    """
+    for _ in range(warmup):
+        for module, call in variants.values():
+            step(module, call, x, causal)
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, (module, call) in variants.items():
+            t0 = time.perf_counter()
+            step(module, call, x, causal)
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def peak_bytes(module, call, x, causal) -> int:
+    """Peak bytes allocated (above the starting point) during one forward + backward."""
+    module.zero_grad(set_to_none=True)
+    x.grad = None
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        call(x, causal).sum().backward()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    current = peak = 0
+    for e in sorted(events, key=lambda e: e.start_ns()):
+        current += e.nbytes()  # positive for an allocation, negative for a free
+        peak = max(peak, current)
+    return peak
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--T", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
+    p.add_argument("--B", type=int, default=8)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--no-causal", action="store_true", help="unmasked self-attention")
+    p.add_argument("--json", help="also write the results to this JSON file")
+    args = p.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    causal = not args.no_causal
+    variants = make_variants(args.d_model, args.heads)
+    print(f"torch {torch.__version__} | threads {torch.get_num_threads()} | CPU: {cpu_name()}")
+    print(
+        f"{'causal ' if causal else ''}self-attention, forward + backward, B={args.B}, "
+        f"d_model={args.d_model}, n_heads={args.heads}; time = median of {args.repeats} "
+        f"(variants in turn) after {args.warmup} warm-up runs; "
+        "peak = allocator peak during one pass"
+    )
+    names = list(variants)
+    header = (
+        f"{'T':>5} | "
+        + " | ".join(f"{n + ' ms':>12}" for n in names)
+        + " | fused/torch | 3mm/torch | scratch/fused | "
+        + " | ".join(f"{n + ' MiB':>12}" for n in names)
+        + " | mem scratch/fused"
+    )
+    print(header)
+    print("-" * len(header))
+    rows = []
+    for T in args.T:
+        g = torch.Generator().manual_seed(T)
+        x = torch.randn(args.B, T, args.d_model, generator=g, requires_grad=True)
+        ms = {
+            n: 1e3 * t
+            for n, t in time_steps(variants, x, causal, args.warmup, args.repeats).items()
+        }
+        mib = {n: peak_bytes(m, c, x, causal) / 2**20 for n, (m, c) in variants.items()}
+        row = {
+            "T": T,
+            "ms": ms,
+            "peak_mib": mib,
+            "fused_over_torch": ms["fused"] / ms["torch"],
+            "fused3mm_over_torch": ms["fused-3mm"] / ms["torch"],
+            "scratch_over_fused": ms["scratch"] / ms["fused"],
+            "mem_scratch_over_fused": mib["scratch"] / mib["fused"],
+        }
+        rows.append(row)
+        print(
+            f"{T:>5} | "
+            + " | ".join(f"{ms[n]:>12.2f}" for n in names)
+            + f" | {row['fused_over_torch']:>11.2f} | {row['fused3mm_over_torch']:>9.2f}"
+            + f" | {row['scratch_over_fused']:>13.2f} | "
+            + " | ".join(f"{mib[n]:>12.1f}" for n in names)
+            + f" | {row['mem_scratch_over_fused']:>17.1f}",
+            flush=True,
+        )
+    result = {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu": cpu_name(),
+        "B": args.B,
+        "d_model": args.d_model,
+        "n_heads": args.heads,
+        "causal": causal,
+        "repeats": args.repeats,
+        "rows": rows,
+    }
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,431 @@
+"""Masked scaled dot-product attention and multi-head attention (chapter 4).
+
+The whole chapter is one formula,
+
+.. math::
+
+    \\operatorname{Attention}(Q, K, V) = \\operatorname{softmax}\\!\\left(
+        \\frac{Q K^\\top}{\\sqrt{d_k}} + B + M\\right) V ,
+
+where :math:`B` is an optional additive bias (ALiBi) and :math:`M` is the mask: 0 where a
+query may attend to a key, a very negative number where it may not.
+
+Conventions (the same as PyTorch's ``F.scaled_dot_product_attention``):
+
+- A mask is a **boolean** tensor, ``True`` = *may attend*. It broadcasts against the score
+  tensor ``(..., T_q, T_k)``; in :class:`MultiHeadAttention` against ``(B, n_heads, T_q, T_k)``.
+  Additive float masks are not accepted as ``mask`` (a ``TypeError`` says so): pass them as
+  ``bias``, which is *added* to the scores.
+- Masked scores are filled with ``torch.finfo(dtype).min``, the most negative finite number
+  of the scores' dtype. Not ``-inf`` (a row with every key masked would give
+  ``softmax([-inf, ..., -inf]) = 0/0 = NaN``) and not a fixed constant such as ``-2**30``
+  (which overflows to ``-inf`` in float16, whose largest magnitude is 65504).
+- A query row whose keys are *all* masked gets **zero weights and a zero output** (and zero
+  gradient), never NaN. Both the from-scratch path and the fused path do this.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "scaled_dot_product_attention",
+    "causal_mask",
+    "padding_mask",
+    "combine_masks",
+    "MultiHeadAttention",
+]
+
+
+def _check_mask(mask: torch.Tensor, name: str = "mask") -> None:
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor of dtype torch.bool, got {type(mask).__name__}"
+        )
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"{name} must be a boolean tensor (True = may attend), got dtype {mask.dtype}; "
+            "pass an additive float mask as `bias` (or `attn_bias`) instead"
+        )
+
+
+def _check_broadcast(t: torch.Tensor, target: tuple[int, ...], name: str, expected: str) -> None:
+    """Raise ValueError unless ``t`` broadcasts to exactly ``target``."""
+    ok = t.dim() <= len(target)
+    if ok:
+        try:
+            ok = tuple(torch.broadcast_shapes(tuple(t.shape), target)) == tuple(target)
+        except RuntimeError:
+            ok = False
+    if not ok:
+        raise ValueError(
+            f"{name} of shape {tuple(t.shape)} does not broadcast to {expected} = {tuple(target)}"
+        )
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    return_weights: bool = False,
+    bias: torch.Tensor | None = None,
+    *,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention, written out step by step.
+
+    .. math::
+
+        S = \\frac{q k^\\top}{\\sqrt{d_k}} + \\text{bias}, \\qquad
+        S_{ij} \\leftarrow \\texttt{finfo.min} \\text{ where } \\text{mask}_{ij} = \\text{False},
+        \\qquad W = \\operatorname{softmax}_j(S), \\qquad \\text{out} = W v .
+
+    Args:
+        q: queries ``(..., T_q, d_k)``.
+        k: keys ``(..., T_k, d_k)``.
+        v: values ``(..., T_k, d_v)``. Leading dimensions of q, k, v broadcast.
+        mask: optional **bool** tensor broadcastable to ``(..., T_q, T_k)``; ``True`` = the
+            query may attend to the key. A non-bool mask raises ``TypeError``.
+        return_weights: also return the attention weights ``(..., T_q, T_k)``.
+        bias: optional float tensor broadcastable to ``(..., T_q, T_k)``, added to the scaled
+            scores before masking (e.g. ALiBi).
+        scale: the factor applied to :math:`q k^\\top`; default :math:`1/\\sqrt{d_k}`.
+        dropout_p: dropout probability applied to the weights before they multiply ``v``
+            (the returned weights are those before dropout). Use 0 at evaluation time.
+
+    Returns:
+        ``out`` of shape ``(..., T_q, d_v)``, or ``(out, weights)`` if ``return_weights``.
+        Each row of ``weights`` sums to 1, masked keys get exactly 0, and a row whose keys
+        are all masked is all zeros (so its output is the zero vector), never NaN.
+
+    Example:
+        >>> q = k = v = torch.randn(2, 5, 8)
+        >>> out = scaled_dot_product_attention(q, k, v, mask=causal_mask(5))
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() < 2:
+            raise ValueError(f"{name} must be a tensor of shape (..., T, d) with at least 2 dims")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same last dimension d_k, got {q.shape[-1]} and {k.shape[-1]}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same number of keys T_k, got {k.shape[-2]} and {v.shape[-2]}"
+        )
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    d_k = q.shape[-1]
+    if scale is None:
+        scale = 1.0 / math.sqrt(d_k)
+
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T_q, T_k)
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
+            raise TypeError("bias must be a floating-point tensor (it is added to the scores)")
+        _check_broadcast(bias, tuple(scores.shape), "bias", "(..., T_q, T_k)")
+        scores = scores + bias.to(scores.dtype)
+    row_has_key = None
+    if mask is not None:
+        _check_mask(mask)
+        _check_broadcast(mask, tuple(scores.shape), "mask", "(..., T_q, T_k)")
+        # The most negative *finite* number of this dtype: exp(fill - max) underflows to 0,
+        # yet a fully masked row stays finite (it becomes uniform, and is zeroed below).
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        row_has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)
+    weights = torch.softmax(scores, dim=-1)
+    if row_has_key is not None and not bool(row_has_key.all()):
+        weights = weights * row_has_key  # fully masked rows: zero weights, zero output
+    used = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    out = used @ v  # (..., T_q, d_v)
+    return (out, weights) if return_weights else out
+
+
+def causal_mask(
+    T: int, T_k: int | None = None, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """The causal (look-ahead) mask: query ``i`` may attend to key ``j`` iff ``j <= i``.
+
+    Args:
+        T: number of queries (and keys, unless ``T_k`` is given), a positive integer.
+        T_k: number of keys; default ``T``. The diagonal is anchored at the top left, as in
+            PyTorch's ``is_causal=True``.
+        device: where to create the mask.
+
+    Returns:
+        bool tensor ``(T, T_k)``, lower triangular (``True`` on and below the diagonal).
+
+    Example:
+        >>> causal_mask(3).int()
+        tensor([[1, 0, 0],
+                [1, 1, 0],
+                [1, 1, 1]], dtype=torch.int32)
+    """
+    T_k = T if T_k is None else T_k
+    for name, n in (("T", T), ("T_k", T_k)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"{name} must be a positive integer, got {n!r}")
+    return torch.ones(T, T_k, dtype=torch.bool, device=device).tril()
+
+
+def padding_mask(
+    lengths: Sequence[int] | torch.Tensor, T: int, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """Key-padding mask for a batch of sequences padded to length ``T``.
+
+    Sequence ``b`` has ``lengths[b]`` real tokens followed by padding; no query may attend to
+    a padding key.
+
+    Args:
+        lengths: ``B`` integers, each in ``[0, T]``.
+        T: the padded length, a positive integer.
+        device: where to create the mask (default: that of ``lengths`` if it is a tensor).
+
+    Returns:
+        bool tensor of shape ``(B, 1, 1, T)``: ``mask[b, 0, 0, j] = j < lengths[b]`` (``True``
+        for real tokens). It broadcasts to ``(B, n_heads, T_q, T)``.
+
+    Example:
+        >>> padding_mask([2, 3], 3)[:, 0, 0].int()
+        tensor([[1, 1, 0],
+                [1, 1, 1]], dtype=torch.int32)
+    """
+    if isinstance(T, bool) or not isinstance(T, int) or T < 1:
+        raise ValueError(f"T must be a positive integer, got {T!r}")
+    if isinstance(lengths, torch.Tensor):
+        if lengths.is_floating_point() or lengths.dtype == torch.bool:
+            raise TypeError(f"lengths must hold integers, got dtype {lengths.dtype}")
+        device = lengths.device if device is None else device
+        lengths = lengths.to(device=device, dtype=torch.long)
+    else:
+        lengths = torch.as_tensor(list(lengths), dtype=torch.long, device=device)
+    if lengths.dim() != 1 or lengths.numel() == 0:
+        raise ValueError(
+            "lengths must be a non-empty 1-D sequence of B integers, "
+            f"got shape {tuple(lengths.shape)}"
+        )
+    if bool((lengths < 0).any()) or bool((lengths > T).any()):
+        raise ValueError(f"every length must be in [0, T] = [0, {T}], got {lengths.tolist()}")
+    positions = torch.arange(T, device=lengths.device)
+    return (positions[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, T)
+
+
+def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
+    """Logical AND of boolean masks, with broadcasting; ``None`` entries are skipped.
+
+    A key may be attended to only if *every* mask allows it, e.g.
+    ``combine_masks(causal_mask(T), padding_mask(lengths, T))`` has shape ``(B, 1, T, T)``.
+
+    Returns:
+        the combined bool mask, or ``None`` if every argument is ``None``.
+    """
+    out = None
+    for i, m in enumerate(masks):
+        if m is None:
+            continue
+        _check_mask(m, name=f"mask {i}")
+        if out is None:
+            out = m
+            continue
+        try:
+            out = out & m
+        except RuntimeError as err:
+            raise ValueError(
+                f"masks of shapes {tuple(out.shape)} and {tuple(m.shape)} do not broadcast"
+            ) from err
+    return out
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention for self-attention and cross-attention.
+
+    .. math::
+
+        \\operatorname{MultiHead}(X, C) = \\operatorname{Concat}(\\text{head}_1, \\dots,
+        \\text{head}_h) W^O, \\quad \\text{head}_i = \\operatorname{Attention}(X W_i^Q,
+        C W_i^K, C W_i^V),
+
+    with :math:`C = X` for self-attention. The ``h`` heads are computed at once: the
+    projections give ``(B, T, d_model)``, which is viewed as ``(B, T, h, d_head)`` and
+    transposed to ``(B, h, T, d_head)``.
+
+    Args:
+        d_model: model width, divisible by ``n_heads``.
+        n_heads: number of heads; each has ``d_head = d_model // n_heads``.
+        dropout: dropout probability on the attention weights (training mode only).
+        bias: whether the four projections have biases.
+        fused: ``True`` computes attention with ``torch.nn.functional.scaled_dot_product_attention``
+            (unless ``need_weights``); ``False`` with :func:`scaled_dot_product_attention`.
+            The two agree to float rounding (tested).
+
+    Submodules ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj`` are ``nn.Linear(d_model, d_model)``.
+    For self-attention the three input projections are applied as one matrix multiply with
+    their concatenated weights (the same numbers, one pass over ``x``).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        fused: bool = True,
+    ) -> None:
+        super().__init__()
+        for name, n in (("d_model", d_model), ("n_heads", n_heads)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"{name} must be a positive integer, got {n!r}")
+        if d_model % n_heads != 0:
+            raise ValueError(
+                f"d_model must be divisible by n_heads, got d_model={d_model} and n_heads={n_heads}"
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        self.dropout = dropout
+        self.fused = fused
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"d_model={self.d_model}, n_heads={self.n_heads}, "
+            f"dropout={self.dropout}, fused={self.fused}"
+        )
+
+    def _check_input(self, t: torch.Tensor, name: str) -> None:
+        if not isinstance(t, torch.Tensor) or t.dim() != 3:
+            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must have shape (B, T, d_model), got {shape}")
+        if t.shape[-1] != self.d_model:
+            raise ValueError(
+                f"{name} must have last dimension d_model={self.d_model}, "
+                f"got shape {tuple(t.shape)}"
+            )
+
+    def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
+        B, T, _ = t.shape
+        return t.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, h, T, d_head)
+
+    def _project(self, x: torch.Tensor, context: torch.Tensor | None):
+        if context is None:
+            # One matmul for q, k and v: the weights stacked to (3 d_model, d_model).
+            w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+            b = None
+            if self.q_proj.bias is not None:
+                b = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
+            B, T, _ = x.shape
+            qkv = F.linear(x, w, b).view(B, T, 3, self.n_heads, self.d_head)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, h, T, d_head)
+            return q, k, v
+        return (
+            self._split_heads(self.q_proj(x)),
+            self._split_heads(self.k_proj(context)),
+            self._split_heads(self.v_proj(context)),
+        )
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        attn_bias: torch.Tensor | None = None,
+        rotary: nn.Module | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from ``x`` to ``context`` (or to ``x`` itself).
+
+        Args:
+            x: queries' input ``(B, T_q, d_model)``.
+            context: keys' and values' input ``(B, T_k, d_model)`` for cross-attention;
+                ``None`` for self-attention (``T_k = T_q``).
+            mask: bool, broadcastable to ``(B, n_heads, T_q, T_k)``, ``True`` = may attend
+                (e.g. :func:`padding_mask`, :func:`causal_mask`).
+            is_causal: also apply :func:`causal_mask` ``(T_q, T_k)``.
+            attn_bias: float, broadcastable to ``(B, n_heads, T_q, T_k)`` (e.g. ALiBi's
+                ``(n_heads, T_q, T_k)``), added to the scaled scores.
+            rotary: a module with ``forward(t, offset=0)`` (e.g. ``RotaryEmbedding``) applied
+                to ``q`` and ``k`` of shape ``(B, n_heads, T, d_head)``; positions ``0..T-1``.
+            need_weights: also return the per-head weights ``(B, n_heads, T_q, T_k)``
+                (computed with the from-scratch path).
+
+        Returns:
+            ``(out, weights)``: ``out`` is ``(B, T_q, d_model)``; ``weights`` is ``None``
+            unless ``need_weights``. Queries whose keys are all masked give
+            ``out_proj(0)`` (zero attention output), never NaN.
+        """
+        self._check_input(x, "x")
+        B, T_q, _ = x.shape
+        if context is not None:
+            self._check_input(context, "context")
+            if context.shape[0] != B:
+                raise ValueError(
+                    f"context must have the same batch size as x ({B}), got {context.shape[0]}"
+                )
+        T_k = T_q if context is None else context.shape[1]
+        target = (B, self.n_heads, T_q, T_k)
+        if mask is not None:
+            _check_mask(mask)
+            _check_broadcast(mask, target, "mask", "(B, n_heads, T_q, T_k)")
+        if attn_bias is not None:
+            if not isinstance(attn_bias, torch.Tensor) or not attn_bias.is_floating_point():
+                raise TypeError(
+                    "attn_bias must be a floating-point tensor (it is added to the scores)"
+                )
+            _check_broadcast(attn_bias, target, "attn_bias", "(B, n_heads, T_q, T_k)")
+
+        q, k, v = self._project(x, context)  # (B, h, T, d_head)
+        if rotary is not None:
+            q, k = rotary(q), rotary(k)
+        p = self.dropout if self.training else 0.0
+
+        if self.fused and not need_weights:
+            out = self._fused(q, k, v, mask, is_causal, attn_bias, p)
+            weights = None
+        else:
+            full = combine_masks(
+                mask, causal_mask(T_q, T_k, device=x.device) if is_causal else None
+            )
+            out, weights = scaled_dot_product_attention(
+                q, k, v, mask=full, bias=attn_bias, return_weights=True, dropout_p=p
+            )
+            if weights.shape != target:
+                weights = weights.expand(target)
+        out = out.transpose(1, 2).reshape(B, T_q, self.d_model)  # concat heads: (B, T_q, d_model)
+        return self.out_proj(out), (weights if need_weights else None)
+
+    @staticmethod
+    def _fused(q, k, v, mask, is_causal, attn_bias, p):
+        if mask is None and attn_bias is None:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=is_causal)
+        T_q, T_k = q.shape[-2], k.shape[-2]
+        full = combine_masks(mask, causal_mask(T_q, T_k, device=q.device) if is_causal else None)
+        row_has_key = None
+        if full is not None:
+            row_has_key = full.any(dim=-1, keepdim=True)  # (..., T_q, 1)
+            if bool(row_has_key.all()):
+                row_has_key = None
+            else:  # let the kernel see a finite row, then zero it: same as the scratch path
+                full = full | ~row_has_key
+        if attn_bias is None:
+            attn_mask = full
+        else:
+            attn_mask = attn_bias.to(q.dtype)
+            if full is not None:
+                attn_mask = torch.where(full, attn_mask, torch.finfo(q.dtype).min)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
+        if row_has_key is not None:
+            out = out * row_has_key
+        return out

@@ -1,0 +1,520 @@
+"""Data: the bundled Shakespeare corpus, a character tokenizer, and random batches.
+
+The corpus ships with the package (``assets/shakespeare.tar.gz``, 42 works from Project
+Gutenberg as packaged by the Open Knowledge Foundation, CC BY 2.5; see ``assets/README.md``),
+so nothing is downloaded. It is split **by work**: the held-out plays in :data:`VAL_WORKS`
+are never seen in training, so the validation loss measures how well the model predicts
+Shakespeare it has not read, not how well it remembers neighbouring lines of the same scene.
+
+Typical use (chapter 6)::
+
+    from mini_transformer import data
+    tok = data.CharTokenizer.from_corpus()          # 84 characters
+    train_ids = tok.encode(data.load_corpus("train"))  # LongTensor of ~4.6M ids
+    x, y = data.get_batch(train_ids, batch_size=8, block_size=64,
+                          generator=torch.Generator().manual_seed(0))
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import tarfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = [
+    "ASSETS_DIR",
+    "CORPUS_ARCHIVE",
+    "VAL_WORKS",
+    "WORK_SEPARATOR",
+    "load_works",
+    "load_metadata",
+    "load_corpus",
+    "CharTokenizer",
+    "get_batch",
+]
+
+ASSETS_DIR = Path(__file__).resolve().parent / "assets"
+CORPUS_ARCHIVE = ASSETS_DIR / "shakespeare.tar.gz"
+
+#: The held-out works (validation split). Four plays, 490,684 of the corpus' 5,057,198
+#: characters (9.7%), fixed here so that every run of the book uses the same split.
+#: A tragedy, a Scottish tragedy, a romance and a comedy: the held-out set is not one genre.
+VAL_WORKS: tuple[str, ...] = ("Hamlet", "Macbeth", "The Tempest", "Twelfth Night")
+
+#: Works are joined with a blank line between them when a split is concatenated.
+WORK_SEPARATOR = "\n\n"
+
+SPLITS = ("train", "val", "all")
+
+
+@functools.lru_cache(maxsize=1)
+def _read_archive() -> tuple[dict[str, str], str]:
+    """Read the archive once: ({file stem: text}, metadata.txt contents)."""
+    if not CORPUS_ARCHIVE.is_file():
+        raise FileNotFoundError(
+            f"the bundled corpus {CORPUS_ARCHIVE} is missing; reinstall mini_transformer"
+        )
+    texts: dict[str, str] = {}
+    metadata = ""
+    with tarfile.open(CORPUS_ARCHIVE, "r:gz") as tar:
+        for member in tar.getmembers():
+            if not member.isfile():
+                continue
+            name = Path(member.name).name
+            f = tar.extractfile(member)
+            assert f is not None
+            content = f.read().decode("ascii")
+            if name == "metadata.txt":
+                metadata = content
+            elif name.endswith("_gut.txt"):
+                texts[name[: -len(".txt")]] = content
+    return dict(sorted(texts.items())), metadata
+
+
+def load_metadata() -> dict[str, dict[str, str]]:
+    """The archive's ``metadata.txt`` as ``{file stem: {"title", "creator", "source_url", "bytes"}}``."""
+    _, text = _read_archive()
+    meta: dict[str, dict[str, str]] = {}
+    section = None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+            meta[section] = {}
+        elif "=" in line and section is not None:
+            key, value = line.split("=", 1)
+            meta[section][key.strip()] = value.strip()
+    return meta
+
+
+def load_works() -> dict[str, str]:
+    """All 42 works as ``{title: text}``, ordered by file name (so the order is fixed).
+
+    Titles are those of ``metadata.txt`` (e.g. ``"Hamlet"``, ``"King Henry IV, Part 1"``).
+    Returns a new dict on each call; the archive itself is read only once per process.
+    """
+    texts, _ = _read_archive()
+    meta = load_metadata()
+    return {meta.get(stem, {}).get("title", stem): text for stem, text in texts.items()}
+
+
+def load_corpus(split: str = "train") -> str:
+    """The corpus as one string: ``"train"``, ``"val"`` (the plays in :data:`VAL_WORKS`) or ``"all"``.
+
+    Works are concatenated in :func:`load_works` order, separated by :data:`WORK_SEPARATOR`.
+    The split is by work, never inside a work: ``"val"`` holds 4 whole plays (9.7% of the
+    characters) and ``"train"`` the other 38 works.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    works = load_works()
+    missing = [t for t in VAL_WORKS if t not in works]
+    if missing:  # only possible if the archive was replaced
+        raise ValueError(f"held-out works {missing} are not in the corpus")
+    if split == "all":
+        chosen = list(works)
+    elif split == "val":
+        chosen = [t for t in works if t in VAL_WORKS]
+    else:
+        chosen = [t for t in works if t not in VAL_WORKS]
+    return WORK_SEPARATOR.join(works[t] for t in chosen)
+
+
+class CharTokenizer:
+    """A character-level tokenizer: each distinct character is one token id.
+
+    The vocabulary is the sorted set of characters, so id ``i`` is ``chars[i]``. Build it
+    with :meth:`from_corpus` (the whole corpus' 84 characters, so the held-out plays contain
+    no unknown characters) or :meth:`from_text`.
+
+    Example::
+
+        >>> tok = CharTokenizer("abc")
+        >>> tok.encode("cab").tolist()
+        [2, 0, 1]
+        >>> tok.decode([2, 0, 1])
+        'cab'
+    """
+
+    def __init__(self, chars: str | Iterable[str]):
+        chars = list(chars)
+        for c in chars:
+            if not isinstance(c, str) or len(c) != 1:
+                raise ValueError(f"chars must be single characters, got {c!r}")
+        unique = sorted(set(chars))
+        if not unique:
+            raise ValueError("chars must contain at least one character, got none")
+        self.chars: list[str] = unique
+        self.stoi: dict[str, int] = {c: i for i, c in enumerate(unique)}
+        # Lookup table from Unicode code point to id (-1 = unknown) for fast encoding.
+        codes = np.array([ord(c) for c in unique], dtype=np.int64)
+        self._lut = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
+        self._lut[codes] = np.arange(len(unique))
+
+    @classmethod
+    def from_text(cls, text: str) -> CharTokenizer:
+        """The tokenizer whose vocabulary is the set of characters in ``text``."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return cls(set(text))
+
+    @classmethod
+    def from_corpus(cls) -> CharTokenizer:
+        """The tokenizer of the whole bundled corpus (train and held-out works): 84 characters."""
+        return cls.from_text(load_corpus("all"))
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of distinct tokens."""
+        return len(self.chars)
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def __repr__(self) -> str:
+        return f"CharTokenizer(vocab_size={self.vocab_size})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CharTokenizer) and self.chars == other.chars
+
+    def __hash__(self) -> int:
+        return hash("".join(self.chars))
+
+    def encode(self, text: str) -> torch.Tensor:
+        """Token ids of ``text``: a 1-D ``torch.long`` tensor of length ``len(text)``.
+
+        Raises ``ValueError`` naming the first character that is not in the vocabulary and
+        its position in ``text``.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if not text:
+            return torch.zeros(0, dtype=torch.long)
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+        inside = codes < len(self._lut)
+        ids = np.full(codes.shape, -1, dtype=np.int64)
+        ids[inside] = self._lut[codes[inside]]
+        bad = np.flatnonzero(ids < 0)
+        if bad.size:
+            pos = int(bad[0])
+            ch = text[pos]
+            raise ValueError(
+                f"character {ch!r} (U+{ord(ch):04X}) at position {pos} is not in the "
+                f"tokenizer's vocabulary of {self.vocab_size} characters"
+            )
+        return torch.from_numpy(ids)
+
+    def decode(self, ids: torch.Tensor | Sequence[int] | np.ndarray) -> str:
+        """The text of a 1-D sequence of token ids (a tensor, array or list of ints)."""
+        if isinstance(ids, torch.Tensor):
+            if ids.dim() != 1:
+                raise ValueError(f"ids must be 1-D, got a tensor of shape {tuple(ids.shape)}")
+            if ids.is_floating_point() or ids.dtype == torch.bool:
+                raise TypeError(f"ids must be integers, got dtype {ids.dtype}")
+            values = ids.tolist()
+        else:
+            values = list(ids)
+        out = []
+        for pos, i in enumerate(values):
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+                raise TypeError(f"ids must be integers, got {i!r} at position {pos}")
+            if not 0 <= i < self.vocab_size:
+                raise ValueError(
+                    f"token id {int(i)} at position {pos} is outside 0..{self.vocab_size - 1}"
+                )
+            out.append(self.chars[i])
+        return "".join(out)
+
+    def to_dict(self) -> dict:
+        """A JSON-able description: ``{"type": "char", "chars": "..."}``."""
+        return {"type": "char", "chars": "".join(self.chars)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CharTokenizer:
+        """Inverse of :meth:`to_dict`."""
+        if not isinstance(d, dict) or d.get("type") != "char" or not isinstance(d.get("chars"), str):
+            raise ValueError(f"not a CharTokenizer description: {d!r:.80}")
+        return cls(d["chars"])
+
+    def save(self, path: str | Path) -> None:
+        """Write :meth:`to_dict` as JSON."""
+        Path(path).write_text(json.dumps(self.to_dict()), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> CharTokenizer:
+        """Read a tokenizer written by :meth:`save`."""
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def get_batch(
+    data: torch.Tensor,
+    batch_size: int,
+    block_size: int,
+    generator: torch.Generator | None = None,
+    device: str | torch.device | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random batch of ``batch_size`` windows of ``block_size`` tokens, and their targets.
+
+    Each row starts at a uniformly random offset ``s`` (drawn with ``generator``, so a
+    seeded generator gives the same batch every time); ``x[b] = data[s:s+T]`` and the
+    targets are the next tokens, ``y[b] = data[s+1:s+T+1]``.
+
+    Args:
+        data: 1-D integer tensor of token ids, longer than ``block_size``.
+        batch_size: ``B >= 1``.
+        block_size: ``T >= 1``.
+        generator: a ``torch.Generator`` (CPU) for reproducible batches; ``None`` uses the global RNG.
+        device: where to put the batch (default: ``data``'s device).
+
+    Returns:
+        ``(x, y)``, two ``torch.long`` tensors of shape ``(B, T)``.
+    """
+    if not isinstance(data, torch.Tensor) or data.dim() != 1:
+        shape = tuple(data.shape) if isinstance(data, torch.Tensor) else type(data).__name__
+        raise ValueError(f"data must be a 1-D tensor of token ids, got {shape}")
+    if data.is_floating_point() or data.dtype == torch.bool:
+        raise TypeError(f"data must hold integer token ids, got dtype {data.dtype}")
+    for name, value in (("batch_size", batch_size), ("block_size", block_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if len(data) <= block_size:
+        raise ValueError(
+            f"data has {len(data)} tokens; it needs more than block_size={block_size} "
+            "to hold one window and its next-token targets"
+        )
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
+    offsets = torch.arange(block_size)
+    idx = (starts[:, None] + offsets[None, :]).to(data.device)  # (B, T)
+    x = data[idx].long()
+    y = data[idx + 1].long()
+    target = torch.device(device) if device is not None else data.device
+    if target != x.device:
+        pin = target.type == "cuda" and x.device.type == "cpu"
+        x = (x.pin_memory() if pin else x).to(target, non_blocking=pin)
+        y = (y.pin_memory() if pin else y).to(target, non_blocking=pin)
+    return x, y
+
+
+# --- Synthetic order-sensitive tasks ---
+#
+# Small sequence tasks for chapter 3's length-extrapolation lab. Each one is a language-
+# modelling problem in the shape ``TransformerLM.forward(idx, targets)`` expects: ``idx`` and
+# ``targets`` are ``(n_samples, length)`` LongTensors, and ``targets`` holds ``IGNORE_INDEX``
+# (-100, the default ``ignore_index`` of ``F.cross_entropy``) wherever nothing is scored. The
+# target at position ``t`` is predicted from ``idx[:, : t + 1]`` (a causal model sees no
+# further), so no task ever asks for a token the model has not been shown. ``length`` is the
+# total sequence length ``T``: a model trained with ``length <= L`` can be evaluated at 2L.
+# Every task is a pure function of its arguments and ``generator`` (a seed or a
+# ``torch.Generator``), so the book's results are reproducible.
+
+__all__ += [
+    "IGNORE_INDEX",
+    "SYNTHETIC_TASKS",
+    "copy_offset_task",
+    "reverse_task",
+    "sort_task",
+    "order_task",
+]
+
+IGNORE_INDEX = -100
+"""Target value that the loss and the accuracy skip (PyTorch's default ``ignore_index``)."""
+
+
+def _task_generator(generator: int | torch.Generator | None) -> torch.Generator:
+    if generator is None:
+        return torch.Generator().manual_seed(0)
+    if isinstance(generator, torch.Generator):
+        return generator
+    if isinstance(generator, bool) or not isinstance(generator, int) or generator < 0:
+        raise ValueError(
+            f"generator must be a torch.Generator or a non-negative integer seed, got {generator!r}"
+        )
+    return torch.Generator().manual_seed(generator)
+
+
+def _check_int(name: str, value: object, low: int, high: float | None = None) -> int:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low
+    if ok and high is not None:
+        ok = value <= high
+    if not ok:
+        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
+    return value
+
+
+def copy_offset_task(
+    n_samples: int,
+    length: int,
+    vocab_size: int = 16,
+    offset: int = 2,
+    generator: int | torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Copy the token ``offset`` steps back: ``targets[:, t] = idx[:, t - offset]``.
+
+    The tokens are i.i.d. uniform on ``{0, ..., vocab_size - 1}``, so the answer at position
+    ``t`` cannot be guessed from content: the model must find the position exactly
+    ``offset`` before the current one. That is a *relative* rule, the same at every ``t``:
+    an encoding in which attention scores depend on ``i - j`` (RoPE, ALiBi) can apply it
+    at positions never seen in training; an absolute one must have learned it per position.
+    The first ``offset`` positions have no answer and are ignored.
+
+    Args:
+        n_samples: number of sequences, >= 1.
+        length: sequence length ``T``, > ``offset``.
+        vocab_size: number of distinct tokens, >= 2 (chance accuracy is ``1 / vocab_size``).
+        offset: how far back to copy from, >= 1.
+        generator: a ``torch.Generator`` or an integer seed (``None`` means seed 0).
+
+    Returns:
+        ``(idx, targets)``, both LongTensors of shape ``(n_samples, length)``.
+
+    Example:
+        >>> idx, targets = copy_offset_task(1, 6, vocab_size=10, offset=2, generator=0)
+        >>> bool((targets[0, 2:] == idx[0, :-2]).all())
+        True
+    """
+    _check_int("n_samples", n_samples, 1)
+    _check_int("offset", offset, 1)
+    _check_int("vocab_size", vocab_size, 2)
+    if not isinstance(length, int) or isinstance(length, bool) or length <= offset:
+        raise ValueError(f"length must be an integer > offset={offset}, got {length!r}")
+    g = _task_generator(generator)
+    idx = torch.randint(0, vocab_size, (n_samples, length), generator=g)
+    targets = torch.full_like(idx, IGNORE_INDEX)
+    targets[:, offset:] = idx[:, :-offset]
+    return idx, targets
+
+
+def _answer_after_separator(
+    n_samples: int, length: int, vocab_size: int, generator, order
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Shared layout of reverse/sort: ``x (n tokens), SEP, answer[:-1]``; answer scored."""
+    _check_int("n_samples", n_samples, 1)
+    _check_int("vocab_size", vocab_size, 3)
+    if not isinstance(length, int) or isinstance(length, bool) or length < 2 or length % 2:
+        raise ValueError(
+            f"length must be an even integer >= 2 (n tokens, SEP, n - 1 answers), got {length!r}"
+        )
+    g = _task_generator(generator)
+    n = length // 2
+    sep = vocab_size - 1
+    x = torch.randint(0, vocab_size - 1, (n_samples, n), generator=g)
+    answer = order(x)
+    sep_col = torch.full((n_samples, 1), sep, dtype=torch.long)
+    idx = torch.cat([x, sep_col, answer[:, :-1]], dim=1)
+    targets = torch.cat([torch.full_like(x, IGNORE_INDEX), answer], dim=1)
+    return idx, targets
+
+
+def reverse_task(
+    n_samples: int,
+    length: int,
+    vocab_size: int = 16,
+    generator: int | torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Write ``n = length // 2`` tokens, a separator, then the tokens in reverse order.
+
+    ``idx = [x_1, ..., x_n, SEP, x_n, ..., x_2]`` and the scored targets are
+    ``x_n, ..., x_1`` at positions ``n - 1 + i`` for ``i = 1..n`` (the position of ``SEP``
+    predicts ``x_n``). Output step ``i`` must read input position ``n + 1 - i``: the
+    distance back grows by two each step, so neither a fixed offset nor a fixed absolute
+    position answers it; the model needs both where it is and where the separator is.
+
+    Args:
+        n_samples: number of sequences, >= 1.
+        length: total length ``T = 2n``, an even integer >= 2.
+        vocab_size: tokens ``0 .. vocab_size - 2`` are data, ``vocab_size - 1`` is ``SEP``; >= 3.
+        generator: a ``torch.Generator`` or an integer seed (``None`` means seed 0).
+
+    Returns:
+        ``(idx, targets)``, LongTensors of shape ``(n_samples, length)``.
+    """
+    return _answer_after_separator(
+        n_samples, length, vocab_size, generator, lambda x: torch.flip(x, dims=[1])
+    )
+
+
+def sort_task(
+    n_samples: int,
+    length: int,
+    vocab_size: int = 16,
+    generator: int | torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Write ``n = length // 2`` tokens, a separator, then the same tokens sorted ascending.
+
+    Same layout as :func:`reverse_task` with ``sorted(x)`` in place of ``reversed(x)``.
+    Sorting needs counting, not positions: the answer does not depend on the order of the
+    input, which makes it a control task (position matters only to know how many tokens
+    have already been written).
+
+    Args:
+        n_samples: number of sequences, >= 1.
+        length: total length ``T = 2n``, an even integer >= 2.
+        vocab_size: tokens ``0 .. vocab_size - 2`` are data, ``vocab_size - 1`` is ``SEP``; >= 3.
+        generator: a ``torch.Generator`` or an integer seed (``None`` means seed 0).
+
+    Returns:
+        ``(idx, targets)``, LongTensors of shape ``(n_samples, length)``.
+    """
+    return _answer_after_separator(
+        n_samples, length, vocab_size, generator, lambda x: torch.sort(x, dim=1).values
+    )
+
+
+def order_task(
+    n_samples: int,
+    length: int,
+    vocab_size: int = 16,
+    generator: int | torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Which of two marked tokens came first? Only the last position is scored.
+
+    Tokens ``0 .. vocab_size - 4`` are filler; ``A = vocab_size - 3`` and
+    ``B = vocab_size - 2`` each appear exactly once at random distinct positions in
+    ``0 .. length - 2``; the last token is the query ``Q = vocab_size - 1``. The target at
+    the last position is whichever of ``A`` or ``B`` came first (each with probability 1/2).
+    The answer depends only on order, never on distance. A causal model can solve it even
+    without a positional encoding: the later marker can see the earlier one, the earlier
+    cannot see the later.
+
+    Args:
+        n_samples: number of sequences, >= 1.
+        length: total length ``T``, >= 3 (two markers and the query).
+        vocab_size: >= 4 (at least one filler token besides ``A``, ``B``, ``Q``).
+        generator: a ``torch.Generator`` or an integer seed (``None`` means seed 0).
+
+    Returns:
+        ``(idx, targets)``, LongTensors of shape ``(n_samples, length)``; ``targets`` is
+        ``IGNORE_INDEX`` everywhere except the last column.
+    """
+    _check_int("n_samples", n_samples, 1)
+    _check_int("length", length, 3)
+    _check_int("vocab_size", vocab_size, 4)
+    g = _task_generator(generator)
+    a, b, q = vocab_size - 3, vocab_size - 2, vocab_size - 1
+    idx = torch.randint(0, vocab_size - 3, (n_samples, length), generator=g)
+    # two distinct random positions in 0 .. length - 2 per row: the first two of a permutation
+    pos = torch.argsort(torch.rand(n_samples, length - 1, generator=g), dim=1)[:, :2]
+    rows = torch.arange(n_samples)
+    idx[rows, pos[:, 0]] = a
+    idx[rows, pos[:, 1]] = b
+    idx[:, -1] = q
+    targets = torch.full_like(idx, IGNORE_INDEX)
+    targets[:, -1] = torch.where(pos[:, 0] < pos[:, 1], a, b)
+    return idx, targets
+
+
+SYNTHETIC_TASKS = {
+    "copy_offset": copy_offset_task,
+    "reverse": reverse_task,
+    "sort": sort_task,
+    "order": order_task,
+}
+"""The synthetic tasks by name: ``SYNTHETIC_TASKS[name](n_samples, length, vocab_size, ...)``."""

@@ -1,0 +1,519 @@
+"""LayerNorm, the position-wise feed-forward block, and Transformer blocks in both placements.
+
+Every module here maps a tensor of shape ``(B, T, d_model)`` (batch, positions, features)
+to a tensor of the same shape. The pieces (chapter 5):
+
+- :class:`LayerNorm`: written from scratch; normalises each token's feature vector
+  (statistics over the last dimension), then applies a learned per-feature affine map.
+  It equals :class:`torch.nn.LayerNorm` (tested).
+- :class:`FeedForward`: ``Linear -> activation -> Linear``, applied to every position
+  independently with the same weights ("position-wise").
+- :class:`TransformerBlock`: self-attention and a feed-forward block, each wrapped in a
+  residual connection, with LayerNorm placed either after the residual sum (Post-LN, the
+  original Transformer) or at the entrance of each sub-layer (Pre-LN, GPT-2 and most
+  models since).
+- :class:`DecoderBlock`: causal self-attention, cross-attention on an encoder's output
+  (``memory``), and a feed-forward block, in either placement.
+- :class:`TransformerStack`: ``n_layers`` blocks, plus the final LayerNorm that a Pre-LN
+  stack needs (its residual stream is never normalised otherwise).
+
+Dropout placement follows the original Transformer: dropout on each sub-layer's output
+before it is added to the residual stream ("residual dropout"), plus dropout on the
+attention weights (inside :class:`~mini_transformer.attention.MultiHeadAttention`) and on
+the feed-forward block's hidden activation. With ``dropout=0.0`` (the default) every
+module is deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import MultiHeadAttention
+
+__all__ = [
+    "LayerNorm",
+    "FeedForward",
+    "TransformerBlock",
+    "DecoderBlock",
+    "TransformerStack",
+    "residual_paths",
+    "count_paths_by_length",
+    "NORM_POSITIONS",
+    "ACTIVATIONS",
+]
+
+NORM_POSITIONS = ("pre", "post")
+"""The two LayerNorm placements: ``"pre"`` (x + F(LN(x))) and ``"post"`` (LN(x + F(x)))."""
+
+ACTIVATIONS = ("gelu", "relu")
+"""The feed-forward activations: exact GELU (erf form, as ``F.gelu``) or ReLU."""
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _check_dropout(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"dropout must be a probability in [0, 1), got {value!r}")
+    return float(value)
+
+
+def _check_norm_position(value: object) -> str:
+    if value not in NORM_POSITIONS:
+        raise ValueError(f"norm_position must be one of 'pre' or 'post', got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def _check_input(x: object, d_model: int, name: str = "x") -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() == 0 or x.shape[-1] != d_model:
+        raise ValueError(
+            f"{name} must have last dimension d_model={d_model}, got shape {tuple(x.shape)}"
+        )
+
+
+def _check_sequence(x: object, d_model: int, name: str = "x") -> None:
+    _check_input(x, d_model, name)
+    if x.dim() != 3:  # type: ignore[union-attr]
+        raise ValueError(
+            f"{name} must have shape (B, T, d_model={d_model}), got {tuple(x.shape)}"  # type: ignore[union-attr]
+        )
+
+
+# --------------------------------------------------------------------------- LayerNorm
+
+
+class LayerNorm(nn.Module):
+    r"""Layer normalisation over the last dimension, written from scratch.
+
+    For each token vector :math:`x \in \mathbb{R}^{d}` (``d = d_model``; every other
+    dimension is a batch dimension):
+
+    .. math::
+
+        \mu = \frac{1}{d}\sum_{i=1}^{d} x_i, \qquad
+        \sigma^2 = \frac{1}{d}\sum_{i=1}^{d} (x_i - \mu)^2, \qquad
+        y_i = \gamma_i \, \frac{x_i - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta_i .
+
+    The variance is the *biased* one (divide by ``d``, not ``d - 1``), as in
+    :class:`torch.nn.LayerNorm` and Ba et al. (2016). ``gamma`` and ``beta`` are shared
+    by all tokens and stored as ``.weight`` (initialised to ones) and ``.bias``
+    (initialised to zeros), so a state dict loads into ``nn.LayerNorm(d_model)`` and back.
+
+    Contrast with BatchNorm, which normalises each *feature* with statistics over the
+    batch (and positions); LayerNorm's statistics belong to one token, so it behaves the
+    same in training and inference and for any batch size or sequence length.
+
+    Args:
+        d_model: size of the last dimension, a positive integer.
+        eps: positive constant added to the variance (avoids division by zero for a
+            constant vector).
+
+    Shape:
+        ``(..., d_model) -> (..., d_model)``, typically ``(B, T, d_model)``.
+
+    Example:
+        >>> ln = LayerNorm(8)
+        >>> ln(torch.randn(2, 5, 8)).shape
+        torch.Size([2, 5, 8])
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.d_model = _check_positive_int("d_model", d_model)
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
+            raise ValueError(f"eps must be a positive number, got {eps!r}")
+        self.eps = float(eps)
+        self.weight = nn.Parameter(torch.ones(d_model))  # gamma
+        self.bias = nn.Parameter(torch.zeros(d_model))  # beta
+
+    def forward(self, x: Tensor) -> Tensor:
+        _check_input(x, self.d_model)
+        mu = x.mean(dim=-1, keepdim=True)  # (..., 1)
+        var = (x - mu).pow(2).mean(dim=-1, keepdim=True)  # (..., 1), biased
+        x_hat = (x - mu) * torch.rsqrt(var + self.eps)  # (..., d_model)
+        return x_hat * self.weight + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, eps={self.eps}"
+
+
+# --------------------------------------------------------------------------- FFN
+
+
+class FeedForward(nn.Module):
+    r"""The position-wise feed-forward block.
+
+    .. math::
+
+        \mathrm{FFN}(x) = \phi(x W_1 + b_1)\, W_2 + b_2,
+        \qquad W_1 \in \mathbb{R}^{d_\text{model} \times d_\text{ff}},\;
+        W_2 \in \mathbb{R}^{d_\text{ff} \times d_\text{model}},
+
+    with :math:`\phi` = GELU or ReLU (the original Transformer used ReLU and
+    ``d_ff = 4 d_model``). The same weights act on every position separately: permuting
+    the positions of the input permutes the output the same way, and a token gives the
+    same output wherever it stands. Dropout (if any) acts on the hidden activation.
+
+    Args:
+        d_model: input and output size, a positive integer.
+        d_ff: hidden size, a positive integer.
+        dropout: probability in ``[0, 1)`` for the hidden activation.
+        activation: ``"gelu"`` (exact, erf form) or ``"relu"``.
+
+    Shape:
+        ``(..., d_model) -> (..., d_model)``; ``linear1`` and ``linear2`` are the two
+        :class:`torch.nn.Linear` layers (the names :class:`torch.nn.TransformerEncoderLayer`
+        uses).
+    """
+
+    def __init__(
+        self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "gelu"
+    ) -> None:
+        super().__init__()
+        self.d_model = _check_positive_int("d_model", d_model)
+        self.d_ff = _check_positive_int("d_ff", d_ff)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of 'gelu' or 'relu', got {activation!r}")
+        self.activation = activation
+        self.linear1 = nn.Linear(d_model, d_ff)  # W_1, b_1
+        self.linear2 = nn.Linear(d_ff, d_model)  # W_2, b_2
+        self.dropout = nn.Dropout(_check_dropout(dropout))
+
+    def forward(self, x: Tensor) -> Tensor:
+        _check_input(x, self.d_model)
+        h = self.linear1(x)  # (..., d_ff)
+        h = F.gelu(h) if self.activation == "gelu" else F.relu(h)
+        return self.linear2(self.dropout(h))  # (..., d_model)
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation!r}"
+
+
+# --------------------------------------------------------------------------- blocks
+
+
+class TransformerBlock(nn.Module):
+    r"""One encoder (or decoder-only) block: self-attention and FFN with residuals.
+
+    Post-LN (Vaswani et al., 2017), LayerNorm after each residual sum:
+
+    .. math::
+
+        x \leftarrow \mathrm{LN}_1\big(x + \mathrm{Drop}(\mathrm{Attn}(x))\big), \qquad
+        x \leftarrow \mathrm{LN}_2\big(x + \mathrm{Drop}(\mathrm{FFN}(x))\big).
+
+    Pre-LN (Xiong et al., 2020; GPT-2), LayerNorm at the entrance of each sub-layer, the
+    residual stream itself is never normalised inside the block:
+
+    .. math::
+
+        x \leftarrow x + \mathrm{Drop}(\mathrm{Attn}(\mathrm{LN}_1(x))), \qquad
+        x \leftarrow x + \mathrm{Drop}(\mathrm{FFN}(\mathrm{LN}_2(x))).
+
+    A stack of Pre-LN blocks therefore needs one final LayerNorm (see
+    :class:`TransformerStack`).
+
+    Args:
+        d_model: model width, a positive integer divisible by ``n_heads``.
+        n_heads: number of attention heads.
+        d_ff: hidden size of the feed-forward block.
+        dropout: probability in ``[0, 1)`` for residual, attention and FFN dropout.
+        norm_position: ``"pre"`` or ``"post"``.
+        causal: if ``True`` position ``t`` attends only to positions ``<= t``.
+        fused: use PyTorch's fused attention kernel (``False``: the from-scratch path).
+        activation: FFN activation, ``"gelu"`` or ``"relu"``.
+        eps: LayerNorm epsilon.
+
+    Attributes:
+        attn (MultiHeadAttention), ffn (FeedForward), ln1, ln2 (LayerNorm), dropout.
+
+    Shape:
+        ``x``: ``(B, T, d_model)`` -> ``(B, T, d_model)``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        norm_position: str = "pre",
+        causal: bool = False,
+        fused: bool = True,
+        activation: str = "gelu",
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.d_model = _check_positive_int("d_model", d_model)
+        _check_positive_int("n_heads", n_heads)
+        _check_positive_int("d_ff", d_ff)
+        self.norm_position = _check_norm_position(norm_position)
+        p = _check_dropout(dropout)
+        self.causal = bool(causal)
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout=p, fused=fused)
+        self.ffn = FeedForward(d_model, d_ff, dropout=p, activation=activation)
+        self.ln1 = LayerNorm(d_model, eps=eps)
+        self.ln2 = LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(p)
+
+    def _self_attn(
+        self, x: Tensor, mask: Tensor | None, attn_bias: Tensor | None, rotary: nn.Module | None
+    ) -> Tensor:
+        out, _ = self.attn(x, mask=mask, is_causal=self.causal, attn_bias=attn_bias, rotary=rotary)
+        return out
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        attn_bias: Tensor | None = None,
+        rotary: nn.Module | None = None,
+    ) -> Tensor:
+        """Apply the block.
+
+        Args:
+            x: ``(B, T, d_model)``.
+            mask: optional boolean attention mask, ``True`` = may attend, broadcastable to
+                ``(B, n_heads, T, T)``; combined with the causal mask when ``causal=True``.
+            attn_bias: optional float bias added to the attention scores (ALiBi).
+            rotary: optional :class:`~mini_transformer.positional.RotaryEmbedding`.
+
+        Returns:
+            ``(B, T, d_model)``.
+        """
+        _check_sequence(x, self.d_model)
+        if self.norm_position == "pre":
+            x = x + self.dropout(self._self_attn(self.ln1(x), mask, attn_bias, rotary))
+            x = x + self.dropout(self.ffn(self.ln2(x)))
+        else:
+            x = self.ln1(x + self.dropout(self._self_attn(x, mask, attn_bias, rotary)))
+            x = self.ln2(x + self.dropout(self.ffn(x)))
+        return x
+
+    def extra_repr(self) -> str:
+        return f"norm_position={self.norm_position!r}, causal={self.causal}"
+
+
+class DecoderBlock(nn.Module):
+    r"""An encoder-decoder decoder block: causal self-attention, cross-attention, FFN.
+
+    The queries of the cross-attention come from the decoder stream ``x`` (length
+    ``T``), its keys and values from ``memory`` (the encoder's output, length ``S``).
+
+    Pre-LN:
+
+    .. math::
+
+        x \leftarrow x + \mathrm{Drop}(\mathrm{SelfAttn}(\mathrm{LN}_1(x))),\;
+        x \leftarrow x + \mathrm{Drop}(\mathrm{CrossAttn}(\mathrm{LN}_2(x), m)),\;
+        x \leftarrow x + \mathrm{Drop}(\mathrm{FFN}(\mathrm{LN}_3(x))).
+
+    Post-LN:
+
+    .. math::
+
+        x \leftarrow \mathrm{LN}_1(x + \mathrm{Drop}(\mathrm{SelfAttn}(x))),\;
+        x \leftarrow \mathrm{LN}_2(x + \mathrm{Drop}(\mathrm{CrossAttn}(x, m))),\;
+        x \leftarrow \mathrm{LN}_3(x + \mathrm{Drop}(\mathrm{FFN}(x))).
+
+    Arguments as :class:`TransformerBlock` (self-attention is always causal).
+
+    Attributes:
+        self_attn, cross_attn (MultiHeadAttention), ffn (FeedForward), ln1, ln2, ln3.
+
+    Shape:
+        ``x``: ``(B, T, d_model)``, ``memory``: ``(B, S, d_model)`` -> ``(B, T, d_model)``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        norm_position: str = "pre",
+        fused: bool = True,
+        activation: str = "gelu",
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.d_model = _check_positive_int("d_model", d_model)
+        _check_positive_int("n_heads", n_heads)
+        _check_positive_int("d_ff", d_ff)
+        self.norm_position = _check_norm_position(norm_position)
+        p = _check_dropout(dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=p, fused=fused)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=p, fused=fused)
+        self.ffn = FeedForward(d_model, d_ff, dropout=p, activation=activation)
+        self.ln1 = LayerNorm(d_model, eps=eps)
+        self.ln2 = LayerNorm(d_model, eps=eps)
+        self.ln3 = LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(p)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        attn_bias: Tensor | None = None,
+        rotary: nn.Module | None = None,
+    ) -> Tensor:
+        """Apply the block.
+
+        Args:
+            x: decoder stream ``(B, T, d_model)``.
+            memory: encoder output ``(B, S, d_model)``; ``S`` may differ from ``T``.
+            mask: optional extra boolean mask for the self-attention (``True`` = may
+                attend), combined with the causal mask.
+            memory_mask: optional boolean mask ``(B or 1, 1, T or 1, S)`` for the
+                cross-attention, e.g. padding of the source.
+            attn_bias: optional float bias for the self-attention scores.
+            rotary: optional rotary embedding for the self-attention (not used across
+                sequences: source and target positions are not comparable).
+
+        Returns:
+            ``(B, T, d_model)``.
+        """
+        _check_sequence(x, self.d_model, "x")
+        _check_sequence(memory, self.d_model, "memory")
+        if memory.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"memory must have the same batch size as x, got {memory.shape[0]} and {x.shape[0]}"
+            )
+
+        def self_attn(h: Tensor) -> Tensor:
+            out, _ = self.self_attn(
+                h, mask=mask, is_causal=True, attn_bias=attn_bias, rotary=rotary
+            )
+            return out
+
+        def cross_attn(h: Tensor) -> Tensor:
+            return self.cross_attn(h, context=memory, mask=memory_mask)[0]
+
+        if self.norm_position == "pre":
+            x = x + self.dropout(self_attn(self.ln1(x)))
+            x = x + self.dropout(cross_attn(self.ln2(x)))
+            x = x + self.dropout(self.ffn(self.ln3(x)))
+        else:
+            x = self.ln1(x + self.dropout(self_attn(x)))
+            x = self.ln2(x + self.dropout(cross_attn(x)))
+            x = self.ln3(x + self.dropout(self.ffn(x)))
+        return x
+
+    def extra_repr(self) -> str:
+        return f"norm_position={self.norm_position!r}"
+
+
+class TransformerStack(nn.Module):
+    r"""``n_layers`` :class:`TransformerBlock` s, with the final LayerNorm Pre-LN needs.
+
+    .. math::
+
+        h_0 = x, \qquad h_\ell = \mathrm{Block}_\ell(h_{\ell-1}), \qquad
+        y = \begin{cases} \mathrm{LN}_f(h_L) & \text{Pre-LN} \\ h_L & \text{Post-LN} \end{cases}
+
+    In Post-LN every block already ends with a LayerNorm; in Pre-LN the residual stream
+    ``h_L`` is a sum of ``2L + 1`` un-normalised terms, so ``ln_f`` normalises it once
+    before the output head.
+
+    Args:
+        n_layers: number of blocks, a positive integer.
+        d_model, n_heads, d_ff, dropout, norm_position, causal, fused, activation, eps:
+            as :class:`TransformerBlock`.
+
+    Attributes:
+        blocks (``nn.ModuleList`` of :class:`TransformerBlock`), ln_f (:class:`LayerNorm`
+        for ``"pre"``, ``None`` for ``"post"``).
+
+    Shape:
+        ``(B, T, d_model) -> (B, T, d_model)``.
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        norm_position: str = "pre",
+        causal: bool = False,
+        fused: bool = True,
+        activation: str = "gelu",
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.n_layers = _check_positive_int("n_layers", n_layers)
+        self.d_model = _check_positive_int("d_model", d_model)
+        self.norm_position = _check_norm_position(norm_position)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(
+                d_model,
+                n_heads,
+                d_ff,
+                dropout=dropout,
+                norm_position=norm_position,
+                causal=causal,
+                fused=fused,
+                activation=activation,
+                eps=eps,
+            )
+            for _ in range(n_layers)
+        )
+        self.ln_f = LayerNorm(d_model, eps=eps) if norm_position == "pre" else None
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        attn_bias: Tensor | None = None,
+        rotary: nn.Module | None = None,
+    ) -> Tensor:
+        """Apply every block in turn, then ``ln_f`` for Pre-LN. ``(B, T, d_model)`` in and out."""
+        _check_sequence(x, self.d_model)
+        for block in self.blocks:
+            x = block(x, mask=mask, attn_bias=attn_bias, rotary=rotary)
+        if self.ln_f is not None:
+            x = self.ln_f(x)
+        return x
+
+
+def residual_paths(n_blocks: int) -> list[tuple[int, ...]]:
+    r"""The paths through an unrolled stack of ``n_blocks`` residual blocks.
+
+    Unrolling :math:`x_{i} = x_{i-1} + f_i(x_{i-1})` writes the output as a sum over
+    :math:`2^n` paths, one per subset of blocks a signal passes through (Veit et al.,
+    2016). Each path is returned as the increasing tuple of block indices (1-based) it
+    goes through; ``()`` is the identity path.
+
+    Example:
+        >>> residual_paths(2)
+        [(), (1,), (2,), (1, 2)]
+    """
+    _check_positive_int("n_blocks", n_blocks)
+    paths: list[tuple[int, ...]] = [()]
+    for k in range(1, n_blocks + 1):
+        paths = paths + [p + (k,) for p in paths]
+    return sorted(paths, key=lambda p: (len(p), p))
+
+
+def count_paths_by_length(n_blocks: int) -> list[int]:
+    r"""How many of the :math:`2^n` residual paths pass through exactly ``k`` blocks.
+
+    The answer is the binomial coefficient :math:`\binom{n}{k}`, for ``k = 0..n``.
+    """
+    _check_positive_int("n_blocks", n_blocks)
+    return [math.comb(n_blocks, k) for k in range(n_blocks + 1)]

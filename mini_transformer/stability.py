@@ -1,0 +1,303 @@
+"""Post-LN vs Pre-LN experiments of chapter 5: gradients at initialisation and training stability.
+
+Two experiments, both on a small causal language model built here from
+:class:`~mini_transformer.layers.TransformerStack` (token embedding + learned positions +
+stack + linear head; deliberately independent of :mod:`mini_transformer.model`):
+
+1. :func:`grad_norms_at_init`: the norm of the gradient of each layer's second FFN matrix
+   :math:`W^{2,\\ell}` at initialisation (Xavier-normal weights, zero biases, as in the
+   analysis of Xiong et al., 2020), averaged over seeds, for a Post-LN and a Pre-LN stack.
+2. :func:`train_run`: the same model trained with Adam on a synthetic copy task, for each
+   placement, learning rate, and with or without a linear learning-rate warm-up.
+
+The copy task: a sequence is ``K`` random symbols, a separator, then the same ``K``
+symbols again. Only the second half is predictable; the loss reported is the mean
+cross-entropy (nats) on those ``K`` positions. A model that has not learned to copy sits
+at :math:`\\ln V` (uniform guess); a perfect copier reaches 0.
+
+Run the full sweep (about ten minutes on a shared 2-core CPU; results committed for the book)::
+
+    python -m mini_transformer.stability --out book/data/05_stability.json
+
+Everything runs on CPU with one thread and fixed seeds, so the notebook can re-run one
+configuration and get the same numbers as the JSON file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .layers import TransformerStack
+
+__all__ = [
+    "StabilityConfig",
+    "TinyCausalLM",
+    "copy_task_batch",
+    "grad_norms_at_init",
+    "train_run",
+    "run_sweep",
+    "main",
+]
+
+
+@dataclass(frozen=True)
+class StabilityConfig:
+    """Model and task sizes shared by both experiments (defaults: the committed sweep)."""
+
+    vocab_size: int = 16  # V symbols; the separator is an extra token V
+    copy_len: int = 12  # K: the sequence is K symbols, SEP, the same K symbols
+    d_model: int = 64
+    n_heads: int = 4
+    d_ff: int = 256
+    n_layers: int = 6
+    activation: str = "relu"  # as in the original Transformer and Xiong et al.
+    batch_size: int = 32
+
+    @property
+    def block_size(self) -> int:
+        return 2 * self.copy_len  # inputs are the first 2K tokens of the 2K + 1
+
+
+class TinyCausalLM(nn.Module):
+    """Token + learned position embedding -> causal TransformerStack -> linear head.
+
+    Weights are initialised as in Xiong et al.'s analysis: Xavier-normal matrices and zero
+    biases in every ``nn.Linear``, embeddings :math:`\\mathcal{N}(0, 1)` entries (so a
+    token vector has squared norm about ``d_model``, as with the original Transformer's
+    ``sqrt(d_model)`` embedding scale), LayerNorm ``gamma = 1``, ``beta = 0``.
+    """
+
+    def __init__(self, cfg: StabilityConfig, norm_position: str) -> None:
+        super().__init__()
+        self.cfg = cfg
+        n_tokens = cfg.vocab_size + 1
+        self.tok = nn.Embedding(n_tokens, cfg.d_model)
+        self.pos = nn.Embedding(cfg.block_size, cfg.d_model)
+        self.stack = TransformerStack(
+            cfg.n_layers,
+            cfg.d_model,
+            cfg.n_heads,
+            cfg.d_ff,
+            norm_position=norm_position,
+            causal=True,
+            activation=cfg.activation,
+        )
+        self.head = nn.Linear(cfg.d_model, n_tokens)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_normal_(m.weight)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Embedding):
+                nn.init.normal_(m.weight, 0.0, 1.0)
+        with torch.no_grad():  # positions on the same scale as tokens, but smaller
+            self.pos.weight.mul_(0.5)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        """``idx`` (B, T) long -> logits (B, T, V + 1)."""
+        T = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(T))  # (B, T, d_model)
+        return self.head(self.stack(x))
+
+
+def copy_task_batch(cfg: StabilityConfig, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """One batch of the copy task: inputs ``(B, 2K)`` and targets ``(B, K)``.
+
+    The full sequence is ``s_1..s_K, SEP, s_1..s_K``; the model reads its first ``2K``
+    tokens and must predict the last ``K`` (each from the positions before it).
+    """
+    K, V, B = cfg.copy_len, cfg.vocab_size, cfg.batch_size
+    s = torch.randint(0, V, (B, K), generator=generator)
+    sep = torch.full((B, 1), V, dtype=torch.long)
+    seq = torch.cat([s, sep, s], dim=1)  # (B, 2K + 1)
+    return seq[:, :-1], seq[:, K + 1 :]
+
+
+def copy_loss(model: TinyCausalLM, idx: Tensor, targets: Tensor) -> Tensor:
+    """Mean cross-entropy (nats) on the K predictable positions."""
+    K = targets.shape[1]
+    logits = model(idx)[:, -K:]  # positions SEP .. 2K-1 predict the copy
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def grad_norms_at_init(
+    norm_position: str,
+    n_layers: int,
+    seeds: tuple[int, ...] = (0, 1, 2, 3),
+    cfg: StabilityConfig | None = None,
+) -> list[float]:
+    """Mean over seeds of :math:`\\|\\partial L / \\partial W^{2,\\ell}\\|_F` for each layer.
+
+    ``W^{2,l}`` is the second matrix of layer ``l``'s FFN (``ffn.linear2.weight``). The
+    loss is the copy-task loss of a fresh model on one batch; seed ``s`` fixes both the
+    weights and the batch. Returns ``n_layers`` floats, input side first.
+    """
+    cfg = cfg or StabilityConfig()
+    cfg = StabilityConfig(**{**asdict(cfg), "n_layers": n_layers})
+    total = torch.zeros(n_layers, dtype=torch.float64)
+    for seed in seeds:
+        torch.manual_seed(seed)
+        model = TinyCausalLM(cfg, norm_position)
+        idx, targets = copy_task_batch(cfg, torch.Generator().manual_seed(10_000 + seed))
+        copy_loss(model, idx, targets).backward()
+        total += torch.tensor(
+            [b.ffn.linear2.weight.grad.norm().item() for b in model.stack.blocks],
+            dtype=torch.float64,
+        )
+    return (total / len(seeds)).tolist()
+
+
+def lr_at(step: int, lr: float, warmup_steps: int) -> float:
+    """Linear warm-up from ``lr / warmup_steps`` to ``lr`` over ``warmup_steps``, then constant."""
+    if warmup_steps <= 0:
+        return lr
+    return lr * min(1.0, (step + 1) / warmup_steps)
+
+
+def train_run(
+    norm_position: str,
+    lr: float,
+    warmup_steps: int,
+    steps: int = 300,
+    seed: int = 0,
+    cfg: StabilityConfig | None = None,
+    log_every: int = 10,
+    eval_batches: int = 4,
+) -> dict:
+    """Train one TinyCausalLM with Adam (betas 0.9, 0.98, as Vaswani et al.) on the copy task.
+
+    No gradient clipping (it would hide the instability we want to see). The model and
+    the data stream are seeded by ``seed`` (the same for every configuration, so runs
+    differ only in placement and schedule). Training stops early if the loss becomes
+    non-finite.
+
+    Returns:
+        dict with ``losses`` (training loss every ``log_every`` steps), ``final_loss``
+        (held-out copy loss after training, on ``eval_batches`` fresh batches),
+        ``diverged`` (non-finite loss), ``steps_run``.
+    """
+    cfg = cfg or StabilityConfig()
+    torch.manual_seed(seed)
+    model = TinyCausalLM(cfg, norm_position)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
+    data = torch.Generator().manual_seed(1_000 + seed)
+    losses: list[float] = []
+    diverged = False
+    step = 0
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, lr, warmup_steps)
+        idx, targets = copy_task_batch(cfg, data)
+        loss = copy_loss(model, idx, targets)
+        if not torch.isfinite(loss):
+            diverged = True
+            break
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % log_every == 0 or step == steps - 1:
+            losses.append(round(loss.item(), 5))
+    final = float("nan")
+    if not diverged:
+        held_out = torch.Generator().manual_seed(999_999)
+        with torch.no_grad():
+            final = sum(
+                copy_loss(model, *copy_task_batch(cfg, held_out)).item()
+                for _ in range(eval_batches)
+            ) / eval_batches
+        diverged = not math.isfinite(final)
+    return {
+        "norm_position": norm_position,
+        "lr": lr,
+        "warmup_steps": warmup_steps,
+        "seed": seed,
+        "losses": losses,
+        "final_loss": round(final, 5) if math.isfinite(final) else None,
+        "diverged": diverged,
+        "steps_run": step + 1,
+    }
+
+
+def run_sweep(
+    lrs: tuple[float, ...] = (1e-3, 3e-3, 1e-2, 3e-2),
+    warmups: tuple[int, ...] = (0, 100),
+    steps: int = 300,
+    seeds: tuple[int, ...] = (0,),
+    depths: tuple[int, ...] = (6, 12),
+    cfg: StabilityConfig | None = None,
+    verbose: bool = True,
+) -> dict:
+    """Both experiments; returns the JSON-ready results dict."""
+    cfg = cfg or StabilityConfig()
+    t0 = time.perf_counter()
+    grads = {
+        str(L): {pos: grad_norms_at_init(pos, L, cfg=cfg) for pos in ("post", "pre")}
+        for L in depths
+    }
+    t_grad = time.perf_counter() - t0
+    runs = []
+    for pos in ("post", "pre"):
+        for lr in lrs:
+            for w in warmups:
+                for seed in seeds:
+                    t1 = time.perf_counter()
+                    r = train_run(pos, lr, w, steps=steps, seed=seed, cfg=cfg)
+                    r["wall_s"] = round(time.perf_counter() - t1, 2)
+                    runs.append(r)
+                    if verbose:
+                        print(
+                            f"{pos:4s} lr={lr:<7g} warmup={w:<4d} seed={seed} "
+                            f"final={r['final_loss']} diverged={r['diverged']} "
+                            f"({r['wall_s']:.1f}s)",
+                            flush=True,
+                        )
+    return {
+        "command": "python -m mini_transformer.stability " + " ".join(sys.argv[1:]),
+        "config": asdict(cfg),
+        "grad_norms": {"seeds": [0, 1, 2, 3], "layers": grads},
+        "training": {
+            "lrs": list(lrs),
+            "warmups": list(warmups),
+            "steps": steps,
+            "seeds": list(seeds),
+            "optimizer": "Adam(betas=(0.9, 0.98), eps=1e-9), no clipping, "
+            "constant lr after a linear warm-up",
+            "uniform_loss": math.log(cfg.vocab_size),
+            "runs": runs,
+        },
+        "wall_time_s": round(time.perf_counter() - t0, 1),
+        "grad_wall_time_s": round(t_grad, 1),
+        "device": f"cpu ({platform.machine()}), torch {torch.__version__}, 1 thread",
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: run the sweep and write the JSON file."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="book/data/05_stability.json")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2, 3e-2])
+    p.add_argument("--warmups", type=int, nargs="+", default=[0, 100])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    res = run_sweep(
+        lrs=tuple(args.lrs), warmups=tuple(args.warmups), steps=args.steps, seeds=tuple(args.seeds)
+    )
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=1)
+        f.write("\n")
+    print(f"wrote {args.out} in {res['wall_time_s']} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,401 @@
+"""Tests of mini_transformer.layers: LayerNorm, FeedForward, Transformer blocks and stacks.
+
+References are independent of the implementation: PyTorch's own ``nn.LayerNorm`` and
+``nn.TransformerEncoderLayer`` (with copied weights), and plain re-statements of the
+placement equations written with the block's own sub-modules.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from torch import nn
+
+from mini_transformer.layers import (
+    DecoderBlock,
+    FeedForward,
+    LayerNorm,
+    TransformerBlock,
+    TransformerStack,
+    count_paths_by_length,
+    residual_paths,
+)
+
+D, H, DFF = 16, 4, 32
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+# ----------------------------------------------------------------------------- LayerNorm
+
+
+@pytest.mark.parametrize("shape", [(5, 8), (2, 3, 16), (2, 3, 4, 7), (1, 1, 1)])
+@pytest.mark.parametrize("eps", [1e-5, 1e-2])
+def test_layernorm_matches_torch_values_and_gradients(shape, eps):
+    d = shape[-1]
+    ours, ref = LayerNorm(d, eps=eps).double(), nn.LayerNorm(d, eps=eps).double()
+    with torch.no_grad():  # non-trivial gamma and beta
+        g, b = torch.randn(d, dtype=torch.float64), torch.randn(d, dtype=torch.float64)
+        ours.weight.copy_(g), ours.bias.copy_(b), ref.weight.copy_(g), ref.bias.copy_(b)
+    x = (3.0 * torch.randn(*shape, dtype=torch.float64) + 2.0).requires_grad_()
+    x_ref = x.detach().clone().requires_grad_()
+    y, y_ref = ours(x), ref(x_ref)
+    torch.testing.assert_close(y, y_ref, rtol=1e-12, atol=1e-12)  # float64 rounding
+    upstream = torch.randn_like(y)
+    (y * upstream).sum().backward()
+    (y_ref * upstream).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(ours.weight.grad, ref.weight.grad, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(ours.bias.grad, ref.bias.grad, rtol=1e-10, atol=1e-10)
+
+
+def test_layernorm_matches_torch_in_float32():
+    x = torch.randn(4, 10, 32) * 5 + 1
+    torch.testing.assert_close(LayerNorm(32)(x), nn.LayerNorm(32)(x), rtol=1e-5, atol=1e-5)
+
+
+def test_layernorm_initialises_like_torch_and_state_dicts_are_interchangeable():
+    ours, ref = LayerNorm(12), nn.LayerNorm(12)
+    assert torch.equal(ours.weight, ref.weight) and torch.equal(ours.bias, ref.bias)
+    ref.load_state_dict(ours.state_dict())
+    ours.load_state_dict(ref.state_dict())
+
+
+def test_layernorm_output_has_zero_mean_unit_biased_variance_per_token():
+    y = LayerNorm(64, eps=1e-12)(torch.randn(3, 5, 64) * 7 - 3).detach().double()
+    zeros = torch.zeros(3, 5, dtype=torch.float64)
+    torch.testing.assert_close(y.mean(-1), zeros, atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        y.var(-1, unbiased=False), torch.ones(3, 5, dtype=torch.float64), atol=1e-5, rtol=0
+    )
+
+
+def test_layernorm_of_constant_vector_is_beta_not_nan():
+    ln = LayerNorm(4)
+    with torch.no_grad():
+        ln.bias.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    y = ln(torch.full((2, 4), 7.0))
+    assert torch.equal(y, ln.bias.detach().expand(2, 4))
+
+
+# ----------------------------------------------------------------------------- FFN
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_ffn_matches_the_two_linear_layers_formula(activation):
+    ffn = FeedForward(D, DFF, activation=activation)
+    x = torch.randn(2, 5, D)
+    act = nn.GELU() if activation == "gelu" else nn.ReLU()
+    expected = act(x @ ffn.linear1.weight.T + ffn.linear1.bias) @ ffn.linear2.weight.T
+    torch.testing.assert_close(ffn(x), expected + ffn.linear2.bias)
+
+
+def test_ffn_is_position_wise_permuting_positions_permutes_outputs():
+    ffn = FeedForward(D, DFF)
+    x = torch.randn(3, 9, D)
+    perm = torch.randperm(9)
+    torch.testing.assert_close(ffn(x[:, perm]), ffn(x)[:, perm], rtol=0, atol=1e-6)
+
+
+def test_ffn_same_token_gives_same_output_wherever_it_stands():
+    ffn = FeedForward(D, DFF)
+    token = torch.randn(D)
+    x = torch.randn(2, 6, D)
+    x[0, 1] = token
+    x[1, 4] = token
+    y = ffn(x)
+    torch.testing.assert_close(y[0, 1], y[1, 4], rtol=0, atol=0)
+    torch.testing.assert_close(y[0, 1], ffn(token[None, None])[0, 0], rtol=0, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- blocks
+
+
+def _plain_pre(block, x):
+    def attn(h):
+        return block.attn(h, is_causal=block.causal)[0]
+
+    x = x + attn(block.ln1(x))
+    return x + block.ffn(block.ln2(x))
+
+
+def _plain_post(block, x):
+    def attn(h):
+        return block.attn(h, is_causal=block.causal)[0]
+
+    x = block.ln1(x + attn(x))
+    return block.ln2(x + block.ffn(x))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_block_follows_its_placement_equations(norm_position, causal):
+    block = TransformerBlock(D, H, DFF, norm_position=norm_position, causal=causal)
+    with torch.no_grad():  # make the LayerNorms' gamma/beta matter
+        for ln in (block.ln1, block.ln2):
+            ln.weight.normal_(1.0, 0.3), ln.bias.normal_(0.0, 0.3)
+    x = torch.randn(2, 7, D)
+    plain = _plain_pre if norm_position == "pre" else _plain_post
+    torch.testing.assert_close(block(x), plain(block, x), rtol=0, atol=1e-6)
+
+
+def test_pre_and_post_placements_differ_with_the_same_weights():
+    pre = TransformerBlock(D, H, DFF, norm_position="pre")
+    post = TransformerBlock(D, H, DFF, norm_position="post")
+    post.load_state_dict(pre.state_dict())
+    x = torch.randn(2, 5, D)
+    assert not torch.allclose(pre(x), post(x), atol=1e-3)
+
+
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_block_matches_torch_transformer_encoder_layer(norm_position):
+    ours = TransformerBlock(D, H, DFF, norm_position=norm_position, activation="relu").eval()
+    ref = nn.TransformerEncoderLayer(
+        D, H, DFF, dropout=0.0, activation="relu", batch_first=True,
+        norm_first=norm_position == "pre",
+    ).eval()
+    a = ours.attn
+    with torch.no_grad():
+        ref.self_attn.in_proj_weight.copy_(
+            torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+        )
+        ref.self_attn.in_proj_bias.copy_(torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
+        ref.self_attn.out_proj.load_state_dict(a.out_proj.state_dict())
+        ref.linear1.load_state_dict(ours.ffn.linear1.state_dict())
+        ref.linear2.load_state_dict(ours.ffn.linear2.state_dict())
+        ref.norm1.load_state_dict(ours.ln1.state_dict())
+        ref.norm2.load_state_dict(ours.ln2.state_dict())
+    x = torch.randn(2, 6, D)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), ref(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_block_and_stack_preserve_shape(norm_position):
+    x = torch.randn(3, 11, D)
+    assert TransformerBlock(D, H, DFF, norm_position=norm_position)(x).shape == x.shape
+    assert TransformerStack(2, D, H, DFF, norm_position=norm_position)(x).shape == x.shape
+
+
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_causal_block_sends_no_gradient_to_the_future(norm_position):
+    stack = TransformerStack(2, D, H, DFF, norm_position=norm_position, causal=True)
+    x = torch.randn(1, 8, D, requires_grad=True)
+    t = 3
+    w = torch.randn(D)  # not .sum(): a LayerNorm output's feature sum is constant
+    (stack(x)[0, t] @ w).backward()
+    assert torch.all(x.grad[0, t + 1 :] == 0)
+    assert x.grad[0, : t + 1].abs().sum() > 0
+
+
+def test_non_causal_block_sends_gradient_to_the_future():
+    block = TransformerBlock(D, H, DFF, causal=False)
+    x = torch.randn(1, 8, D, requires_grad=True)
+    (block(x)[0, 3] @ torch.randn(D)).backward()
+    assert x.grad[0, 4:].abs().sum() > 0
+
+
+def test_block_passes_mask_to_attention():
+    block = TransformerBlock(D, H, DFF)
+    x = torch.randn(1, 5, D, requires_grad=True)
+    mask = torch.tensor([True, True, True, False, False]).view(1, 1, 1, 5)  # keys 3, 4 hidden
+    (block(x, mask=mask)[0, 0] @ torch.randn(D)).backward()
+    assert torch.all(x.grad[0, 3:] == 0)
+
+
+def test_block_dropout_is_off_in_eval_mode_and_on_in_training():
+    block = TransformerBlock(D, H, DFF, dropout=0.5)
+    x = torch.randn(2, 5, D)
+    block.eval()
+    torch.testing.assert_close(block(x), block(x), rtol=0, atol=0)
+    block.train()
+    assert not torch.allclose(block(x), block(x))
+
+
+# ----------------------------------------------------------------------------- decoder
+
+
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_decoder_block_cross_attends_to_memory_of_another_length(norm_position):
+    dec = DecoderBlock(D, H, DFF, norm_position=norm_position)
+    x, memory = torch.randn(2, 5, D), torch.randn(2, 9, D, requires_grad=True)
+    y = dec(x, memory)
+    assert y.shape == (2, 5, D)
+    y.sum().backward()
+    assert memory.grad.abs().sum() > 0  # the output depends on the memory
+
+
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_decoder_block_follows_its_placement_equations(norm_position):
+    dec = DecoderBlock(D, H, DFF, norm_position=norm_position)
+    x, m = torch.randn(2, 5, D), torch.randn(2, 3, D)
+
+    def sa(h):
+        return dec.self_attn(h, is_causal=True)[0]
+
+    def ca(h):
+        return dec.cross_attn(h, context=m)[0]
+
+    if norm_position == "pre":
+        h = x + sa(dec.ln1(x))
+        h = h + ca(dec.ln2(h))
+        h = h + dec.ffn(dec.ln3(h))
+    else:
+        h = dec.ln1(x + sa(x))
+        h = dec.ln2(h + ca(h))
+        h = dec.ln3(h + dec.ffn(h))
+    torch.testing.assert_close(dec(x, m), h, rtol=0, atol=1e-6)
+
+
+def test_decoder_self_attention_is_causal():
+    dec = DecoderBlock(D, H, DFF)
+    x = torch.randn(1, 6, D, requires_grad=True)
+    (dec(x, torch.randn(1, 4, D))[0, 2] @ torch.randn(D)).backward()
+    assert torch.all(x.grad[0, 3:] == 0)
+
+
+def test_decoder_memory_mask_hides_memory_positions():
+    dec = DecoderBlock(D, H, DFF)
+    memory = torch.randn(1, 4, D, requires_grad=True)
+    memory_mask = torch.tensor([True, True, False, False]).view(1, 1, 1, 4)
+    dec(torch.randn(1, 3, D), memory, memory_mask=memory_mask).sum().backward()
+    assert torch.all(memory.grad[0, 2:] == 0)
+
+
+# ----------------------------------------------------------------------------- stack
+
+
+def test_stack_has_final_layernorm_only_for_pre_ln():
+    pre = TransformerStack(3, D, H, DFF, norm_position="pre")
+    post = TransformerStack(3, D, H, DFF, norm_position="post")
+    assert isinstance(pre.ln_f, LayerNorm) and post.ln_f is None
+    assert len(pre.blocks) == len(post.blocks) == 3
+    n_ln = sum(isinstance(m, LayerNorm) for m in pre.modules())
+    assert n_ln == 2 * 3 + 1
+    assert sum(isinstance(m, LayerNorm) for m in post.modules()) == 2 * 3
+
+
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_stack_equals_its_blocks_in_sequence(norm_position):
+    stack = TransformerStack(3, D, H, DFF, norm_position=norm_position, causal=True)
+    x = torch.randn(2, 5, D)
+    h = x
+    for block in stack.blocks:
+        h = block(h)
+    if norm_position == "pre":
+        h = stack.ln_f(h)
+    torch.testing.assert_close(stack(x), h, rtol=0, atol=0)
+
+
+def test_residual_stack_unrolls_into_two_to_the_n_paths():
+    for n in range(1, 7):
+        paths = residual_paths(n)
+        assert len(paths) == len(set(paths)) == 2**n
+        assert count_paths_by_length(n) == [
+            sum(len(p) == k for p in paths) for k in range(n + 1)
+        ]
+    # numerically: with linear blocks x -> x + A_i x, the output is the sum over paths
+    n, d = 3, 5
+    A = [torch.randn(d, d, dtype=torch.float64) * 0.3 for _ in range(n)]
+    x = torch.randn(d, dtype=torch.float64)
+    h = x
+    for a in A:
+        h = h + a @ h
+    total = torch.zeros(d, dtype=torch.float64)
+    for path in residual_paths(n):
+        v = x
+        for i in path:
+            v = A[i - 1] @ v
+        total = total + v
+    torch.testing.assert_close(total, h, rtol=1e-12, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_error_unknown_norm_position():
+    msg = "norm_position must be one of 'pre' or 'post', got 'middle'"
+    with pytest.raises(ValueError, match=msg):
+        TransformerBlock(D, H, DFF, norm_position="middle")
+
+
+def test_error_unknown_activation():
+    with pytest.raises(ValueError, match="activation must be one of 'gelu' or 'relu', got 'tanh'"):
+        FeedForward(D, DFF, activation="tanh")
+
+
+@pytest.mark.parametrize(
+    "make, name",
+    [
+        (lambda: LayerNorm(0), "d_model"),
+        (lambda: FeedForward(D, -4), "d_ff"),
+        (lambda: TransformerBlock(D, 0, DFF), "n_heads"),
+        (lambda: TransformerStack(0, D, H, DFF), "n_layers"),
+        (lambda: FeedForward(2.5, DFF), "d_model"),
+    ],
+)
+def test_error_non_positive_sizes(make, name):
+    with pytest.raises(ValueError, match=f"{name} must be a positive integer"):
+        make()
+
+
+def test_error_non_positive_eps():
+    with pytest.raises(ValueError, match="eps must be a positive number"):
+        LayerNorm(D, eps=0.0)
+
+
+def test_error_dropout_out_of_range():
+    with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\)"):
+        TransformerBlock(D, H, DFF, dropout=1.0)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        LayerNorm(D),
+        FeedForward(D, DFF),
+        TransformerBlock(D, H, DFF),
+        TransformerStack(1, D, H, DFF),
+    ],
+    ids=["layernorm", "ffn", "block", "stack"],
+)
+def test_error_wrong_input_last_dimension(module):
+    with pytest.raises(ValueError, match=f"x must have last dimension d_model={D}, got shape"):
+        module(torch.randn(2, 3, D + 1))
+
+
+def test_error_block_input_not_three_dimensional():
+    with pytest.raises(ValueError, match=r"x must have shape \(B, T, d_model=16\)"):
+        TransformerBlock(D, H, DFF)(torch.randn(3, D))
+
+
+def test_error_input_not_a_tensor():
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        LayerNorm(D)([[0.0] * D])
+
+
+def test_error_decoder_memory_wrong_last_dimension():
+    with pytest.raises(ValueError, match="memory must have last dimension d_model=16"):
+        DecoderBlock(D, H, DFF)(torch.randn(1, 3, D), torch.randn(1, 4, D - 1))
+
+
+def test_error_decoder_memory_batch_mismatch():
+    with pytest.raises(ValueError, match="memory must have the same batch size as x"):
+        DecoderBlock(D, H, DFF)(torch.randn(2, 3, D), torch.randn(1, 4, D))
+
+
+def test_error_heads_must_divide_d_model():
+    with pytest.raises(ValueError, match="d_model must be divisible by n_heads"):
+        TransformerBlock(D, 3, DFF)
+
+
+def test_permutation_helper_covers_small_cases():
+    # guard against itertools misuse in residual_paths: every subset appears exactly once
+    n = 4
+    subsets = {c for k in range(n + 1) for c in itertools.combinations(range(1, n + 1), k)}
+    assert set(residual_paths(n)) == subsets
