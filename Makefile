@@ -12,7 +12,6 @@ NB     ?= $(wildcard book/[0-9]*.ipynb)
 # bit-reproducible under these settings (see the book's preface).
 export PYTHONHASHSEED := 0
 export OMP_NUM_THREADS := 1
-export MPLBACKEND := Agg
 
 .PHONY: help venv book test test-package test-notebooks test-book execute lab lint clean
 

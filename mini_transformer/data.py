@@ -103,6 +103,7 @@ def load_works() -> dict[str, str]:
     return {meta.get(stem, {}).get("title", stem): text for stem, text in texts.items()}
 
 
+@functools.lru_cache(maxsize=3)
 def load_corpus(split: str = "train") -> str:
     """The corpus as one string: ``"train"``, ``"val"`` (the plays in :data:`VAL_WORKS`) or ``"all"``.
 
@@ -155,12 +156,17 @@ class CharTokenizer:
         codes = np.array([ord(c) for c in unique], dtype=np.int64)
         self._lut = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
         self._lut[codes] = np.arange(len(unique))
+        self._lut_ascii = np.full(128, -1, dtype=np.int64)
+        ascii_codes = codes[codes < 128]
+        self._lut_ascii[ascii_codes] = self._lut[ascii_codes]
 
     @classmethod
     def from_text(cls, text: str) -> CharTokenizer:
         """The tokenizer whose vocabulary is the set of characters in ``text``."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if text.isascii():  # fast path for the corpus: unique bytes
+            return cls(bytes(np.unique(np.frombuffer(text.encode("ascii"), np.uint8))).decode())
         return cls(set(text))
 
     @classmethod
@@ -195,13 +201,16 @@ class CharTokenizer:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         if not text:
             return torch.zeros(0, dtype=torch.long)
-        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
-        inside = codes < len(self._lut)
-        ids = np.full(codes.shape, -1, dtype=np.int64)
-        ids[inside] = self._lut[codes[inside]]
-        bad = np.flatnonzero(ids < 0)
-        if bad.size:
-            pos = int(bad[0])
+        if text.isascii():  # fast path: one byte per character
+            codes = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+            ids = self._lut_ascii[codes]
+        else:
+            codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+            inside = codes < len(self._lut)
+            ids = np.full(codes.shape, -1, dtype=np.int64)
+            ids[inside] = self._lut[codes[inside]]
+        if ids.min() < 0:
+            pos = int(np.argmax(ids < 0))
             ch = text[pos]
             raise ValueError(
                 f"character {ch!r} (U+{ord(ch):04X}) at position {pos} is not in the "

@@ -123,7 +123,7 @@ def default_compare(expected: Any, got: Any, rtol: float = 1e-5, atol: float = 1
     if isinstance(expected, tuple) and isinstance(got, tuple):
         if len(expected) != len(got):
             return f"expected a tuple of {len(expected)} items, got {len(got)}"
-        for i, (e, g) in enumerate(zip(expected, got)):
+        for i, (e, g) in enumerate(zip(expected, got, strict=True)):
             msg = default_compare(e, g, rtol, atol)
             if msg is not None:
                 return f"item {i}: {msg}"
@@ -140,7 +140,7 @@ def default_compare(expected: Any, got: Any, rtol: float = 1e-5, atol: float = 1
             bad = np.argwhere(e != g)
         else:
             bad = np.argwhere(~np.isclose(g, e, rtol=rtol, atol=atol))
-        if bad.size:
+        if len(bad):
             idx = tuple(int(i) for i in bad[0])
             return (
                 f"first mismatch at index {idx}: expected {e[idx]!r}, got {g[idx]!r} "
@@ -531,3 +531,92 @@ register(
 )
 
 # === Chapter 6 ===
+# Training (book/06_training.ipynb). References are written out from the formulas, independent
+# of `train.lr_at` and `TransformerLM.num_parameters` (the chapter checks those agree).
+
+
+def _ch6_lr_schedule(step: int, lr: float, min_lr: float, warmup_steps: int, steps: int) -> float:
+    """Linear warm-up to lr over warmup_steps (update s gets lr (s+1)/w), then cosine to min_lr."""
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, steps - warmup_steps))
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + np.cos(np.pi * progress))
+
+
+def _ch6_lr_schedule_inputs(rng: np.random.Generator) -> tuple:
+    lr = float(10 ** rng.uniform(-4, -2))
+    min_lr = float(lr * rng.choice([0.0, 0.1, 0.5]))
+    warmup_steps = int(rng.integers(0, 50))
+    steps = warmup_steps + int(rng.integers(1, 500))
+    step = int(rng.integers(0, steps + 20))  # past the end too: the rate stays at min_lr
+    return step, lr, min_lr, warmup_steps, steps
+
+
+def _ch6_perplexity(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    """exp of the mean negative log-probability of the targets; logits (B, T, V), targets (B, T)."""
+    z = logits.double()
+    log_probs = z - torch.logsumexp(z, dim=-1, keepdim=True)  # log softmax
+    nll = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    return float(torch.exp(nll.mean()))
+
+
+def _ch6_perplexity_inputs(rng: np.random.Generator) -> tuple:
+    B, T, V = int(rng.integers(1, 4)), int(rng.integers(1, 9)), int(rng.integers(2, 30))
+    logits = torch.from_numpy(rng.normal(0.0, rng.uniform(0.5, 4.0), size=(B, T, V))).float()
+    targets = torch.from_numpy(rng.integers(0, V, size=(B, T)))
+    return logits, targets
+
+
+def _ch6_param_count(vocab_size: int, block_size: int, d_model: int, n_layers: int, d_ff: int,
+                     positional: str, bias: bool) -> int:
+    """Parameters of the chapter's decoder-only LM with a tied head (the shared matrix once)."""
+    b = 1 if bias else 0
+    embeddings = vocab_size * d_model
+    position = block_size * d_model if positional == "learned" else 0
+    attention = 4 * (d_model * d_model + b * d_model)  # q, k, v and out projections
+    ffn = d_model * d_ff + b * d_ff + d_ff * d_model + b * d_model
+    layer_norm = d_model + b * d_model  # gain, and a shift when biased
+    return embeddings + position + n_layers * (attention + ffn + 2 * layer_norm) + layer_norm
+
+
+def _ch6_param_count_inputs(rng: np.random.Generator) -> tuple:
+    d_model = 4 * int(rng.integers(1, 33))  # any n_heads in {1, 2, 4} works with "rope"
+    return (
+        int(rng.integers(2, 300)), int(rng.integers(1, 513)), d_model, int(rng.integers(1, 7)),
+        int(rng.integers(1, 5)) * d_model, str(rng.choice(["learned", "rope", "sinusoidal"])),
+        bool(rng.integers(0, 2)),
+    )
+
+
+def _ch6_same_count(expected: int, got: Any) -> str | None:
+    """Exact comparison: a parameter count is an integer, not approximately right."""
+    if isinstance(got, bool) or not isinstance(got, (int, np.integer)):
+        return f"expected an integer count, got {type(got).__name__} {got!r}"
+    if int(got) != expected:
+        return f"expected {expected:,}, got {int(got):,} (off by {int(got) - expected:+,})"
+    return None
+
+
+register(
+    "lr-schedule",
+    _ch6_lr_schedule,
+    _ch6_lr_schedule_inputs,
+    "lr(step, lr, min_lr, warmup_steps, steps): linear warm-up lr * (step + 1) / warmup_steps "
+    "for step < warmup_steps, then a cosine from lr down to min_lr at step = steps (and "
+    "min_lr after it).",
+)
+register(
+    "perplexity",
+    _ch6_perplexity,
+    _ch6_perplexity_inputs,
+    "perplexity(logits, targets) for logits (B, T, V) and targets (B, T): exp of the mean "
+    "cross-entropy (natural log) of the targets, as a Python float.",
+)
+register(
+    "param-count",
+    _ch6_param_count,
+    _ch6_param_count_inputs,
+    "param_count(vocab_size, block_size, d_model, n_layers, d_ff, positional, bias): the "
+    "number of trainable parameters of the chapter's TransformerLM (Pre-LN, tied head).",
+    compare=_ch6_same_count,
+)

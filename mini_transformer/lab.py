@@ -22,7 +22,7 @@ Design choices worth knowing when reading the results:
   prediction is right. ``accuracy`` counts every scored position of the evaluation
   sequences; ``accuracy_beyond`` only positions ``t >= L``, which no model saw in training.
 
-Run the full sweep (about 10 minutes on two CPU cores)::
+Run the full sweep (10-20 minutes on two shared CPU cores)::
 
     python -m mini_transformer.lab --out book/data/extrapolation.json
 
@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import shlex
 import sys
@@ -93,7 +94,7 @@ class LabConfig:
     n_heads: int = 4
     n_layers: int = 2
     d_ff: int = 128
-    steps: int = 1500
+    steps: int = 1000
     batch_size: int = 32
     lr: float = 3e-3
     warmup_steps: int = 100
@@ -335,7 +336,8 @@ def run_lab(
         "learned_embedding": learned_info,
         "wall_time_s": round(time.perf_counter() - start, 1),
         "torch_version": torch.__version__,
-        "device": f"cpu ({platform.machine()}, {torch.get_num_threads()} torch thread(s))",
+        "device": f"cpu ({platform.machine()}, {os.cpu_count()} cores, "
+        f"{torch.get_num_threads()} torch thread(s))",
         "python_version": platform.python_version(),
     }
 

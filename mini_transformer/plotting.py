@@ -66,6 +66,8 @@ def setup(seed: int = 0, threads: int = 1) -> np.random.Generator:
         if ip is not None:
             from matplotlib_inline.backend_inline import set_matplotlib_formats
 
+            ip.run_line_magic("matplotlib", "inline")  # even if MPLBACKEND says otherwise
+
             set_matplotlib_formats("png")
     except ImportError:
         pass

@@ -108,11 +108,6 @@ def test_value_exercise_accepts_the_right_value(value_exercise, capsys):
     assert capsys.readouterr().out.startswith("✓ test-value: correct")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="default_compare misses 0-d mismatches: np.argwhere of a 0-d array has size 0 "
-    "(shape (1, 0)); test `len(bad)` instead of `bad.size`. Remove this mark once fixed.",
-)
 def test_value_exercise_rejects_a_wrong_value(value_exercise, capsys):
     assert exercises.check(value_exercise, 41) is False
     out = capsys.readouterr().out

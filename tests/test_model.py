@@ -1,0 +1,230 @@
+"""Tests of mini_transformer.model: the decoder-only language model."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mini_transformer.model import POSITIONAL_SCHEMES, TransformerConfig, TransformerLM
+
+V = 20
+
+
+def make(positional="rope", **kw):
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=V, block_size=12, d_model=16, n_heads=2, n_layers=2)
+    cfg.update(kw)
+    return TransformerLM(TransformerConfig(positional=positional, **cfg)).eval()
+
+
+# ------------------------------------------------------------------ config
+
+
+def test_d_ff_defaults_to_four_times_d_model():
+    assert TransformerConfig(vocab_size=5, block_size=4, d_model=24, n_heads=3).d_ff == 96
+
+
+def test_config_survives_a_dict_round_trip():
+    cfg = TransformerConfig(vocab_size=5, block_size=4, positional="alibi", bias=False)
+    assert TransformerConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_config_rejects_unknown_fields():
+    with pytest.raises(ValueError, match=r"unknown TransformerConfig fields \['n_embd'\]"):
+        TransformerConfig.from_dict({"vocab_size": 5, "block_size": 4, "n_embd": 8})
+
+
+def test_config_rejects_d_model_not_divisible_by_n_heads():
+    with pytest.raises(ValueError, match="d_model must be divisible by n_heads"):
+        TransformerConfig(vocab_size=5, block_size=4, d_model=10, n_heads=4)
+
+
+def test_config_rejects_an_unknown_positional_scheme():
+    with pytest.raises(ValueError, match="positional must be one of"):
+        TransformerConfig(vocab_size=5, block_size=4, positional="relative")
+
+
+def test_config_rejects_an_odd_head_dimension_for_rope():
+    with pytest.raises(ValueError, match="must be even for positional='rope'"):
+        TransformerConfig(vocab_size=5, block_size=4, d_model=6, n_heads=2, positional="rope")
+
+
+def test_config_rejects_a_non_positive_vocab_size():
+    with pytest.raises(ValueError, match="vocab_size must be a positive integer"):
+        TransformerConfig(vocab_size=0, block_size=4)
+
+
+def test_config_rejects_dropout_of_one():
+    with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\)"):
+        TransformerConfig(vocab_size=5, block_size=4, dropout=1.0)
+
+
+def test_config_rejects_an_unknown_norm_position():
+    with pytest.raises(ValueError, match="norm_position must be 'pre' or 'post'"):
+        TransformerConfig(vocab_size=5, block_size=4, norm_position="middle")
+
+
+# ------------------------------------------------------------------ forward
+
+
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+@pytest.mark.parametrize("positional", POSITIONAL_SCHEMES)
+def test_changing_a_future_token_leaves_earlier_logits_unchanged(positional, norm_position):
+    model = make(positional, norm_position=norm_position)
+    idx = torch.randint(V, (2, 12), generator=torch.Generator().manual_seed(1))
+    changed = idx.clone()
+    changed[:, 7] = (changed[:, 7] + 1) % V
+    with torch.no_grad():
+        a, _ = model(idx)
+        b, _ = model(changed)
+    torch.testing.assert_close(a[:, :7], b[:, :7], rtol=0, atol=1e-6)  # float32 rounding only
+    assert (a[:, 7:] - b[:, 7:]).abs().max() > 1e-3  # the change is seen from position 7 on
+
+
+def test_loss_is_the_mean_cross_entropy_of_the_logits():
+    model = make()
+    idx = torch.randint(V, (3, 10))
+    targets = torch.randint(V, (3, 10))
+    logits, loss = model(idx, targets)
+    assert logits.shape == (3, 10, V)
+    expected = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+    torch.testing.assert_close(loss, expected)
+    assert model(idx)[1] is None
+
+
+def test_untrained_loss_is_about_log_vocab_size():
+    model = make(d_model=32, n_heads=4)
+    idx = torch.randint(V, (4, 12))
+    _, loss = model(idx, torch.roll(idx, -1, dims=1))
+    assert abs(loss.item() - math.log(V)) < 0.1  # N(0, 0.02) weights: near-uniform logits
+
+
+def test_fused_and_from_scratch_attention_give_the_same_logits():
+    idx = torch.randint(V, (2, 12))
+    for positional in ("rope", "alibi"):
+        a, _ = make(positional, fused_attention=True)(idx)
+        b, _ = make(positional, fused_attention=False)(idx)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("positional", ["none", "sinusoidal", "memn2n", "rope", "alibi"])
+def test_extrapolating_schemes_accept_sequences_past_block_size(positional):
+    logits, _ = make(positional)(torch.zeros(1, 30, dtype=torch.long))
+    assert logits.shape == (1, 30, V) and torch.isfinite(logits).all()
+
+
+def test_learned_positions_reject_sequences_past_block_size():
+    with pytest.raises(ValueError, match="T=13 exceeds block_size=12"):
+        make("learned")(torch.zeros(1, 13, dtype=torch.long))
+
+
+def test_forward_rejects_float_token_ids():
+    with pytest.raises(TypeError, match="integer token ids"):
+        make()(torch.zeros(1, 4))
+
+
+def test_forward_rejects_a_one_dimensional_input():
+    with pytest.raises(ValueError, match=r"must have shape \(B, T\)"):
+        make()(torch.zeros(4, dtype=torch.long))
+
+
+def test_forward_rejects_an_empty_sequence():
+    with pytest.raises(ValueError, match="T >= 1"):
+        make()(torch.zeros(1, 0, dtype=torch.long))
+
+
+def test_forward_rejects_token_ids_outside_the_vocabulary():
+    with pytest.raises(ValueError, match=r"token id 20, outside 0..19"):
+        make()(torch.tensor([[1, 20]]))
+
+
+def test_forward_rejects_targets_of_another_shape():
+    with pytest.raises(ValueError, match="targets must have the shape of idx"):
+        make()(torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 3, dtype=torch.long))
+
+
+# ------------------------------------------------------------------ structure
+
+
+def test_tied_head_shares_the_embedding_matrix():
+    tied, untied = make(tie_weights=True), make(tie_weights=False)
+    assert tied.lm_head.weight is tied.tok_emb.weight
+    assert untied.lm_head.weight is not untied.tok_emb.weight
+    assert untied.num_parameters() - tied.num_parameters() == V * 16
+
+
+@pytest.mark.parametrize("positional", ["learned", "rope"])
+def test_parameter_components_add_up_to_the_total(positional):
+    model = make(positional, tie_weights=False)
+    parts = model.num_parameters(by_component=True)
+    unique = {id(p): p.numel() for p in model.parameters()}
+    assert parts["total"] == sum(unique.values()) == model.num_parameters()
+    assert sum(v for k, v in parts.items() if k != "total") == parts["total"]
+    assert parts["positional"] == (12 * 16 if positional == "learned" else 0)
+    assert parts["head"] == V * 16 and parts["embeddings"] == V * 16
+    d, L = 16, 2
+    assert parts["attention"] == L * (4 * d * d + 4 * d)
+    assert parts["ffn"] == L * (2 * d * 4 * d + 4 * d + d)
+    assert parts["norms"] == (2 * L + 1) * 2 * d
+
+
+def test_bias_false_leaves_only_weight_matrices_and_gains():
+    model = make(bias=False)
+    assert all(not name.endswith(".bias") for name, _ in model.named_parameters())
+    model(torch.zeros(1, 3, dtype=torch.long))  # still runs
+
+
+def test_gpt2_initialisation_scales_the_residual_projections():
+    model = make(d_model=256, n_heads=4, n_layers=8)
+    block = model.blocks[0]
+    assert abs(block.attn.q_proj.weight.std().item() - 0.02) < 1e-3
+    expected = 0.02 / math.sqrt(2 * 8)
+    assert abs(block.attn.out_proj.weight.std().item() - expected) < 3e-4
+    assert abs(block.ffn.linear2.weight.std().item() - expected) < 3e-4
+    assert block.attn.q_proj.bias.abs().max() == 0
+
+
+def test_flops_per_token_is_six_n_plus_the_attention_term():
+    model = make("learned")
+    n = model.num_parameters() - 12 * 16  # the position table is a lookup
+    assert model.flops_per_token() == 6 * n + 12 * 2 * 16 * 12
+    assert model.flops_per_token(T=100) == 6 * n + 12 * 2 * 16 * 100
+
+
+# ------------------------------------------------------------------ generate
+
+
+def test_generation_with_a_seeded_generator_is_reproducible():
+    model = make("learned")
+    prompt = torch.tensor([[1, 2, 3]])
+    a = model.generate(prompt, 20, generator=torch.Generator().manual_seed(0))
+    b = model.generate(prompt, 20, generator=torch.Generator().manual_seed(0))
+    assert a.shape == (1, 23) and torch.equal(a, b)
+    assert torch.equal(a[:, :3], prompt)  # the prompt is kept; 23 > block_size was cropped
+
+
+def test_temperature_zero_and_top_k_one_are_greedy():
+    model = make()
+    prompt = torch.tensor([[4, 5]])
+    greedy = model.generate(prompt, 5, temperature=0)
+    top1 = model.generate(prompt, 5, top_k=1, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(greedy, top1)
+    logits, _ = model(greedy[:, :2])
+    assert greedy[0, 2] == logits[0, -1].argmax()
+
+
+def test_generate_restores_training_mode():
+    model = make().train()
+    model.generate(torch.tensor([[1]]), 2)
+    assert model.training
+
+
+def test_generate_rejects_a_negative_temperature():
+    with pytest.raises(ValueError, match="temperature must be a finite number >= 0"):
+        make().generate(torch.tensor([[1]]), 2, temperature=-1.0)
+
+
+def test_generate_rejects_top_k_larger_than_the_vocabulary():
+    with pytest.raises(ValueError, match=r"top_k must be None or an integer in 1..20"):
+        make().generate(torch.tensor([[1]]), 2, top_k=21)
