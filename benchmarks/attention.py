@@ -20,10 +20,14 @@ Variants:
 - ``torch``: ``nn.MultiheadAttention(batch_first=True)`` with the same weights,
   ``need_weights=False``, ``is_causal=True``.
 
-Run (takes about a minute on 1 thread)::
+Run (takes a few minutes on 1 CPU thread)::
 
     .venv/bin/python benchmarks/attention.py
     .venv/bin/python benchmarks/attention.py --T 64 128 --repeats 3 --json out.json
+    python benchmarks/attention.py --device cuda --dtype bfloat16 --T 1024 2048 4096 8192
+
+On CUDA the peak is ``torch.cuda.max_memory_allocated`` above the memory in use before the
+pass, and each timed run is bracketed by ``torch.cuda.synchronize()``.
 
 Timings on a shared machine are noisy: compare ratios within one run, not across runs.
 """
@@ -66,7 +70,9 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def make_variants(d_model: int, n_heads: int) -> dict[str, tuple[nn.Module, callable]]:
+def make_variants(
+    d_model: int, n_heads: int, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> dict[str, tuple[nn.Module, callable]]:
     torch.manual_seed(0)
     ours = MultiHeadAttention(d_model, n_heads)
     three = ThreeMatmulMHA(d_model, n_heads)
@@ -80,6 +86,8 @@ def make_variants(d_model: int, n_heads: int) -> dict[str, tuple[nn.Module, call
         ref.out_proj.load_state_dict(ours.out_proj.state_dict())
     scratch = MultiHeadAttention(d_model, n_heads, fused=False)
     scratch.load_state_dict(ours.state_dict())
+    for m in (ours, three, ref, scratch):
+        m.to(device=device, dtype=dtype)
     masks: dict[int, torch.Tensor] = {}
 
     def torch_call(x, causal):
@@ -87,7 +95,7 @@ def make_variants(d_model: int, n_heads: int) -> dict[str, tuple[nn.Module, call
         if not causal:
             return ref(x, x, x, need_weights=False)[0]
         if T not in masks:  # nn.MultiheadAttention wants the mask as a hint; True = blocked
-            masks[T] = torch.ones(T, T, dtype=torch.bool).triu(1)
+            masks[T] = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
         return ref(x, x, x, need_weights=False, attn_mask=masks[T], is_causal=True)[0]
 
     return {
@@ -98,10 +106,15 @@ def make_variants(d_model: int, n_heads: int) -> dict[str, tuple[nn.Module, call
     }
 
 
+def sync(x: torch.Tensor) -> None:
+    if x.is_cuda:
+        torch.cuda.synchronize(x.device)
+
+
 def step(module: nn.Module, call, x: torch.Tensor, causal: bool) -> None:
     module.zero_grad(set_to_none=True)
     x.grad = None
-    call(x, causal).sum().backward()
+    call(x, causal).float().sum().backward()
 
 
 def time_steps(variants, x, causal, warmup: int, repeats: int) -> dict[str, float]:
@@ -116,8 +129,10 @@ def time_steps(variants, x, causal, warmup: int, repeats: int) -> dict[str, floa
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(repeats):
         for name, (module, call) in variants.items():
+            sync(x)
             t0 = time.perf_counter()
             step(module, call, x, causal)
+            sync(x)
             times[name].append(time.perf_counter() - t0)
     return {name: statistics.median(t) for name, t in times.items()}
 
@@ -126,6 +141,13 @@ def peak_bytes(module, call, x, causal) -> int:
     """Peak bytes allocated (above the starting point) during one forward + backward."""
     module.zero_grad(set_to_none=True)
     x.grad = None
+    if x.is_cuda:
+        sync(x)
+        torch.cuda.reset_peak_memory_stats(x.device)
+        before = torch.cuda.memory_allocated(x.device)
+        step(module, call, x, causal)
+        sync(x)
+        return torch.cuda.max_memory_allocated(x.device) - before
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         call(x, causal).sum().backward()
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
@@ -146,13 +168,21 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--no-causal", action="store_true", help="unmasked self-attention")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--json", help="also write the results to this JSON file")
     args = p.parse_args(argv)
 
     torch.set_num_threads(args.threads)
     causal = not args.no_causal
-    variants = make_variants(args.d_model, args.heads)
-    print(f"torch {torch.__version__} | threads {torch.get_num_threads()} | CPU: {cpu_name()}")
+    dtype = getattr(torch, args.dtype)
+    variants = make_variants(args.d_model, args.heads, args.device, dtype)
+    gpu = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else None
+    print(
+        f"torch {torch.__version__} | threads {torch.get_num_threads()} | CPU: {cpu_name()}"
+        + (f" | GPU: {gpu}" if gpu else "")
+        + f" | {args.dtype}"
+    )
     print(
         f"{'causal ' if causal else ''}self-attention, forward + backward, B={args.B}, "
         f"d_model={args.d_model}, n_heads={args.heads}; time = median of {args.repeats} "
@@ -172,7 +202,8 @@ def main(argv: list[str] | None = None) -> dict:
     rows = []
     for T in args.T:
         g = torch.Generator().manual_seed(T)
-        x = torch.randn(args.B, T, args.d_model, generator=g, requires_grad=True)
+        x = torch.randn(args.B, T, args.d_model, generator=g).to(args.device, dtype)
+        x.requires_grad_(True)
         ms = {
             n: 1e3 * t
             for n, t in time_steps(variants, x, causal, args.warmup, args.repeats).items()
@@ -201,6 +232,8 @@ def main(argv: list[str] | None = None) -> dict:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "cpu": cpu_name(),
+        "gpu": gpu,
+        "dtype": args.dtype,
         "B": args.B,
         "d_model": args.d_model,
         "n_heads": args.heads,

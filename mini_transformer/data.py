@@ -77,7 +77,8 @@ def _read_archive() -> tuple[dict[str, str], str]:
 
 
 def load_metadata() -> dict[str, dict[str, str]]:
-    """The archive's ``metadata.txt`` as ``{file stem: {"title", "creator", "source_url", "bytes"}}``."""
+    """The archive's ``metadata.txt``: ``{file stem: {"title", "creator", "source_url", "bytes"}}``.
+    """
     _, text = _read_archive()
     meta: dict[str, dict[str, str]] = {}
     section = None
@@ -105,7 +106,7 @@ def load_works() -> dict[str, str]:
 
 @functools.lru_cache(maxsize=3)
 def load_corpus(split: str = "train") -> str:
-    """The corpus as one string: ``"train"``, ``"val"`` (the plays in :data:`VAL_WORKS`) or ``"all"``.
+    """The corpus as one string: ``"train"``, ``"val"`` (:data:`VAL_WORKS`) or ``"all"``.
 
     Works are concatenated in :func:`load_works` order, separated by :data:`WORK_SEPARATOR`.
     The split is by work, never inside a work: ``"val"`` holds 4 whole plays (9.7% of the
@@ -246,7 +247,8 @@ class CharTokenizer:
     @classmethod
     def from_dict(cls, d: dict) -> CharTokenizer:
         """Inverse of :meth:`to_dict`."""
-        if not isinstance(d, dict) or d.get("type") != "char" or not isinstance(d.get("chars"), str):
+        ok = isinstance(d, dict) and d.get("type") == "char" and isinstance(d.get("chars"), str)
+        if not ok:
             raise ValueError(f"not a CharTokenizer description: {d!r:.80}")
         return cls(d["chars"])
 
@@ -277,7 +279,7 @@ def get_batch(
         data: 1-D integer tensor of token ids, longer than ``block_size``.
         batch_size: ``B >= 1``.
         block_size: ``T >= 1``.
-        generator: a ``torch.Generator`` (CPU) for reproducible batches; ``None`` uses the global RNG.
+        generator: a CPU ``torch.Generator`` for reproducible batches (``None``: the global RNG).
         device: where to put the batch (default: ``data``'s device).
 
     Returns:

@@ -184,7 +184,8 @@ class TransformerLM(nn.Module):
         if c.positional == "learned":
             self.pos_emb = LearnedPositionalEmbedding(c.block_size, c.d_model, init_std=0.02)
         elif c.positional == "sinusoidal":
-            self.pos_emb = SinusoidalPositionalEncoding(c.d_model, max_len=max(MAX_LEN, c.block_size))
+            max_len = max(MAX_LEN, c.block_size)
+            self.pos_emb = SinusoidalPositionalEncoding(c.d_model, max_len=max_len)
         elif c.positional == "memn2n":
             self.pos_emb = MemN2NPositionalEncoding(c.d_model)
         elif c.positional == "rope":
@@ -225,7 +226,9 @@ class TransformerLM(nn.Module):
         if not isinstance(idx, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(idx).__name__}")
         if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
-            raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {idx.dtype}")
+            raise TypeError(
+                f"{name} must hold integer token ids (torch.long), got dtype {idx.dtype}"
+            )
         if idx.dim() != 2:
             raise ValueError(f"{name} must have shape (B, T), got shape {tuple(idx.shape)}")
         B, T = idx.shape
@@ -273,7 +276,8 @@ class TransformerLM(nn.Module):
             self._check_idx(targets, "targets")
             if targets.shape != idx.shape:
                 raise ValueError(
-                    f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}"
+                    f"targets must have the shape of idx {tuple(idx.shape)}, "
+                    f"got {tuple(targets.shape)}"
                 )
         x = self.tok_emb(idx)  # (B, T, d_model)
         if self.embed_scale != 1.0:
@@ -290,6 +294,34 @@ class TransformerLM(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(B * T, -1).float(), targets.reshape(B * T))
         return logits, loss
+
+    @torch.no_grad()
+    def attention_weights(self, idx: torch.Tensor) -> list[torch.Tensor]:
+        """The attention weights of every layer for input ``idx`` (for plotting).
+
+        Returns a list of ``n_layers`` tensors of shape ``(B, n_heads, T, T)``; row ``t`` of
+        a head is the distribution over positions ``0..t`` that query ``t`` attends to (the
+        causal mask makes the upper triangle exactly zero). Computed with the from-scratch
+        attention path, in eval mode (no dropout), without changing the model's mode.
+        """
+        B, T = self._check_idx(idx)
+        was_training = self.training
+        self.eval()
+        try:
+            x = self.tok_emb(idx) * self.embed_scale
+            if self.pos_emb is not None:
+                x = self.pos_emb(x)
+            attn_bias = self._attn_bias(T, idx.device)
+            maps = []
+            for block in self.blocks:
+                h = block.ln1(x) if block.norm_position == "pre" else x
+                _, w = block.attn(h, is_causal=True, attn_bias=attn_bias, rotary=self.rotary,
+                                  need_weights=True)
+                maps.append(w)  # (B, n_heads, T, T)
+                x = block(x, attn_bias=attn_bias, rotary=self.rotary)
+        finally:
+            self.train(was_training)
+        return maps
 
     @torch.no_grad()
     def generate(
@@ -313,8 +345,9 @@ class TransformerLM(nn.Module):
             train/eval mode is restored afterwards.
         """
         self._check_idx(idx)
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
+        n = max_new_tokens
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"max_new_tokens must be a non-negative integer, got {n!r}")
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
             temperature >= 0 and math.isfinite(temperature)
         ):
@@ -323,7 +356,9 @@ class TransformerLM(nn.Module):
             isinstance(top_k, bool) or not isinstance(top_k, int)
             or not 1 <= top_k <= self.config.vocab_size
         ):
-            raise ValueError(f"top_k must be None or an integer in 1..{self.config.vocab_size}, got {top_k!r}")
+            raise ValueError(
+                f"top_k must be None or an integer in 1..{self.config.vocab_size}, got {top_k!r}"
+            )
         if generator is not None and generator.device.type != "cpu":
             raise ValueError("generator must be a CPU torch.Generator (sampling runs on the CPU)")
         was_training = self.training
@@ -383,7 +418,7 @@ class TransformerLM(nn.Module):
         return counts
 
     def flops_per_token(self, T: int | None = None) -> float:
-        r"""Training FLOPs per token (forward + backward), as in PaLM (Chowdhery et al. 2022, app. B).
+        r"""Training FLOPs per token (forward + backward), as in PaLM (Chowdhery et al. 2022, B).
 
         .. math:: 6N + 12\, n_\text{layers}\, d_\text{model}\, T
 

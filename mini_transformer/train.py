@@ -321,7 +321,10 @@ def peak_flops(device: torch.device, given: float | None = None) -> tuple[float 
                 return value, f"data sheet, bf16 dense ({key})"
         return None, f"unknown GPU {name!r}: pass --peak-tflops"
     threads = torch.get_num_threads()
-    return measure_matmul_flops(), f"measured fp32 1024x1024 matmul, {threads} threads"
+    return measure_matmul_flops(), (
+        f"measured: fp32 1024x1024 matmul, {threads} thread(s); re-measured at each "
+        "evaluation, the best so far is used (a shared CPU's rate varies with its load)"
+    )
 
 
 # ---------------------------------------------------------------------------- data
@@ -479,7 +482,10 @@ def load_model(path: str | Path, device: str | torch.device = "cpu"
     ckpt = load_checkpoint(path)
     model = TransformerLM(TransformerConfig.from_dict(ckpt["model_config"]))
     load_checkpoint(path, model)  # re-validates and loads (fp16 weights are cast to fp32)
-    tok = CharTokenizer.from_dict(ckpt["tokenizer"]) if ckpt.get("tokenizer") else _encoded_corpus()[0]
+    if ckpt.get("tokenizer"):
+        tok = CharTokenizer.from_dict(ckpt["tokenizer"])
+    else:
+        tok = _encoded_corpus()[0]
     return model.to(device).eval(), tok, ckpt
 
 
@@ -527,7 +533,10 @@ def export_weights(ckpt_path: str | Path, out_path: str | Path = PRETRAINED_WEIG
 
 def load_pretrained(path: str | Path | None = None, device: str | torch.device = "cpu"
                     ) -> tuple[TransformerLM, CharTokenizer]:
-    """The committed character-level Shakespeare model: ``(model, tokenizer)``, float32, eval mode."""
+    """The committed character-level Shakespeare model: ``(model, tokenizer)``.
+
+    The model is float32 (the file stores float16), on ``device``, in eval mode.
+    """
     model, tok, _ = load_model(path or PRETRAINED_WEIGHTS, device)
     return model, tok
 
@@ -719,8 +728,12 @@ def _train(cfg, out_dir, resume, overwrite, argv, setup_hook, rank, local_rank, 
                         best_val_loss=best_val, val_loss=val_loss,
                         elapsed_s=elapsed_before + time.perf_counter() - t_start)
 
+    remeasure_peak = device.type == "cpu" and cfg.peak_flops is None
+
     def run_eval(tokens_per_s: float | None) -> None:
-        nonlocal best_val, val_loss
+        nonlocal best_val, val_loss, peak
+        if remeasure_peak and tokens_per_s is not None:
+            peak = max(peak, measure_matmul_flops(repeats=3))
         train_loss = _estimate_loss(model, train_ids, cfg, _seed_for(cfg.seed, 1), device, amp)
         val_loss = _estimate_loss(model, val_ids, cfg, _seed_for(cfg.seed, 2), device, amp)
         mfu = None
@@ -729,6 +742,7 @@ def _train(cfg, out_dir, resume, overwrite, argv, setup_hook, rank, local_rank, 
         log.write({
             "event": "eval", "step": step, "train_loss": train_loss, "val_loss": val_loss,
             "lr": lr_at(max(step - 1, 0), cfg), "tokens_per_s": tokens_per_s, "mfu": mfu,
+            "peak_flops": peak,
             "tokens_seen": step * tokens_per_step,
             "elapsed_s": elapsed_before + time.perf_counter() - t_start,
         })

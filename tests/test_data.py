@@ -108,7 +108,7 @@ def test_targets_are_the_inputs_shifted_by_one():
     ids = torch.arange(1000)
     x, y = data.get_batch(ids, 4, 16, torch.Generator().manual_seed(0))
     assert x.shape == y.shape == (4, 16) and x.dtype == torch.long
-    for row_x, row_y in zip(x, y):
+    for row_x, row_y in zip(x, y, strict=True):
         start = int(row_x[0])
         assert torch.equal(row_x, ids[start:start + 16])  # a contiguous window
         assert torch.equal(row_y, ids[start + 1:start + 17])

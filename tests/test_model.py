@@ -8,6 +8,8 @@ import torch.nn.functional as F
 
 from mini_transformer.model import POSITIONAL_SCHEMES, TransformerConfig, TransformerLM
 
+torch.set_num_threads(1)  # small tensors: one thread is faster and bit-stable
+
 V = 20
 
 
@@ -228,3 +230,13 @@ def test_generate_rejects_a_negative_temperature():
 def test_generate_rejects_top_k_larger_than_the_vocabulary():
     with pytest.raises(ValueError, match=r"top_k must be None or an integer in 1..20"):
         make().generate(torch.tensor([[1]]), 2, top_k=21)
+
+
+@pytest.mark.parametrize("positional", ["rope", "alibi", "learned"])
+def test_attention_weights_are_causal_distributions(positional):
+    model = make(positional, norm_position="post" if positional == "learned" else "pre")
+    maps = model.attention_weights(torch.randint(V, (2, 9)))
+    assert len(maps) == 2 and maps[0].shape == (2, 2, 9, 9)
+    for w in maps:
+        torch.testing.assert_close(w.sum(-1), torch.ones(2, 2, 9))
+        assert torch.all(w.triu(diagonal=1) == 0)
