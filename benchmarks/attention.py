@@ -15,8 +15,8 @@ Variants:
   materialised as ``(B, h, T, T)`` tensors and saved for backward.
 - ``fused``: ``MultiHeadAttention(fused=True)``: ``F.scaled_dot_product_attention`` (a
   flash-attention style kernel on CPU: no ``(T, T)`` tensor is kept).
-- ``fused-3mm``: the fused path with three separate q/k/v matmuls instead of one matmul
-  with the concatenated weights (what ``MultiHeadAttention`` does for self-attention).
+- ``fused-qkv``: the fused path with q, k and v from one matmul with the three weights
+  concatenated (as ``nn.MultiheadAttention`` does) instead of ``MultiHeadAttention``'s three.
 - ``torch``: ``nn.MultiheadAttention(batch_first=True)`` with the same weights,
   ``need_weights=False``, ``is_causal=True``.
 
@@ -41,22 +41,25 @@ import statistics
 import time
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 from mini_transformer.attention import MultiHeadAttention
 
 
-class ThreeMatmulMHA(MultiHeadAttention):
-    """The fused path, with q, k and v projected by three separate matmuls."""
+class ConcatQKVMHA(MultiHeadAttention):
+    """The fused path, with q, k and v from one matmul with the concatenated weights."""
 
     def _project(self, x, context):
-        c = x if context is None else context
-        return (
-            self._split_heads(self.q_proj(x)),
-            self._split_heads(self.k_proj(c)),
-            self._split_heads(self.v_proj(c)),
-        )
+        if context is not None:
+            return super()._project(x, context)
+        w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+        b = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
+        B, T, _ = x.shape
+        qkv = F.linear(x, w, b).view(B, T, 3, self.n_heads, self.d_head)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, h, T, d_head)
+        return q, k, v
 
 
 def cpu_name() -> str:
@@ -75,8 +78,8 @@ def make_variants(
 ) -> dict[str, tuple[nn.Module, callable]]:
     torch.manual_seed(0)
     ours = MultiHeadAttention(d_model, n_heads)
-    three = ThreeMatmulMHA(d_model, n_heads)
-    three.load_state_dict(ours.state_dict())
+    concat = ConcatQKVMHA(d_model, n_heads)
+    concat.load_state_dict(ours.state_dict())
     ref = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
     with torch.no_grad():
         ref.in_proj_weight.copy_(
@@ -86,7 +89,7 @@ def make_variants(
         ref.out_proj.load_state_dict(ours.out_proj.state_dict())
     scratch = MultiHeadAttention(d_model, n_heads, fused=False)
     scratch.load_state_dict(ours.state_dict())
-    for m in (ours, three, ref, scratch):
+    for m in (ours, concat, ref, scratch):
         m.to(device=device, dtype=dtype)
     masks: dict[int, torch.Tensor] = {}
 
@@ -101,7 +104,7 @@ def make_variants(
     return {
         "scratch": (scratch, lambda x, causal: scratch(x, is_causal=causal)[0]),
         "fused": (ours, lambda x, causal: ours(x, is_causal=causal)[0]),
-        "fused-3mm": (three, lambda x, causal: three(x, is_causal=causal)[0]),
+        "fused-qkv": (concat, lambda x, causal: concat(x, is_causal=causal)[0]),
         "torch": (ref, torch_call),
     }
 
@@ -193,7 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
     header = (
         f"{'T':>5} | "
         + " | ".join(f"{n + ' ms':>12}" for n in names)
-        + " | fused/torch | 3mm/torch | scratch/fused | "
+        + " | fused/torch | qkv/torch | scratch/fused | "
         + " | ".join(f"{n + ' MiB':>12}" for n in names)
         + " | mem scratch/fused"
     )
@@ -214,7 +217,7 @@ def main(argv: list[str] | None = None) -> dict:
             "ms": ms,
             "peak_mib": mib,
             "fused_over_torch": ms["fused"] / ms["torch"],
-            "fused3mm_over_torch": ms["fused-3mm"] / ms["torch"],
+            "fusedqkv_over_torch": ms["fused-qkv"] / ms["torch"],
             "scratch_over_fused": ms["scratch"] / ms["fused"],
             "mem_scratch_over_fused": mib["scratch"] / mib["fused"],
         }
@@ -222,7 +225,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(
             f"{T:>5} | "
             + " | ".join(f"{ms[n]:>12.2f}" for n in names)
-            + f" | {row['fused_over_torch']:>11.2f} | {row['fused3mm_over_torch']:>9.2f}"
+            + f" | {row['fused_over_torch']:>11.2f} | {row['fusedqkv_over_torch']:>9.2f}"
             + f" | {row['scratch_over_fused']:>13.2f} | "
             + " | ".join(f"{mib[n]:>12.1f}" for n in names)
             + f" | {row['mem_scratch_over_fused']:>17.1f}",

@@ -78,10 +78,17 @@ class LabConfig:
         train_length: ``L``, the longest training sequence.
         min_train_length: the shortest training sequence (default ``L // 2``).
         eval_lengths: lengths to evaluate at (default ``L, 1.5 L, 2 L``).
-        d_model, n_heads, n_layers, d_ff: the model's size.
-        steps, batch_size, lr, warmup_steps: the training budget (AdamW, no weight decay,
-            linear warm-up then cosine decay to ``lr / 10``, gradient clipping at 1).
+        d_model: width of the model (``TransformerLM``'s ``d_model``).
+        n_heads: attention heads per layer.
+        n_layers: number of Transformer blocks.
+        d_ff: hidden size of the feed-forward blocks.
+        steps: optimizer steps (AdamW, no weight decay, linear warm-up then cosine decay to
+            ``lr / 10``, gradient clipping at 1).
+        batch_size: sequences per step.
+        lr: peak learning rate.
+        warmup_steps: steps of linear warm-up.
         eval_samples: fresh sequences per evaluation length.
+        extra: free-form notes, copied into the JSON result.
     """
 
     task: str = "copy_offset"

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .data import IGNORE_INDEX  # -100: targets the loss skips (unscored positions)
 from .layers import LayerNorm, TransformerBlock
 from .positional import (
     LearnedPositionalEmbedding,
@@ -222,7 +223,9 @@ class TransformerLM(nn.Module):
 
     # ------------------------------------------------------------------ forward
 
-    def _check_idx(self, idx: torch.Tensor, name: str = "idx") -> tuple[int, int]:
+    def _check_idx(
+        self, idx: torch.Tensor, name: str = "idx", allow_ignore: bool = False
+    ) -> tuple[int, int]:
         if not isinstance(idx, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(idx).__name__}")
         if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
@@ -244,7 +247,12 @@ class TransformerLM(nn.Module):
         if c.positional == "sinusoidal" and T > self.pos_emb.max_len:
             raise ValueError(f"T={T} exceeds the sinusoidal table's max_len={self.pos_emb.max_len}")
         if not torch.compiler.is_compiling():  # a data-dependent check; skipped when compiled
-            lo, hi = int(idx.min()), int(idx.max())
+            ids = idx[idx != IGNORE_INDEX] if allow_ignore else idx
+            if allow_ignore and ids.numel() == 0:
+                raise ValueError(
+                    f"every entry of {name} is {IGNORE_INDEX} (ignored): the loss would be NaN"
+                )
+            lo, hi = int(ids.min()), int(ids.max())
             if lo < 0 or hi >= c.vocab_size:
                 bad = lo if lo < 0 else hi
                 raise ValueError(f"{name} contains token id {bad}, outside 0..{c.vocab_size - 1}")
@@ -265,15 +273,18 @@ class TransformerLM(nn.Module):
         Args:
             idx: token ids, integer tensor ``(B, T)``. ``T`` may exceed ``block_size`` for
                 every scheme except ``"learned"`` (evaluation past the trained context).
-            targets: ``(B, T)`` ids of the next tokens, or ``None``.
+            targets: ``(B, T)`` ids of the next tokens, or ``None``. Entries equal to
+                ``IGNORE_INDEX`` (-100, PyTorch's convention) are not scored, so the
+                synthetic tasks of :mod:`mini_transformer.data` can mark unscored positions.
 
         Returns:
             ``(logits, loss)``: logits ``(B, T, vocab_size)``; loss the mean cross-entropy
-            :math:`-\\frac{1}{BT}\\sum_{b,t}\\log p(\\text{targets}_{b,t})` (in nats), or ``None``.
+            :math:`-\\frac{1}{BT}\\sum_{b,t}\\log p(\\text{targets}_{b,t})` (in nats, over the
+            scored positions), or ``None``.
         """
         B, T = self._check_idx(idx)
         if targets is not None:
-            self._check_idx(targets, "targets")
+            self._check_idx(targets, "targets", allow_ignore=True)
             if targets.shape != idx.shape:
                 raise ValueError(
                     f"targets must have the shape of idx {tuple(idx.shape)}, "
@@ -292,7 +303,9 @@ class TransformerLM(nn.Module):
         logits = self.lm_head(x)  # (B, T, vocab_size)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.reshape(B * T, -1).float(), targets.reshape(B * T))
+            loss = F.cross_entropy(
+                logits.reshape(B * T, -1).float(), targets.reshape(B * T), ignore_index=IGNORE_INDEX
+            )
         return logits, loss
 
     @torch.no_grad()

@@ -24,14 +24,14 @@ Command line::
     python -m mini_transformer.train --preset cpu --out runs/cpu           # train
     python -m mini_transformer.train --preset gpu --out runs/gpu --compile # on a GPU
     python -m mini_transformer.train --out runs/cpu --resume --steps 3000  # continue
-    python -m mini_transformer.train sample --prompt "ROMEO:" --tokens 300 # bundled model
+    python -m mini_transformer.train sample --ckpt gpu --prompt "ROMEO:"  # bundled model
     python -m mini_transformer.train export --ckpt runs/cpu/best.pt        # -> assets/
 
 In Python (chapter 6)::
 
     from mini_transformer.train import load_pretrained, read_log
-    model, tok = load_pretrained()   # the committed model, float32, eval mode
-    log = read_log()                 # its metrics log: list of dicts
+    model, tok = load_pretrained("gpu")  # a committed model ("cpu" or "gpu"), eval mode
+    log = read_log("gpu")                # its metrics log: a list of dicts
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ __all__ = [
     "export_weights",
     "load_pretrained",
     "read_log",
+    "PRETRAINED",
     "PRETRAINED_WEIGHTS",
     "PRETRAINED_LOG",
     "PRETRAINED_CONFIG",
@@ -84,10 +85,16 @@ __all__ = [
 CHECKPOINT_FORMAT = "mini_transformer.checkpoint"
 WEIGHTS_FORMAT = "mini_transformer.weights"
 
-#: The committed model (written by ``python -m mini_transformer.train export``).
-PRETRAINED_WEIGHTS = ASSETS_DIR / "shakespeare_char.pt"
-PRETRAINED_LOG = ASSETS_DIR / "shakespeare_char.jsonl"
-PRETRAINED_CONFIG = ASSETS_DIR / "shakespeare_char.json"
+#: The committed models (written by ``python -m mini_transformer.train export``): the
+#: ``cpu`` preset trained on a 2-core CPU and the ``gpu`` preset trained on one H100.
+#: Each ``.pt`` has a ``.jsonl`` metrics log and a ``.json`` configuration beside it.
+PRETRAINED = {
+    "cpu": ASSETS_DIR / "shakespeare_char.pt",
+    "gpu": ASSETS_DIR / "shakespeare_char_gpu.pt",
+}
+PRETRAINED_WEIGHTS = PRETRAINED["cpu"]
+PRETRAINED_LOG = PRETRAINED_WEIGHTS.with_suffix(".jsonl")
+PRETRAINED_CONFIG = PRETRAINED_WEIGHTS.with_suffix(".json")
 
 #: Dense bf16 tensor-core peaks (FLOP/s) from the vendors' data sheets, for MFU.
 GPU_PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
@@ -531,19 +538,39 @@ def export_weights(ckpt_path: str | Path, out_path: str | Path = PRETRAINED_WEIG
     return out_path
 
 
-def load_pretrained(path: str | Path | None = None, device: str | torch.device = "cpu"
-                    ) -> tuple[TransformerLM, CharTokenizer]:
-    """The committed character-level Shakespeare model: ``(model, tokenizer)``.
+def _pretrained_path(which: str | Path) -> Path:
+    if isinstance(which, str) and which in PRETRAINED:
+        return PRETRAINED[which]
+    return Path(which)
 
-    The model is float32 (the file stores float16), on ``device``, in eval mode.
+
+def load_pretrained(which: str | Path = "cpu", device: str | torch.device = "cpu"
+                    ) -> tuple[TransformerLM, CharTokenizer]:
+    """A committed character-level Shakespeare model: ``(model, tokenizer)``.
+
+    Args:
+        which: ``"cpu"`` (the ``cpu`` preset, trained on a 2-core CPU), ``"gpu"`` (the
+            ``gpu`` preset, trained on an H100), or the path of a checkpoint or weights file.
+        device: where to put the model.
+
+    The model is float32 (the files store float16), in eval mode.
     """
-    model, tok, _ = load_model(path or PRETRAINED_WEIGHTS, device)
+    model, tok, _ = load_model(_pretrained_path(which), device)
     return model, tok
 
 
-def read_log(path: str | Path | None = None) -> list[dict]:
-    """The records of a JSONL metrics log (default: the committed model's)."""
-    path = Path(path or PRETRAINED_LOG)
+def read_log(which: str | Path = "cpu") -> list[dict]:
+    """The records of a JSONL metrics log: ``"cpu"``/``"gpu"`` (a committed model's) or a path.
+
+    The first record (``"event": "start"``) describes the run (device, versions, configs,
+    command, seed, peak FLOP/s); then one ``"eval"`` record per evaluation (``step``,
+    ``train_loss``, ``val_loss``, ``lr``, ``tokens_per_s``, ``mfu``, ``elapsed_s``, ...);
+    ``"resume"`` records where a run was continued; and a final ``"end"`` record
+    (``reason``, ``wall_time_s``, ``best_val_loss``).
+    """
+    path = _pretrained_path(which)
+    if isinstance(which, str) and which in PRETRAINED:
+        path = path.with_suffix(".jsonl")
     if not path.is_file():
         raise FileNotFoundError(f"metrics log not found: {path}")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -668,10 +695,10 @@ def _train(cfg, out_dir, resume, overwrite, argv, setup_hook, rank, local_rank, 
         best_val = ckpt.get("best_val_loss", float("inf"))
         val_loss = ckpt.get("val_loss")
         elapsed_before = ckpt.get("elapsed_s", 0.0)
-        if rank == 0:
-            torch.set_rng_state(ckpt["rng"]["torch"])
+        if rank == 0:  # RNG states must be CPU ByteTensors, whatever map_location did
+            torch.set_rng_state(ckpt["rng"]["torch"].cpu())
             if is_cuda and "cuda" in ckpt["rng"]:
-                torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+                torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["rng"]["cuda"]])
         else:
             torch.manual_seed(_seed_for(cfg.seed, rank, step))
     elif world > 1:
@@ -856,7 +883,9 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="run folder (checkpoints, metrics.jsonl)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     p.add_argument("--overwrite", action="store_true", help="start afresh even if OUT has a run")
-    p.add_argument("--steps", type=_positive_int)
+    p.add_argument("--steps", type=_positive_int,
+                   help="total optimizer steps (with --resume: a new total; the cosine "
+                   "schedule is recomputed for it)")
     p.add_argument("--batch-size", type=_positive_int)
     p.add_argument("--lr", type=_positive_float)
     p.add_argument("--eval-interval", type=_positive_int)
@@ -926,8 +955,8 @@ def _main_train(argv: list[str]) -> int:
 def _main_sample(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m mini_transformer.train sample",
                                 description="Generate text from a checkpoint.")
-    p.add_argument("--ckpt", default=str(PRETRAINED_WEIGHTS),
-                   help="checkpoint or weights file (default: the bundled model)")
+    p.add_argument("--ckpt", default="cpu",
+                   help="checkpoint or weights file, or 'cpu' / 'gpu' for a bundled model")
     p.add_argument("--prompt", default="\n", help="text to continue")
     p.add_argument("--tokens", type=_positive_int, default=500, help="characters to generate")
     p.add_argument("--temperature", type=float, default=0.8)
@@ -936,7 +965,7 @@ def _main_sample(argv: list[str]) -> int:
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
     try:
-        model, tok, _ = load_model(args.ckpt, args.device)
+        model, tok, _ = load_model(_pretrained_path(args.ckpt), args.device)
         idx = tok.encode(args.prompt)[None, :].to(args.device)
         out = model.generate(idx, args.tokens, temperature=args.temperature, top_k=args.top_k,
                              generator=torch.Generator().manual_seed(args.seed))

@@ -172,3 +172,25 @@ def test_generator_must_be_a_generator_or_a_seed():
         copy_offset_task(2, 10, generator=-1)
     with pytest.raises(ValueError, match="generator must be a torch.Generator or a non-negative"):
         copy_offset_task(2, 10, generator="0")
+
+
+def test_transformer_lm_loss_accepts_the_tasks_targets_directly():
+    from mini_transformer.model import TransformerConfig, TransformerLM
+
+    torch.manual_seed(0)
+    model = TransformerLM(TransformerConfig(vocab_size=16, block_size=12, d_model=16,
+                                            n_heads=2, n_layers=1))
+    idx, targets = copy_offset_task(3, 12, vocab_size=16, offset=2, generator=0)
+    logits, loss = model(idx, targets)
+    expected = F.cross_entropy(logits.reshape(-1, 16), targets.reshape(-1))
+    torch.testing.assert_close(loss, expected)
+
+
+def test_transformer_lm_rejects_targets_that_are_all_ignored():
+    from mini_transformer.model import TransformerConfig, TransformerLM
+
+    model = TransformerLM(TransformerConfig(vocab_size=16, block_size=12, d_model=16,
+                                            n_heads=2, n_layers=1))
+    idx = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="every entry of targets is -100"):
+        model(idx, torch.full((1, 4), -100))

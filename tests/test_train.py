@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def tiny(**overrides):
-    base = dict(threads=1, progress=False, peak_flops=1e11)
+    base = dict(threads=1, progress=False, peak_flops=1e11, device="cpu")
     base.update(overrides)
     return T.get_preset("tiny", **base)
 
@@ -288,3 +288,29 @@ def test_ddp_with_two_cpu_processes(tmp_path):
     assert log[-1]["reason"] == "completed" and log[-1]["step"] == 2
     assert len([r for r in log if r["event"] == "start"]) == 1  # rank 0 alone writes
     assert T.load_checkpoint(tmp_path / "last.pt")["step"] == 2
+
+
+# ------------------------------------------------------------------ the committed models
+
+
+@pytest.mark.parametrize("which", ["cpu", "gpu"])
+def test_committed_models_load_and_beat_chance_on_held_out_plays(which):
+    from mini_transformer.data import load_corpus
+
+    model, tok = T.load_pretrained(which)
+    assert not model.training and tok.vocab_size == 84
+    val = tok.encode(load_corpus("val")[100_000:110_000])  # inside Hamlet
+    loss = T.evaluate(model, val, batch_size=4, max_batches=1)
+    # chance is ln 84 = 4.43 nats; character frequencies alone give 3.32 nats
+    assert loss < 2.0
+
+
+def test_committed_logs_say_where_and_how_long_they_ran():
+    cpu, gpu = T.read_log("cpu"), T.read_log("gpu")
+    assert cpu[0]["device"].startswith("CPU") and "H100" in gpu[0]["device"]
+    for log in (cpu, gpu):
+        assert log[0]["event"] == "start" and log[-1]["event"] == "end"
+        assert log[-1]["reason"] == "completed" and log[-1]["wall_time_s"] > 0
+        evals = [r for r in log if r["event"] == "eval"]
+        assert evals[-1]["val_loss"] < evals[0]["val_loss"] - 2
+        assert all(r["mfu"] is None or 0 < r["mfu"] < 1 for r in evals)
