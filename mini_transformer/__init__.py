@@ -5,7 +5,8 @@ One module per idea:
 
 - :mod:`mini_transformer.positional`: scalar, binary, sinusoidal, MemN2N, learned and rotary
   position encodings (chapters 1-3).
-- :mod:`mini_transformer.attention`: masked scaled dot-product and multi-head attention (chapter 4).
+- :mod:`mini_transformer.attention`: masked scaled dot-product and multi-head attention
+  (chapter 4).
 - :mod:`mini_transformer.layers`: LayerNorm, the feed-forward block, Pre-LN and Post-LN blocks (chapter 5).
 - :mod:`mini_transformer.model`: the decoder-only language model (chapters 3 and 6).
 - :mod:`mini_transformer.data`: the bundled Shakespeare corpus, tokenizer, batches, synthetic tasks.

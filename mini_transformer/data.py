@@ -528,4 +528,7 @@ SYNTHETIC_TASKS = {
     "sort": sort_task,
     "order": order_task,
 }
-"""The synthetic tasks by name: ``SYNTHETIC_TASKS[name](n_samples, length, vocab_size, ...)``."""
+"""The synthetic tasks by name.
+
+Call one as ``SYNTHETIC_TASKS[name](n_samples, length, vocab_size, ...)``.
+"""

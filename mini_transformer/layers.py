@@ -47,10 +47,10 @@ __all__ = [
 ]
 
 NORM_POSITIONS = ("pre", "post")
-"""The two LayerNorm placements: ``"pre"`` (x + F(LN(x))) and ``"post"`` (LN(x + F(x)))."""
+"""The two LayerNorm placements, ``"pre"`` (x + F(LN(x))) and ``"post"`` (LN(x + F(x)))."""
 
 ACTIVATIONS = ("gelu", "relu")
-"""The feed-forward activations: exact GELU (erf form, as ``F.gelu``) or ReLU."""
+"""The feed-forward activations, exact GELU (erf form, as ``F.gelu``) or ReLU."""
 
 
 # --------------------------------------------------------------------------- validation
@@ -237,7 +237,11 @@ class TransformerBlock(nn.Module):
         eps: LayerNorm epsilon.
 
     Attributes:
-        attn (MultiHeadAttention), ffn (FeedForward), ln1, ln2 (LayerNorm), dropout.
+        attn: the :class:`~mini_transformer.attention.MultiHeadAttention` sub-layer.
+        ffn: the :class:`FeedForward` sub-layer.
+        ln1: the :class:`LayerNorm` around the attention sub-layer.
+        ln2: the :class:`LayerNorm` around the feed-forward sub-layer.
+        dropout: dropout on each sub-layer's output.
 
     Shape:
         ``x``: ``(B, T, d_model)`` -> ``(B, T, d_model)``.
@@ -331,7 +335,13 @@ class DecoderBlock(nn.Module):
     Arguments as :class:`TransformerBlock` (self-attention is always causal).
 
     Attributes:
-        self_attn, cross_attn (MultiHeadAttention), ffn (FeedForward), ln1, ln2, ln3.
+        self_attn: causal :class:`~mini_transformer.attention.MultiHeadAttention` on ``x``.
+        cross_attn: :class:`~mini_transformer.attention.MultiHeadAttention` from ``x`` to
+            ``memory``.
+        ffn: the :class:`FeedForward` sub-layer.
+        ln1: the :class:`LayerNorm` around self-attention.
+        ln2: the :class:`LayerNorm` around cross-attention.
+        ln3: the :class:`LayerNorm` around the feed-forward sub-layer.
 
     Shape:
         ``x``: ``(B, T, d_model)``, ``memory``: ``(B, S, d_model)`` -> ``(B, T, d_model)``.
@@ -435,8 +445,8 @@ class TransformerStack(nn.Module):
             as :class:`TransformerBlock`.
 
     Attributes:
-        blocks (``nn.ModuleList`` of :class:`TransformerBlock`), ln_f (:class:`LayerNorm`
-        for ``"pre"``, ``None`` for ``"post"``).
+        blocks: ``nn.ModuleList`` of :class:`TransformerBlock`.
+        ln_f: the final :class:`LayerNorm` for ``"pre"``; ``None`` for ``"post"``.
 
     Shape:
         ``(B, T, d_model) -> (B, T, d_model)``.

@@ -137,9 +137,12 @@ class TrainConfig:
         preset: name of the preset it came from (recorded in the log).
         batch_size: sequences per step (per process under DDP).
         steps: total optimizer steps.
-        lr, min_lr: peak learning rate and the floor of the cosine decay.
+        lr: peak learning rate (reached at the end of the warm-up).
+        min_lr: the floor of the cosine decay.
         warmup_steps: linear warm-up length.
-        weight_decay, beta1, beta2: AdamW.
+        weight_decay: AdamW's decoupled weight decay (not applied to biases, norms, embeddings).
+        beta1: AdamW's first-moment decay.
+        beta2: AdamW's second-moment decay.
         grad_clip: maximum global gradient norm (0 disables clipping).
         eval_interval: evaluate, log and save every this many steps (and at the end).
         eval_batches: batches per split in each evaluation.

@@ -153,8 +153,11 @@ def write_report(records: list[dict]) -> None:
         )
     total = sum(r["seconds"] for r in rows)
     lines += ["", f"Total: {total:.0f} s on the machine that executed the notebooks."]
-    lines += ["", "Times are wall-clock seconds on the machine that ran `make execute`; a 2-core CPU",
-              "is the budget the book is written for (about a minute a chapter)."]
+    lines += [
+        "",
+        "Times are wall-clock seconds on the machine that ran `make execute`; a 2-core CPU",
+        "is the budget the book is written for (about a minute a chapter).",
+    ]
     REPORT_MD.write_text("\n".join(lines) + "\n")
 
 
