@@ -25,6 +25,8 @@ MODULES = ["positional", "attention", "layers", "model", "data", "train", "exerc
            "stability", "plotting"]
 # Names that are also ordinary words in the prose (a split called "train", ...).
 SKIP = {"train", "data", "model", "setup", "main", "check_mask"}
+# Prefixes that name other libraries' objects with the same names as ours.
+FOREIGN = {"nn", "F", "functional", "torch", "np", "numpy", "math", "sklearn", "plt", "tf"}
 
 
 def public_names() -> dict[str, str]:
@@ -50,7 +52,7 @@ def link_notebook(path: Path, targets: dict[str, str]) -> int:
     linked = set(re.findall(r"<mini_transformer\.\w+\.(\w+)>", "".join(
         c.source for c in nb.cells if c.cell_type == "markdown")))
     # `name`, `module.name`, `P.name`, `name(...)` or `name()` in backticks, not already a role
-    pattern = re.compile(r"(?<![`}\w])`(?:(?:mini_transformer\.)?\w+\.)?(\w+)(\([^`]*\))?`")
+    pattern = re.compile(r"(?<![`}\w])`((?:mini_transformer\.)?\w+\.)?(\w+)(\([^`]*\))?`")
     changes = 0
     for cell in nb.cells:
         if cell.cell_type != "markdown":
@@ -59,7 +61,9 @@ def link_notebook(path: Path, targets: dict[str, str]) -> int:
         for i in range(0, len(parts), 2):
             def repl(m: re.Match) -> str:
                 nonlocal changes
-                name = m.group(1)
+                prefix, name = (m.group(1) or "").rstrip("."), m.group(2)
+                if prefix.split(".")[-1] in FOREIGN:  # nn.LayerNorm is PyTorch's, not ours
+                    return m.group(0)
                 if name not in targets or name in linked:
                     return m.group(0)
                 linked.add(name)
