@@ -15,9 +15,14 @@ symbols again. Only the second half is predictable; the loss reported is the mea
 cross-entropy (nats) on those ``K`` positions. A model that has not learned to copy sits
 at :math:`\\ln V` (uniform guess); a perfect copier reaches 0.
 
-Run the full sweep (about ten minutes on a shared 2-core CPU; results committed for the book)::
+Run the full sweep (3 seeds per configuration, 48 training runs; about half an hour on a
+shared 2-core CPU; results committed for the book)::
 
-    python -m mini_transformer.stability --out book/data/05_stability.json
+    python -m mini_transformer.stability --seeds 0 1 2 --out book/data/05_stability.json
+
+The JSON file keeps every run (per-seed final loss and training curve) and, per
+configuration, a summary over the seeds (:func:`summarize_runs`): mean, min and max of the
+final loss, how many seeds learned the copy, and the mean training curve.
 
 Everything runs on CPU with one thread and fixed seeds, so the notebook can re-run one
 configuration and get the same numbers as the JSON file.
@@ -39,12 +44,20 @@ from torch import Tensor, nn
 
 from .layers import TransformerStack
 
+LEARNED_BELOW = 0.5
+"""A run "learned the copy" if its held-out copy loss ends below this many nats.
+
+The uniform guess is :math:`\\ln 16 \\approx 2.77` nats; 0.5 nats means a geometric-mean
+probability of :math:`e^{-0.5} \\approx 0.6` on the right symbol, against 1/16 by chance."""
+
 __all__ = [
+    "LEARNED_BELOW",
     "StabilityConfig",
     "TinyCausalLM",
     "copy_task_batch",
     "grad_norms_at_init",
     "train_run",
+    "summarize_runs",
     "run_sweep",
     "main",
 ]
@@ -227,16 +240,66 @@ def train_run(
     }
 
 
+def summarize_runs(runs: list[dict], learned_below: float = LEARNED_BELOW) -> list[dict]:
+    """Group runs by configuration (placement, learning rate, warm-up) and summarise the seeds.
+
+    A diverged run counts as not learned and is left out of the mean, min and max (they are
+    ``None`` if every seed diverged).
+
+    Returns:
+        one dict per configuration, in the order first seen, with ``norm_position``, ``lr``,
+        ``warmup_steps``, ``seeds``, ``final_losses`` (per seed, ``None`` if diverged),
+        ``mean_final_loss``, ``min_final_loss``, ``max_final_loss``, ``n_learned`` (final
+        loss below ``learned_below``), ``n_diverged``, ``n_seeds`` and ``mean_losses`` (the
+        training curve averaged over the seeds, ``None`` if a run stopped early).
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["norm_position"], r["lr"], r["warmup_steps"]), []).append(r)
+    out = []
+    for (pos, lr, w), rs in groups.items():
+        finals = [r["final_loss"] for r in rs]
+        ok = [f for f in finals if f is not None]
+        curves = [r["losses"] for r in rs]
+        same_length = len({len(c) for c in curves}) == 1 and not any(r["diverged"] for r in rs)
+        out.append(
+            {
+                "norm_position": pos,
+                "lr": lr,
+                "warmup_steps": w,
+                "seeds": [r["seed"] for r in rs],
+                "final_losses": finals,
+                "mean_final_loss": round(sum(ok) / len(ok), 5) if ok else None,
+                "min_final_loss": min(ok) if ok else None,
+                "max_final_loss": max(ok) if ok else None,
+                "n_learned": sum(f is not None and f < learned_below for f in finals),
+                "n_diverged": sum(r["diverged"] for r in rs),
+                "n_seeds": len(rs),
+                "mean_losses": (
+                    [round(sum(v) / len(v), 5) for v in zip(*curves, strict=True)]
+                    if same_length
+                    else None
+                ),
+            }
+        )
+    return out
+
+
 def run_sweep(
     lrs: tuple[float, ...] = (1e-3, 3e-3, 1e-2, 3e-2),
     warmups: tuple[int, ...] = (0, 100),
     steps: int = 300,
-    seeds: tuple[int, ...] = (0,),
+    seeds: tuple[int, ...] = (0, 1, 2),
     depths: tuple[int, ...] = (6, 12),
     cfg: StabilityConfig | None = None,
     verbose: bool = True,
 ) -> dict:
-    """Both experiments; returns the JSON-ready results dict."""
+    """Both experiments; returns the JSON-ready results dict.
+
+    Every (placement, learning rate, warm-up) configuration is trained once per seed in
+    ``seeds``; ``training.runs`` holds the runs, ``training.summary`` the per-configuration
+    summary of :func:`summarize_runs`.
+    """
     cfg = cfg or StabilityConfig()
     t0 = time.perf_counter()
     grads = {
@@ -272,11 +335,16 @@ def run_sweep(
             "optimizer": "Adam(betas=(0.9, 0.98), eps=1e-9), no clipping, "
             "constant lr after a linear warm-up",
             "uniform_loss": math.log(cfg.vocab_size),
+            "learned_below": LEARNED_BELOW,
+            "summary": summarize_runs(runs),
             "runs": runs,
         },
         "wall_time_s": round(time.perf_counter() - t0, 1),
         "grad_wall_time_s": round(t_grad, 1),
-        "device": f"cpu ({platform.machine()}), torch {torch.__version__}, 1 thread",
+        "device": f"cpu ({platform.machine()}), torch {torch.__version__}, "
+        f"{torch.get_num_threads()} thread(s)",
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
     }
 
 
@@ -287,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2, 3e-2])
     p.add_argument("--warmups", type=int, nargs="+", default=[0, 100])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     res = run_sweep(

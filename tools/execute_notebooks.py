@@ -21,6 +21,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -35,7 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 REPORT_JSON = BOOK / "_data" / "execution_report.json"
 REPORT_MD = BOOK / "execution_report.md"
-REPO_URL = "https://github.com/mini-transformer-book/mini-transformer"
+# The repository the Colab/fresh-environment cell installs from: `repository.url` in _config.yml
+# (one place to change when the book moves).
+REPO_URL = re.search(r"^\s*url:\s*(\S+)", (ROOT / "_config.yml").read_text(), re.M).group(1)
 
 INSTALL_SOURCE = f"""\
 # Colab or a fresh environment: install the book's package if it isn't importable.
