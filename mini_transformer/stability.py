@@ -15,8 +15,8 @@ symbols again. Only the second half is predictable; the loss reported is the mea
 cross-entropy (nats) on those ``K`` positions. A model that has not learned to copy sits
 at :math:`\\ln V` (uniform guess); a perfect copier reaches 0.
 
-Run the full sweep (3 seeds per configuration, 48 training runs; about half an hour on a
-shared 2-core CPU; results committed for the book)::
+Run the full sweep (3 seeds per configuration, 48 training runs of 11 to 25 s each on one CPU
+thread: about ten minutes; results committed for the book)::
 
     python -m mini_transformer.stability --seeds 0 1 2 --out book/data/05_stability.json
 
