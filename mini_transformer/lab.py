@@ -21,14 +21,25 @@ Design choices worth knowing when reading the results:
 * Accuracy is the fraction of scored targets (``targets != -100``) whose arg-max
   prediction is right. ``accuracy`` counts every scored position of the evaluation
   sequences; ``accuracy_beyond`` only positions ``t >= L``, which no model saw in training.
+* The default budget (10000 steps, learning rate ``3e-3`` for every scheme) is set by the
+  slow learners (``alibi``, ``memn2n``, ``none``): with 1000 steps they had not finished
+  learning, so a drop past ``L`` measured under-training as much as extrapolation. The
+  results keep every run's loss curve so that one can see where each run stood at the end.
 
-Run the full sweep (10-20 minutes on two shared CPU cores)::
+Run the full sweep (18 runs of 10000 steps: about 50 CPU-minutes)::
 
     python -m mini_transformer.lab --out book/data/extrapolation.json
 
+or split it over two processes and merge::
+
+    python -m mini_transformer.lab --schemes none learned sinusoidal --out part1.json
+    python -m mini_transformer.lab --schemes memn2n rope alibi --out part2.json
+    python -m mini_transformer.lab --merge part1.json part2.json --out book/data/extrapolation.json
+
 and a quick one with ``--steps 100 --seeds 0``. The JSON records the command, budget,
-device, torch version, per-scheme per-length accuracies (mean and per seed) and the
-cosine-similarity matrix of a trained learned position embedding.
+device, torch version, per-scheme per-length accuracies (mean and per seed), learning
+rates, final losses and loss curves, and the cosine-similarity matrix of a trained learned
+position embedding.
 """
 
 from __future__ import annotations
@@ -41,7 +52,7 @@ import platform
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -59,7 +70,9 @@ __all__ = [
     "evaluate",
     "learned_position_weight",
     "cosine_similarity_matrix",
+    "loss_curve",
     "run_lab",
+    "merge_results",
     "main",
 ]
 
@@ -88,6 +101,10 @@ class LabConfig:
         lr: peak learning rate.
         warmup_steps: steps of linear warm-up.
         eval_samples: fresh sequences per evaluation length.
+        scheme_lr: per-scheme peak learning rates that replace ``lr`` for the schemes named
+            (e.g. ``{"alibi": 1e-2}``); every other scheme uses ``lr``.
+        curve_every: the loss curve stored in the results is the mean training loss over
+            consecutive windows of this many steps.
         extra: free-form notes, copied into the JSON result.
     """
 
@@ -101,17 +118,20 @@ class LabConfig:
     n_heads: int = 4
     n_layers: int = 2
     d_ff: int = 128
-    steps: int = 1000
+    steps: int = 10000
     batch_size: int = 32
     lr: float = 3e-3
     warmup_steps: int = 100
     eval_samples: int = 256
+    scheme_lr: dict[str, float] = field(default_factory=dict)
+    curve_every: int = 100
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.task not in SYNTHETIC_TASKS:
             raise ValueError(f"task must be one of {sorted(SYNTHETIC_TASKS)}, got {self.task!r}")
-        for name in ("train_length", "steps", "batch_size", "eval_samples", "d_model", "n_heads"):
+        for name in ("train_length", "steps", "batch_size", "eval_samples", "d_model", "n_heads",
+                     "curve_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -126,6 +146,20 @@ class LabConfig:
             self.eval_lengths = [L, (3 * L) // 2, 2 * L]
         if not self.eval_lengths or min(self.eval_lengths) < 1:
             raise ValueError(f"eval_lengths must be positive integers, got {self.eval_lengths}")
+        for scheme, lr in self.scheme_lr.items():
+            if scheme not in SCHEMES:
+                raise ValueError(f"scheme_lr keys must be in {SCHEMES}, got {scheme!r}")
+            if not lr > 0:
+                raise ValueError(
+                    f"scheme_lr[{scheme!r}] must be a positive learning rate, got {lr}")
+
+    def lr_for(self, scheme: str) -> float:
+        """The peak learning rate for ``scheme``: ``scheme_lr[scheme]`` if given, else ``lr``."""
+        return self.scheme_lr.get(scheme, self.lr)
+
+    def for_scheme(self, scheme: str) -> LabConfig:
+        """A copy of this configuration whose ``lr`` is the one used for ``scheme``."""
+        return replace(self, lr=self.lr_for(scheme), scheme_lr={})
 
     @property
     def block_size(self) -> int:
@@ -191,8 +225,10 @@ def train_model(model: TransformerLM, cfg: LabConfig, seed: int = 0) -> list[flo
     """Train ``model`` on the task for ``cfg.steps`` steps; return the loss of every step.
 
     The data stream depends only on ``seed`` (one ``torch.Generator`` for lengths and
-    tokens), so two schemes trained with the same seed see exactly the same batches.
+    tokens), so two schemes trained with the same seed see exactly the same batches. The
+    peak learning rate is ``cfg.lr_for(model.config.positional)``.
     """
+    cfg = cfg.for_scheme(model.config.positional)
     g = torch.Generator().manual_seed(1000 + seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     model.train()
@@ -276,20 +312,31 @@ def _clean(v: float) -> float | None:
     return None if math.isnan(v) else round(v, 4)
 
 
+def loss_curve(losses: list[float], every: int) -> list[float]:
+    """Mean of ``losses`` over consecutive windows of ``every`` steps (drops a partial one)."""
+    n = len(losses) // every
+    return [round(sum(losses[i * every:(i + 1) * every]) / every, 4) for i in range(n)]
+
+
 def run_lab(
     cfg: LabConfig,
     seeds: list[int],
     schemes: tuple[str, ...] | list[str] = SCHEMES,
     verbose: bool = True,
 ) -> dict:
-    """Train and evaluate every scheme with every seed; return the JSON-ready result dict."""
+    """Train and evaluate every scheme with every seed; return the JSON-ready result dict.
+
+    Per scheme the result holds the accuracies (mean and per seed), the learning rate used,
+    the final training loss (mean of the last 50 steps) and the loss curve of every seed
+    (see :func:`loss_curve`), so that one can check that training had levelled off.
+    """
     start = time.perf_counter()
     results: dict = {}
     learned_info = None
     for scheme in schemes:
         per_seed: dict = {"accuracy": {T: [] for T in cfg.eval_lengths},
                           "accuracy_beyond": {T: [] for T in cfg.eval_lengths},
-                          "final_loss": [], "train_seconds": []}
+                          "final_loss": [], "train_seconds": [], "loss_curve": []}
         for seed in seeds:
             t0 = time.perf_counter()
             model = make_model(scheme, cfg, seed)
@@ -304,6 +351,7 @@ def run_lab(
             tail = losses[-50:]
             per_seed["final_loss"].append(round(sum(tail) / len(tail), 4))
             per_seed["train_seconds"].append(round(seconds, 1))
+            per_seed["loss_curve"].append(loss_curve(losses, cfg.curve_every))
             if verbose:
                 accs = " ".join(f"T={T}:{ev['accuracy'][T]:.3f}" for T in cfg.eval_lengths)
                 print(f"{scheme:>10} seed {seed}: loss {per_seed['final_loss'][-1]:.3f} "
@@ -329,8 +377,10 @@ def run_lab(
                   for T, vals in per_seed[key].items()}
             for key in ("accuracy", "accuracy_beyond")
         }
+        results[scheme]["lr"] = cfg.lr_for(scheme)
         results[scheme]["final_loss"] = per_seed["final_loss"]
         results[scheme]["train_seconds"] = per_seed["train_seconds"]
+        results[scheme]["loss_curve"] = per_seed["loss_curve"]
     return {
         "lab": "length extrapolation (mini_transformer.lab)",
         "config": asdict(cfg) | {"block_size": cfg.block_size},
@@ -349,8 +399,76 @@ def run_lab(
     }
 
 
+def merge_results(parts: list[dict]) -> dict:
+    """Merge lab results that ran the same configuration on disjoint sets of schemes.
+
+    The sweep can be split across processes (``--schemes``) and merged afterwards
+    (``--merge``). Schemes come out in the order of :data:`SCHEMES`; ``commands`` lists the
+    command of every part; ``wall_time_s`` is the longest part (the parts ran side by side)
+    and ``cpu_time_s`` their sum.
+    """
+    if not parts:
+        raise ValueError("parts must hold at least one lab result, got none")
+    base = parts[0]
+
+    def shared(part: dict) -> dict:  # what must agree; per-scheme learning rates may differ
+        config = {k: v for k, v in part["config"].items() if k != "scheme_lr"}
+        return {k: part[k] for k in ("seeds", "steps", "eval_lengths", "torch_version")} | {
+            "config": config}
+
+    for part in parts[1:]:
+        for key, value in shared(part).items():
+            if value != shared(base)[key]:
+                raise ValueError(f"cannot merge lab results that differ in {key!r}")
+    seen = [s for part in parts for s in part["schemes"]]
+    if len(seen) != len(set(seen)):
+        raise ValueError(f"parts must hold disjoint schemes, got {seen}")
+    results = {s: part["results"][s] for part in parts for s in part["schemes"]}
+    schemes = [s for s in SCHEMES if s in results]
+    learned = [p["learned_embedding"] for p in parts if p["learned_embedding"] is not None]
+    scheme_lr = {s: lr for p in parts for s, lr in p["config"].get("scheme_lr", {}).items()
+                 if s in p["schemes"]}
+    merged = dict(base)
+    merged |= {
+        "config": base["config"] | {"scheme_lr": scheme_lr},
+        "command": " && ".join(p["command"] for p in parts),
+        "commands": [p["command"] for p in parts],
+        "schemes": schemes,
+        "results": {s: results[s] for s in schemes},
+        "learned_embedding": learned[0] if learned else None,
+        "wall_time_s": max(p["wall_time_s"] for p in parts),
+        "cpu_time_s": round(sum(p.get("cpu_time_s", p["wall_time_s"]) for p in parts), 1),
+        "parts": len(parts),
+    }
+    return merged
+
+
+def _scheme_lr(text: str) -> tuple[str, float]:
+    scheme, sep, value = text.partition("=")
+    if not sep or scheme not in SCHEMES:
+        raise argparse.ArgumentTypeError(
+            f"expected SCHEME=LR with SCHEME in {SCHEMES}, got {text!r}")
+    try:
+        return scheme, float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected SCHEME=LR with a number LR, got {text!r}") from None
+
+
+def _write(result: dict, out: str) -> None:
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+
+
 def main(argv: list[str] | None = None) -> dict:
-    """Command line: ``python -m mini_transformer.lab --out FILE [--seeds 0 1 2] [--steps N]``."""
+    """Command line: ``python -m mini_transformer.lab --out FILE [--seeds 0 1 2] [--steps N]``.
+
+    ``--schemes`` runs a subset of the schemes, ``--scheme-lr alibi=0.01`` gives one scheme
+    its own learning rate, and ``--merge A.json B.json --out C.json`` merges parts that ran
+    the same configuration on disjoint schemes (see :func:`merge_results`);
+    ``--attach KEY=D.json`` then stores a side experiment's result under ``KEY``.
+    """
     p = argparse.ArgumentParser(
         prog="python -m mini_transformer.lab", description=__doc__.split("\n")[0]
     )
@@ -365,21 +483,45 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--batch-size", type=int, default=LabConfig.batch_size)
     p.add_argument("--lr", type=float, default=LabConfig.lr)
     p.add_argument("--eval-samples", type=int, default=LabConfig.eval_samples)
+    p.add_argument("--scheme-lr", type=_scheme_lr, nargs="+", default=[], metavar="SCHEME=LR",
+                   help="per-scheme peak learning rates, e.g. alibi=0.01 (others use --lr)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 = bit-stable)")
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                   help="merge these result files (disjoint schemes) instead of training")
+    p.add_argument("--attach", nargs="+", default=[], metavar="KEY=JSON",
+                   help="with --merge: also store these result files under KEY "
+                   "(e.g. lr_check=lr.json, a side experiment)")
     args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    cfg = LabConfig(
-        task=args.task, vocab_size=args.vocab_size, offset=args.offset,
-        train_length=args.train_length, steps=args.steps, batch_size=args.batch_size,
-        lr=args.lr, eval_samples=args.eval_samples,
-    )
-    argv_used = sys.argv[1:] if argv is None else argv
-    result = {"command": "python -m mini_transformer.lab " + shlex.join(argv_used)}
-    result |= run_lab(cfg, args.seeds, args.schemes)
+    if args.merge:
+        parts = []
+        for path in args.merge:
+            with open(path) as f:
+                parts.append(json.load(f))
+        result = merge_results(parts)
+        argv_used = sys.argv[1:] if argv is None else argv
+        result["merge_command"] = "python -m mini_transformer.lab " + shlex.join(argv_used)
+        for item in args.attach:
+            key, sep, path = item.partition("=")
+            if not sep or not key or key in result:
+                raise ValueError(f"--attach expects KEY=JSON with a new KEY, got {item!r}")
+            with open(path) as f:
+                result[key] = json.load(f)
+    elif args.attach:
+        raise ValueError("--attach only works together with --merge")
+    else:
+        torch.set_num_threads(args.threads)
+        cfg = LabConfig(
+            task=args.task, vocab_size=args.vocab_size, offset=args.offset,
+            train_length=args.train_length, steps=args.steps, batch_size=args.batch_size,
+            lr=args.lr, eval_samples=args.eval_samples, scheme_lr=dict(args.scheme_lr),
+        )
+        argv_used = sys.argv[1:] if argv is None else argv
+        result = {"command": "python -m mini_transformer.lab " + shlex.join(argv_used)}
+        cpu0 = time.process_time()
+        result |= run_lab(cfg, args.seeds, args.schemes)
+        result["cpu_time_s"] = round(time.process_time() - cpu0, 1)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+        _write(result, args.out)
         print(f"wrote {args.out} ({result['wall_time_s']} s)")
     return result
 

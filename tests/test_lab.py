@@ -128,6 +128,39 @@ def test_min_train_length_must_not_exceed_train_length():
         lab.LabConfig(train_length=8, min_train_length=9)
 
 
+def test_scheme_lr_replaces_lr_for_the_schemes_named_only():
+    cfg = tiny_config(lr=1e-3, scheme_lr={"alibi": 1e-2})
+    assert cfg.lr_for("alibi") == 1e-2 and cfg.lr_for("rope") == 1e-3
+    assert cfg.for_scheme("alibi").lr == 1e-2 and cfg.for_scheme("alibi").scheme_lr == {}
+
+
+def test_training_uses_the_scheme_learning_rate():
+    """A scheme_lr entry for the trained scheme changes training exactly like changing lr."""
+    base = tiny_config(lr=1e-3)
+    via_lr = lab.train_model(lab.make_model("alibi", base), tiny_config(lr=1e-2))
+    via_scheme = lab.train_model(lab.make_model("alibi", base),
+                                 tiny_config(lr=1e-3, scheme_lr={"alibi": 1e-2}))
+    other = lab.train_model(lab.make_model("alibi", base),
+                            tiny_config(lr=1e-3, scheme_lr={"rope": 1e-2}))
+    plain = lab.train_model(lab.make_model("alibi", base), base)
+    assert via_scheme == via_lr and other == plain and via_lr != plain
+
+
+def test_scheme_lr_must_name_a_scheme():
+    with pytest.raises(ValueError, match="scheme_lr keys must be in"):
+        tiny_config(scheme_lr={"relative": 1e-3})
+
+
+def test_scheme_lr_must_be_positive():
+    with pytest.raises(ValueError, match=r"scheme_lr\['alibi'\] must be a positive learning rate"):
+        tiny_config(scheme_lr={"alibi": 0.0})
+
+
+def test_loss_curve_averages_consecutive_windows_and_drops_a_partial_one():
+    assert lab.loss_curve([1.0, 3.0, 2.0, 4.0, 9.0], every=2) == [2.0, 3.0]
+    assert lab.loss_curve([1.0], every=2) == []
+
+
 def check_schema(result: dict, schemes, seeds, lengths) -> None:
     for key in ("command", "config", "seeds", "steps", "schemes", "eval_lengths",
                 "chance_accuracy", "results", "learned_embedding", "wall_time_s",
@@ -139,6 +172,9 @@ def check_schema(result: dict, schemes, seeds, lengths) -> None:
     for scheme in schemes:
         r = result["results"][scheme]
         assert len(r["final_loss"]) == len(seeds) == len(r["train_seconds"])
+        assert len(r["loss_curve"]) == len(seeds) and r["lr"] > 0
+        every = result["config"]["curve_every"]
+        assert all(len(c) == result["steps"] // every for c in r["loss_curve"])
         for key in ("accuracy", "accuracy_beyond"):
             assert set(r[key]) == {str(T) for T in lengths}
             for T in lengths:
@@ -170,6 +206,71 @@ def test_command_line_writes_the_json_schema(tmp_path, capsys):
     assert on_disk == json.loads(json.dumps(result))
     assert on_disk["command"].startswith("python -m mini_transformer.lab --out")
     check_schema(on_disk, ["none", "learned"], [0, 1], [6, 9, 12])
+
+
+def test_parts_run_on_disjoint_schemes_merge_into_one_result(tmp_path, capsys):
+    common = ["--seeds", "0", "--steps", "2", "--train-length", "6", "--eval-samples", "4",
+              "--batch-size", "4"]
+    a, b, merged = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "ab.json"
+    lab.main(["--out", str(a), "--schemes", "learned", *common])
+    lab.main(["--out", str(b), "--schemes", "none", "alibi", "--scheme-lr", "alibi=0.01",
+              *common])
+    result = lab.main(["--merge", str(b), str(a), "--out", str(merged)])
+    capsys.readouterr()
+    check_schema(result, ["none", "learned", "alibi"], [0], [6, 9, 12])  # in SCHEMES order
+    part_a, part_b = json.loads(a.read_text()), json.loads(b.read_text())
+    assert result["results"]["learned"] == part_a["results"]["learned"]
+    assert result["results"]["alibi"] == part_b["results"]["alibi"]
+    assert result["results"]["alibi"]["lr"] == 0.01 and result["results"]["none"]["lr"] == 3e-3
+    assert result["config"]["scheme_lr"] == {"alibi": 0.01}
+    assert result["learned_embedding"] == part_a["learned_embedding"]
+    assert result["commands"] == [part_b["command"], part_a["command"]]
+    assert result["wall_time_s"] == max(part_a["wall_time_s"], part_b["wall_time_s"])
+    assert json.loads(merged.read_text()) == json.loads(json.dumps(result))
+
+
+def test_merge_can_attach_a_side_experiment_under_a_key(tmp_path, capsys):
+    common = ["--seeds", "0", "--steps", "2", "--train-length", "6", "--eval-samples", "4",
+              "--batch-size", "4"]
+    a, side = tmp_path / "a.json", tmp_path / "side.json"
+    lab.main(["--out", str(a), "--schemes", "rope", *common])
+    lab.main(["--out", str(side), "--schemes", "rope", "--scheme-lr", "rope=0.01", *common])
+    result = lab.main(["--merge", str(a), "--attach", f"lr_check={side}"])
+    capsys.readouterr()
+    assert result["lr_check"] == json.loads(side.read_text())
+    assert result["lr_check"]["results"]["rope"]["lr"] == 0.01
+
+
+def test_attach_needs_a_new_key():
+    with pytest.raises(ValueError, match="--attach expects KEY=JSON with a new KEY"):
+        lab.main(["--merge", str(COMMITTED), "--attach", "results=x.json"])
+
+
+def test_attach_needs_merge():
+    with pytest.raises(ValueError, match="--attach only works together with --merge"):
+        lab.main(["--attach", "x=y.json", "--steps", "1"])
+
+
+def test_merging_overlapping_schemes_is_an_error():
+    part = {"config": {}, "seeds": [0], "steps": 1, "eval_lengths": [1], "torch_version": "x",
+            "schemes": ["none"], "results": {"none": {}}, "command": "c",
+            "learned_embedding": None, "wall_time_s": 1.0}
+    with pytest.raises(ValueError, match="parts must hold disjoint schemes"):
+        lab.merge_results([part, dict(part)])
+
+
+def test_merging_different_configurations_is_an_error():
+    part = {"config": {}, "seeds": [0], "steps": 1, "eval_lengths": [1], "torch_version": "x",
+            "schemes": ["none"], "results": {"none": {}}, "command": "c",
+            "learned_embedding": None, "wall_time_s": 1.0}
+    other = dict(part, steps=2, schemes=["rope"])
+    with pytest.raises(ValueError, match="cannot merge lab results that differ in 'steps'"):
+        lab.merge_results([part, other])
+
+
+def test_merging_nothing_is_an_error():
+    with pytest.raises(ValueError, match="parts must hold at least one lab result"):
+        lab.merge_results([])
 
 
 @pytest.mark.skipif(not COMMITTED.exists(), reason="book/data/extrapolation.json not generated yet")
