@@ -66,6 +66,17 @@ def _check_dropout(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
         raise ValueError(f"dropout must be a probability in [0, 1), got {value!r}")
     return float(value)
+def _check_block_args(
+    d_model: int, n_heads: int, d_ff: int, norm_position: str, dropout: float
+) -> tuple[int, str, float]:
+    """The checks every block constructor makes: ``(d_model, norm_position, dropout)``."""
+    _check_positive_int("n_heads", n_heads)
+    _check_positive_int("d_ff", d_ff)
+    return (
+        _check_positive_int("d_model", d_model),
+        _check_norm_position(norm_position),
+        _check_dropout(dropout),
+    )
 
 
 def _check_norm_position(value: object) -> str:
@@ -260,11 +271,9 @@ class TransformerBlock(nn.Module):
         eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        self.d_model = _check_positive_int("d_model", d_model)
-        _check_positive_int("n_heads", n_heads)
-        _check_positive_int("d_ff", d_ff)
-        self.norm_position = _check_norm_position(norm_position)
-        p = _check_dropout(dropout)
+        self.d_model, self.norm_position, p = _check_block_args(
+            d_model, n_heads, d_ff, norm_position, dropout
+        )
         self.causal = bool(causal)
         self.attn = MultiHeadAttention(d_model, n_heads, dropout=p, fused=fused)
         self.ffn = FeedForward(d_model, d_ff, dropout=p, activation=activation)
@@ -359,11 +368,9 @@ class DecoderBlock(nn.Module):
         eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        self.d_model = _check_positive_int("d_model", d_model)
-        _check_positive_int("n_heads", n_heads)
-        _check_positive_int("d_ff", d_ff)
-        self.norm_position = _check_norm_position(norm_position)
-        p = _check_dropout(dropout)
+        self.d_model, self.norm_position, p = _check_block_args(
+            d_model, n_heads, d_ff, norm_position, dropout
+        )
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=p, fused=fused)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=p, fused=fused)
         self.ffn = FeedForward(d_model, d_ff, dropout=p, activation=activation)

@@ -405,6 +405,19 @@ def alibi_bias(n_heads: int, T_q: int, T_k: int | None = None) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- torch modules
+
+def _check_positions(x: torch.Tensor, offset: int, d_model: int, max_len: int, hint: str) -> int:
+    """Check ``x`` is ``(B, T, d_model)`` and positions ``offset .. offset+T-1`` exist; return T."""
+    _check_input(x, "x", 3, d_model, "d_model")
+    offset = _check_int("offset", offset, minimum=0)
+    T = x.shape[1]
+    if offset + T > max_len:
+        raise ValueError(
+            f"positions up to {offset + T - 1} requested (offset={offset}, T={T}) but "
+            f"max_len={max_len}{hint}")
+    return T
+
+
 class SinusoidalPositionalEncoding(nn.Module):
     r"""Adds the fixed sinusoidal encoding: ``x + PE[offset : offset + T]``.
 
@@ -434,13 +447,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.register_buffer("pe", torch.from_numpy(pe).float(), persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        _check_input(x, "x", 3, self.d_model, "d_model")
-        offset = _check_int("offset", offset, minimum=0)
-        T = x.shape[1]
-        if offset + T > self.max_len:
-            raise ValueError(
-                f"positions up to {offset + T - 1} requested (offset={offset}, T={T}) but "
-                f"max_len={self.max_len}; build SinusoidalPositionalEncoding with a larger max_len")
+        T = _check_positions(x, offset, self.d_model, self.max_len,
+                             "; build SinusoidalPositionalEncoding with a larger max_len")
         return x + self.pe[offset:offset + T].to(dtype=x.dtype)    # (B, T, d) + (T, d)
 
     def extra_repr(self) -> str:
@@ -479,13 +487,8 @@ class LearnedPositionalEmbedding(nn.Module):
         nn.init.normal_(self.weight, mean=0.0, std=self.init_std)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        _check_input(x, "x", 3, self.d_model, "d_model")
-        offset = _check_int("offset", offset, minimum=0)
-        T = x.shape[1]
-        if offset + T > self.max_len:
-            raise ValueError(
-                f"positions up to {offset + T - 1} requested (offset={offset}, T={T}) but "
-                f"max_len={self.max_len}: a learned embedding has no row for unseen positions")
+        T = _check_positions(x, offset, self.d_model, self.max_len,
+                             ": a learned embedding has no row for unseen positions")
         return x + self.weight[offset:offset + T].to(dtype=x.dtype)
 
     def extra_repr(self) -> str:
