@@ -301,8 +301,9 @@ def get_batch(
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
-    offsets = torch.arange(block_size)
-    idx = (starts[:, None] + offsets[None, :]).to(data.device)  # (B, T)
+    idx = starts[:, None] + torch.arange(block_size)[None, :]  # (B, T), on the CPU
+    if data.device.type == "cuda":  # pinned + non_blocking: the copy does not stall the host
+        idx = idx.pin_memory().to(data.device, non_blocking=True)
     x = data[idx].long()
     y = data[idx + 1].long()
     target = torch.device(device) if device is not None else data.device

@@ -37,10 +37,10 @@ or split it over two processes and merge::
     python -m mini_transformer.lab --merge part1.json part2.json --out book/data/extrapolation.json
 
 and a quick one with ``--steps 100 --seeds 0``. ``--eval-lengths 32 48 64 128 256`` evaluates
-further out (up to ``8 L``); ``block_size`` is then the longest length. The JSON records the command, budget,
-device, torch version, per-scheme per-length accuracies (mean and per seed), learning
-rates, final losses and loss curves, and the cosine-similarity matrix of a trained learned
-position embedding.
+further out (up to ``8 L``); ``block_size`` is then the longest length. The JSON records
+the command, budget, device, torch version, per-scheme per-length accuracies (mean and per
+seed), learning rates, final losses and loss curves, and the cosine-similarity matrix of a
+trained learned position embedding.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 import torch.nn.functional as F
 
+from .core import Schedule, train_step
 from .data import IGNORE_INDEX, SYNTHETIC_TASKS
 from .model import TransformerConfig, TransformerLM
 
@@ -65,7 +66,6 @@ __all__ = [
     "SCHEMES",
     "LabConfig",
     "make_model",
-    "task_loss",
     "train_model",
     "accuracy",
     "evaluate",
@@ -203,51 +203,31 @@ def make_model(scheme: str, cfg: LabConfig, seed: int = 0) -> TransformerLM:
     return TransformerLM(config)
 
 
-def _lr_at(step: int, cfg: LabConfig) -> float:
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))))
-
-
-def task_loss(model: TransformerLM, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the scored targets (those ``!= IGNORE_INDEX``).
-
-    Computed here from the logits, with ``ignore_index`` spelled out, so the lab does not
-    depend on how the model validates ``targets``.
-    """
-    logits, _ = model(idx)  # (B, T, vocab_size)
-    return F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX
-    )
-
-
 def train_model(model: TransformerLM, cfg: LabConfig, seed: int = 0) -> list[float]:
     """Train ``model`` on the task for ``cfg.steps`` steps; return the loss of every step.
 
-    The data stream depends only on ``seed`` (one ``torch.Generator`` for lengths and
-    tokens), so two schemes trained with the same seed see exactly the same batches. The
-    peak learning rate is ``cfg.lr_for(model.config.positional)``.
+    The shared :func:`~mini_transformer.core.train_step` (AdamW without weight decay,
+    gradient clipping at 1) with a warm-up then a cosine to ``lr / 10``
+    (:class:`~mini_transformer.core.Schedule`); the loss is the model's own, which skips
+    the ``IGNORE_INDEX`` targets. The data stream depends only on ``seed`` (one
+    ``torch.Generator`` for lengths and tokens), so two schemes trained with the same
+    seed see exactly the same batches. The peak learning rate is
+    ``cfg.lr_for(model.config.positional)``.
     """
     cfg = cfg.for_scheme(model.config.positional)
     g = torch.Generator().manual_seed(1000 + seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    schedule = Schedule(lr=cfg.lr, warmup_steps=cfg.warmup_steps, steps=cfg.steps, min_ratio=0.1)
     model.train()
     losses = []
     lo, hi = cfg.min_train_length, cfg.train_length
     for step in range(cfg.steps):
         length = int(torch.randint(lo, hi + 1, (1,), generator=g))
         idx, targets = cfg.batch(cfg.batch_size, length, g)
-        for group in opt.param_groups:
-            group["lr"] = _lr_at(step, cfg)
-        loss = task_loss(model, idx, targets)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
+        loss, _ = train_step(model, opt, idx, targets, schedule(step), grad_clip=1.0)
+        losses.append(loss)
     model.eval()
-    return losses
+    return torch.stack(losses).tolist() if losses else []
 
 
 def accuracy(logits: torch.Tensor, targets: torch.Tensor, from_position: int = 0) -> float:
@@ -284,16 +264,11 @@ def evaluate(model: TransformerLM, cfg: LabConfig, seed: int = 0) -> dict[str, d
 
 
 def learned_position_weight(model: TransformerLM) -> torch.Tensor:
-    """The ``(max_len, d_model)`` weight of the model's learned position embedding.
-
-    Looks for the first parameter whose name contains ``pos`` and has ``max_len`` rows, so
-    it does not depend on the attribute name the model chose.
-    """
-    max_len = model.config.block_size
-    for name, p in model.named_parameters():
-        if "pos" in name and p.dim() == 2 and p.shape[0] == max_len:
-            return p.detach().clone()
-    raise ValueError("model has no learned position embedding (positional must be 'learned')")
+    """A copy of the ``(block_size, d_model)`` table of a ``"learned"`` model's positions."""
+    if model.config.positional != "learned":
+        raise ValueError("model has no learned position embedding (positional must be 'learned', "
+                         f"got {model.config.positional!r})")
+    return model.pos_emb.weight.detach().clone()
 
 
 def cosine_similarity_matrix(w: torch.Tensor) -> torch.Tensor:

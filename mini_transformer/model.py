@@ -173,6 +173,9 @@ class TransformerLM(nn.Module):
         torch.Size([2, 10, 84])
     """
 
+    #: Check that token ids lie in ``0..vocab_size-1`` on every call (see ``_check_idx``).
+    check_token_ids: bool = True
+
     def __init__(self, config: TransformerConfig):
         super().__init__()
         if not isinstance(config, TransformerConfig):
@@ -246,7 +249,10 @@ class TransformerLM(nn.Module):
             )
         if c.positional == "sinusoidal" and T > self.pos_emb.max_len:
             raise ValueError(f"T={T} exceeds the sinusoidal table's max_len={self.pos_emb.max_len}")
-        if not torch.compiler.is_compiling():  # a data-dependent check; skipped when compiled
+        # A data-dependent check: reading min/max makes a GPU host wait, so it is skipped
+        # when compiled and when the caller checked the ids already (the training loop
+        # checks the whole corpus once and sets ``check_token_ids = False``).
+        if self.check_token_ids and not torch.compiler.is_compiling():
             ids = idx[idx != IGNORE_INDEX] if allow_ignore else idx
             if allow_ignore and ids.numel() == 0:
                 raise ValueError(

@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .core import Schedule, train_step
 from .layers import TransformerStack
 
 LEARNED_BELOW = 0.5
@@ -115,11 +116,20 @@ class TinyCausalLM(nn.Module):
         with torch.no_grad():  # positions on the same scale as tokens, but smaller
             self.pos.weight.mul_(0.5)
 
-    def forward(self, idx: Tensor) -> Tensor:
-        """``idx`` (B, T) long -> logits (B, T, V + 1)."""
+    def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """``idx`` (B, T) long -> ``(logits (B, T, V + 1), loss)``.
+
+        ``targets`` (B, K) are the tokens the *last* K positions must predict (the copy);
+        the loss is their mean cross-entropy in nats, or ``None`` without targets.
+        """
         T = idx.shape[1]
         x = self.tok(idx) + self.pos(torch.arange(T))  # (B, T, d_model)
-        return self.head(self.stack(x))
+        logits = self.head(self.stack(x))  # (B, T, V + 1)
+        if targets is None:
+            return logits, None
+        K = targets.shape[1]
+        copy = logits[:, -K:]  # positions SEP .. 2K-1 predict the copy
+        return logits, F.cross_entropy(copy.reshape(-1, copy.shape[-1]), targets.reshape(-1))
 
 
 def copy_task_batch(cfg: StabilityConfig, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -133,13 +143,6 @@ def copy_task_batch(cfg: StabilityConfig, generator: torch.Generator) -> tuple[T
     sep = torch.full((B, 1), V, dtype=torch.long)
     seq = torch.cat([s, sep, s], dim=1)  # (B, 2K + 1)
     return seq[:, :-1], seq[:, K + 1 :]
-
-
-def copy_loss(model: TinyCausalLM, idx: Tensor, targets: Tensor) -> Tensor:
-    """Mean cross-entropy (nats) on the K predictable positions."""
-    K = targets.shape[1]
-    logits = model(idx)[:, -K:]  # positions SEP .. 2K-1 predict the copy
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def grad_norms_at_init(
@@ -161,19 +164,12 @@ def grad_norms_at_init(
         torch.manual_seed(seed)
         model = TinyCausalLM(cfg, norm_position)
         idx, targets = copy_task_batch(cfg, torch.Generator().manual_seed(10_000 + seed))
-        copy_loss(model, idx, targets).backward()
+        model(idx, targets)[1].backward()
         total += torch.tensor(
             [b.ffn.linear2.weight.grad.norm().item() for b in model.stack.blocks],
             dtype=torch.float64,
         )
     return (total / len(seeds)).tolist()
-
-
-def lr_at(step: int, lr: float, warmup_steps: int) -> float:
-    """Linear warm-up from ``lr / warmup_steps`` to ``lr`` over ``warmup_steps``, then constant."""
-    if warmup_steps <= 0:
-        return lr
-    return lr * min(1.0, (step + 1) / warmup_steps)
 
 
 def train_run(
@@ -202,21 +198,17 @@ def train_run(
     torch.manual_seed(seed)
     model = TinyCausalLM(cfg, norm_position)
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
+    schedule = Schedule(lr=lr, warmup_steps=warmup_steps, arithmetic="stability")  # then constant
     data = torch.Generator().manual_seed(1_000 + seed)
     losses: list[float] = []
     diverged = False
     step = 0
     for step in range(steps):
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, lr, warmup_steps)
         idx, targets = copy_task_batch(cfg, data)
-        loss = copy_loss(model, idx, targets)
-        if not torch.isfinite(loss):
+        loss, _ = train_step(model, opt, idx, targets, schedule(step))
+        if not torch.isfinite(loss):  # the update it made is never used
             diverged = True
             break
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
         if step % log_every == 0 or step == steps - 1:
             losses.append(round(loss.item(), 5))
     final = float("nan")
@@ -224,8 +216,7 @@ def train_run(
         held_out = torch.Generator().manual_seed(999_999)
         with torch.no_grad():
             final = sum(
-                copy_loss(model, *copy_task_batch(cfg, held_out)).item()
-                for _ in range(eval_batches)
+                model(*copy_task_batch(cfg, held_out))[1].item() for _ in range(eval_batches)
             ) / eval_batches
         diverged = not math.isfinite(final)
     return {

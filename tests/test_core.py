@@ -1,0 +1,113 @@
+"""The training core: one schedule and one step for train, lab and stability."""
+
+import math
+
+import pytest
+import torch
+
+from mini_transformer import lab
+from mini_transformer import stability as S
+from mini_transformer.core import Schedule, stop_at_step_boundary, train_step
+from mini_transformer.train import TrainConfig, lr_at
+
+torch.set_num_threads(1)
+
+
+# The three schedules as they were written before they became one (the committed results
+# were computed with these exact float operations).
+def old_train(step, lr, min_lr, w, S):
+    if step < w:
+        return lr * (step + 1) / w
+    p = min(1.0, (step - w) / max(1, S - w))
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * p)) * (lr - min_lr)
+
+
+def old_lab(step, lr, w, S):
+    if step < w:
+        return lr * (step + 1) / w
+    p = (step - w) / max(1, S - w)
+    return lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(p, 1.0))))
+
+
+def old_stability(step, lr, w):
+    if w <= 0:
+        return lr
+    return lr * min(1.0, (step + 1) / w)
+
+
+@pytest.mark.parametrize("lr,min_lr,w,steps", [(1e-2, 1e-3, 5, 60), (3e-3, 3e-4, 50, 1000),
+                                               (1e-3, 1e-4, 100, 5000)])
+def test_the_schedule_reproduces_the_training_presets_bit_for_bit(lr, min_lr, w, steps):
+    s = Schedule(lr=lr, warmup_steps=w, steps=steps, min_lr=min_lr)
+    cfg = TrainConfig(lr=lr, min_lr=min_lr, warmup_steps=w, steps=steps)
+    assert all(s(k) == old_train(k, lr, min_lr, w, steps) == lr_at(k, cfg)
+               for k in range(steps + 10))
+
+
+@pytest.mark.parametrize("lr", [3e-3, 1e-2, 3e-2])
+def test_the_schedule_reproduces_the_lab_bit_for_bit(lr):
+    s = Schedule(lr=lr, warmup_steps=100, steps=10_000, min_ratio=0.1)
+    assert all(s(k) == old_lab(k, lr, 100, 10_000) for k in range(10_010))
+
+
+@pytest.mark.parametrize("lr,w", [(1e-3, 0), (3e-3, 100), (1e-2, 100), (3e-2, 100)])
+def test_the_schedule_reproduces_the_stability_sweep_bit_for_bit(lr, w):
+    s = Schedule(lr=lr, warmup_steps=w, arithmetic="stability")
+    assert all(s(k) == old_stability(k, lr, w) for k in range(300))
+
+
+def test_the_two_orders_of_operations_agree_to_rounding():
+    a = Schedule(lr=3e-2, warmup_steps=100, arithmetic="stability")
+    b = Schedule(lr=3e-2, warmup_steps=100)
+    assert all(math.isclose(a(k), b(k), rel_tol=1e-15) for k in range(300))
+
+
+@pytest.mark.parametrize("step", [-1, 1.5, True])
+def test_a_negative_or_fractional_step_is_an_error(step):
+    with pytest.raises(ValueError, match="step must be an integer >= 0"):
+        Schedule(lr=1.0, warmup_steps=2, steps=10)(step)
+
+
+def test_a_floor_above_the_peak_is_an_error():
+    with pytest.raises(ValueError, match="min_lr must be in"):
+        Schedule(lr=1e-3, min_lr=1e-2)
+
+
+def test_train_step_equals_the_steps_written_out():
+    cfg = lab.LabConfig(steps=1, d_model=16, n_heads=2, n_layers=1, d_ff=32, train_length=8)
+    a, b = lab.make_model("rope", cfg), lab.make_model("rope", cfg)
+    idx, targets = cfg.batch(4, 8, torch.Generator().manual_seed(0))
+    opt_a = torch.optim.AdamW(a.parameters(), lr=0.0)
+    opt_b = torch.optim.AdamW(b.parameters(), lr=0.0)
+    loss, norm = train_step(a, opt_a, idx, targets, 1e-2, grad_clip=0.5)
+    for group in opt_b.param_groups:
+        group["lr"] = 1e-2
+    _, ref = b(idx, targets)
+    ref.backward()
+    ref_norm = torch.nn.utils.clip_grad_norm_(b.parameters(), 0.5)
+    opt_b.step()
+    assert torch.equal(loss, ref.detach()) and torch.equal(norm, ref_norm)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+    assert not loss.requires_grad
+
+
+def test_lab_and_stability_models_follow_the_logits_loss_contract():
+    cfg = S.StabilityConfig(n_layers=2)
+    model = S.TinyCausalLM(cfg, "pre")
+    idx, targets = S.copy_task_batch(cfg, torch.Generator().manual_seed(0))
+    logits, loss = model(idx, targets)
+    assert logits.shape == (cfg.batch_size, 2 * cfg.copy_len, cfg.vocab_size + 1)
+    ref = torch.nn.functional.cross_entropy(
+        logits[:, -cfg.copy_len:].reshape(-1, cfg.vocab_size + 1), targets.reshape(-1))
+    assert torch.equal(loss, ref) and model(idx)[1] is None
+
+
+def test_the_first_ctrl_c_only_sets_the_flag_and_the_second_stops():
+    import signal
+
+    with stop_at_step_boundary() as flag:
+        signal.raise_signal(signal.SIGINT)
+        assert flag.requested
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
