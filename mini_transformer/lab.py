@@ -53,13 +53,23 @@ import platform
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
 
+from .cli import (
+    check_output_file,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    run_cli,
+    write_json,
+)
 from .core import Schedule, train_step
 from .data import IGNORE_INDEX, SYNTHETIC_TASKS
+from .devices import where_it_ran
 from .model import TransformerConfig, TransformerLM
 
 __all__ = [
@@ -132,7 +142,7 @@ class LabConfig:
         if self.task not in SYNTHETIC_TASKS:
             raise ValueError(f"task must be one of {sorted(SYNTHETIC_TASKS)}, got {self.task!r}")
         for name in ("train_length", "steps", "batch_size", "eval_samples", "d_model", "n_heads",
-                     "curve_every"):
+                     "n_layers", "d_ff", "offset", "curve_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -147,6 +157,15 @@ class LabConfig:
             self.eval_lengths = [L, (3 * L) // 2, 2 * L]
         if not self.eval_lengths or min(self.eval_lengths) < 1:
             raise ValueError(f"eval_lengths must be positive integers, got {self.eval_lengths}")
+        if isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int) \
+                or self.vocab_size < 2:
+            raise ValueError(f"vocab_size must be an integer >= 2, got {self.vocab_size!r}")
+        if not (isinstance(self.lr, (int, float)) and self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
+        if self.task == "copy_offset" and self.offset >= self.min_train_length:
+            raise ValueError(
+                f"offset must be < min_train_length={self.min_train_length} (the shortest "
+                f"training sequence must hold a target), got offset={self.offset}")
         for scheme, lr in self.scheme_lr.items():
             if scheme not in SCHEMES:
                 raise ValueError(f"scheme_lr keys must be in {SCHEMES}, got {scheme!r}")
@@ -294,85 +313,106 @@ def loss_curve(losses: list[float], every: int) -> list[float]:
     return [round(sum(losses[i * every:(i + 1) * every]) / every, 4) for i in range(n)]
 
 
+def _train_and_evaluate(scheme: str, cfg: LabConfig, seed: int) -> tuple[dict, dict | None]:
+    """One run: ``({accuracy, accuracy_beyond, final_loss, train_seconds, loss_curve}, info)``.
+
+    ``info`` describes the trained learned position table (``None`` for other schemes).
+    """
+    t0 = time.perf_counter()
+    model = make_model(scheme, cfg, seed)
+    w_init = learned_position_weight(model) if scheme == "learned" else None
+    losses = train_model(model, cfg, seed)
+    seconds = time.perf_counter() - t0
+    tail = losses[-50:]
+    run = evaluate(model, cfg, seed) | {
+        "final_loss": round(sum(tail) / len(tail), 4),
+        "train_seconds": round(seconds, 1),
+        "loss_curve": loss_curve(losses, cfg.curve_every),
+    }
+    if w_init is None:
+        return run, None
+    w, L = learned_position_weight(model), cfg.train_length
+    return run, {
+        "seed": seed,
+        "max_len": int(w.shape[0]),
+        "train_length": L,
+        "init_std": round(float(w_init.std()), 4),
+        "untrained_rows_max_change": float((w[L:] - w_init[L:]).abs().max())
+        if w.shape[0] > L else None,
+        "trained_rows_mean_change": round(float((w[:L] - w_init[:L]).norm(dim=1).mean()), 4),
+        "cosine_similarity": [[round(float(v), 4) for v in row]
+                              for row in cosine_similarity_matrix(w)],
+    }
+
+
+def _summarise(cfg: LabConfig, scheme: str, runs: list[dict]) -> dict:
+    """Per-length accuracies (mean over seeds and per seed) and the per-seed training facts."""
+    out = {}
+    for key in ("accuracy", "accuracy_beyond"):
+        out[key] = {}
+        for T in cfg.eval_lengths:
+            vals = [r[key][T] for r in runs]
+            mean = _mean(vals)
+            out[key][str(T)] = {"mean": _clean(mean) if mean is not None else None,
+                                "per_seed": [_clean(v) for v in vals]}
+    out["lr"] = cfg.lr_for(scheme)
+    for key in ("final_loss", "train_seconds", "loss_curve"):
+        out[key] = [r[key] for r in runs]
+    return out
+
+
 def run_lab(
     cfg: LabConfig,
     seeds: list[int],
     schemes: tuple[str, ...] | list[str] = SCHEMES,
     verbose: bool = True,
+    on_progress: Callable[[dict], None] | None = None,
 ) -> dict:
     """Train and evaluate every scheme with every seed; return the JSON-ready result dict.
 
     Per scheme the result holds the accuracies (mean and per seed), the learning rate used,
     the final training loss (mean of the last 50 steps) and the loss curve of every seed
     (see :func:`loss_curve`), so that one can check that training had levelled off.
+    ``on_progress`` is called with the result so far (``"complete": False``) after every
+    run, so that a caller can save it: an interrupted sweep keeps what it finished.
     """
     start = time.perf_counter()
-    results: dict = {}
+    runs: dict[str, list[dict]] = {}
     learned_info = None
-    for scheme in schemes:
-        per_seed: dict = {"accuracy": {T: [] for T in cfg.eval_lengths},
-                          "accuracy_beyond": {T: [] for T in cfg.eval_lengths},
-                          "final_loss": [], "train_seconds": [], "loss_curve": []}
-        for seed in seeds:
-            t0 = time.perf_counter()
-            model = make_model(scheme, cfg, seed)
-            if scheme == "learned":
-                w_init = learned_position_weight(model)
-            losses = train_model(model, cfg, seed)
-            seconds = time.perf_counter() - t0
-            ev = evaluate(model, cfg, seed)
-            for key in ("accuracy", "accuracy_beyond"):
-                for T, acc in ev[key].items():
-                    per_seed[key][T].append(acc)
-            tail = losses[-50:]
-            per_seed["final_loss"].append(round(sum(tail) / len(tail), 4))
-            per_seed["train_seconds"].append(round(seconds, 1))
-            per_seed["loss_curve"].append(loss_curve(losses, cfg.curve_every))
-            if verbose:
-                accs = " ".join(f"T={T}:{ev['accuracy'][T]:.3f}" for T in cfg.eval_lengths)
-                print(f"{scheme:>10} seed {seed}: loss {per_seed['final_loss'][-1]:.3f} "
-                      f"{accs} ({seconds:.0f}s)", flush=True)
-            if scheme == "learned" and learned_info is None:
-                w = learned_position_weight(model)
-                L = cfg.train_length
-                learned_info = {
-                    "seed": seed,
-                    "max_len": int(w.shape[0]),
-                    "train_length": L,
-                    "init_std": round(float(w_init.std()), 4),
-                    "untrained_rows_max_change": float((w[L:] - w_init[L:]).abs().max())
-                    if w.shape[0] > L else None,
-                    "trained_rows_mean_change": round(
-                        float((w[:L] - w_init[:L]).norm(dim=1).mean()), 4),
-                    "cosine_similarity": [[round(float(v), 4) for v in row]
-                                          for row in cosine_similarity_matrix(w)],
-                }
-        results[scheme] = {
-            key: {str(T): {"mean": _clean(_mean(vals)) if _mean(vals) is not None else None,
-                           "per_seed": [_clean(v) for v in vals]}
-                  for T, vals in per_seed[key].items()}
-            for key in ("accuracy", "accuracy_beyond")
+
+    def result(complete: bool) -> dict:
+        return {
+            "lab": "length extrapolation (mini_transformer.lab)",
+            "config": asdict(cfg) | {"block_size": cfg.block_size},
+            "seeds": list(seeds),
+            "steps": cfg.steps,
+            "schemes": list(runs),
+            "eval_lengths": list(cfg.eval_lengths),
+            "chance_accuracy": round(1.0 / cfg.vocab_size, 4),
+            "results": {s: _summarise(cfg, s, r) for s, r in runs.items()},
+            "learned_embedding": learned_info,
+            "complete": complete,
+            "wall_time_s": round(time.perf_counter() - start, 1),
+            "torch_version": torch.__version__,
+            "device": f"cpu ({platform.machine()}, {os.cpu_count()} cores, "
+            f"{torch.get_num_threads()} torch thread(s))",
+            "where_it_ran": where_it_ran("cpu"),
+            "python_version": platform.python_version(),
         }
-        results[scheme]["lr"] = cfg.lr_for(scheme)
-        results[scheme]["final_loss"] = per_seed["final_loss"]
-        results[scheme]["train_seconds"] = per_seed["train_seconds"]
-        results[scheme]["loss_curve"] = per_seed["loss_curve"]
-    return {
-        "lab": "length extrapolation (mini_transformer.lab)",
-        "config": asdict(cfg) | {"block_size": cfg.block_size},
-        "seeds": list(seeds),
-        "steps": cfg.steps,
-        "schemes": list(schemes),
-        "eval_lengths": list(cfg.eval_lengths),
-        "chance_accuracy": round(1.0 / cfg.vocab_size, 4),
-        "results": results,
-        "learned_embedding": learned_info,
-        "wall_time_s": round(time.perf_counter() - start, 1),
-        "torch_version": torch.__version__,
-        "device": f"cpu ({platform.machine()}, {os.cpu_count()} cores, "
-        f"{torch.get_num_threads()} torch thread(s))",
-        "python_version": platform.python_version(),
-    }
+
+    for scheme in schemes:
+        runs[scheme] = []
+        for seed in seeds:
+            run, info = _train_and_evaluate(scheme, cfg, seed)
+            runs[scheme].append(run)
+            learned_info = learned_info or info
+            if verbose:
+                accs = " ".join(f"T={T}:{run['accuracy'][T]:.3f}" for T in cfg.eval_lengths)
+                print(f"{scheme:>10} seed {seed}: loss {run['final_loss']:.3f} {accs} "
+                      f"({run['train_seconds']:.0f}s)", flush=True)
+            if on_progress is not None:
+                on_progress(result(complete=False))
+    return result(complete=True)
 
 
 def merge_results(parts: list[dict]) -> dict:
@@ -425,16 +465,77 @@ def _scheme_lr(text: str) -> tuple[str, float]:
         raise argparse.ArgumentTypeError(
             f"expected SCHEME=LR with SCHEME in {SCHEMES}, got {text!r}")
     try:
-        return scheme, float(value)
+        lr = float(value)
     except ValueError:
+        lr = math.nan
+    if not (lr > 0 and math.isfinite(lr)):
         raise argparse.ArgumentTypeError(
-            f"expected SCHEME=LR with a number LR, got {text!r}") from None
+            f"expected SCHEME=LR with a positive number LR, got {text!r}")
+    return scheme, lr
 
 
-def _write(result: dict, out: str) -> None:
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
-        f.write("\n")
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m mini_transformer.lab", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--out", default=None, help="write the JSON results here (default: print only)")
+    p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=positive_int, default=LabConfig.steps)
+    p.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=SCHEMES)
+    p.add_argument("--task", default=LabConfig.task, choices=sorted(SYNTHETIC_TASKS))
+    p.add_argument("--train-length", type=positive_int, default=LabConfig.train_length)
+    p.add_argument("--offset", type=positive_int, default=LabConfig.offset)
+    p.add_argument("--vocab-size", type=positive_int, default=LabConfig.vocab_size)
+    p.add_argument("--batch-size", type=positive_int, default=LabConfig.batch_size)
+    p.add_argument("--lr", type=positive_float, default=LabConfig.lr)
+    p.add_argument("--eval-samples", type=positive_int, default=LabConfig.eval_samples)
+    p.add_argument("--eval-lengths", type=positive_int, nargs="+", default=None, metavar="T",
+                   help="lengths to evaluate at (default: L, 1.5 L, 2 L); the model's "
+                   "block_size becomes the longest, so a learned table gets that many rows")
+    p.add_argument("--scheme-lr", type=_scheme_lr, nargs="+", default=[], metavar="SCHEME=LR",
+                   help="per-scheme peak learning rates, e.g. alibi=0.01 (others use --lr)")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads (1 = bit-stable)")
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                   help="merge these result files (disjoint schemes) instead of training")
+    p.add_argument("--attach", nargs="+", default=[], metavar="KEY=JSON",
+                   help="with --merge: also store these result files under KEY "
+                   "(e.g. lr_check=lr.json, a side experiment)")
+    return p
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not a JSON file ({err})") from None
+
+
+def _merge(args, command: str) -> dict:
+    result = merge_results([_read_json(path) for path in args.merge])
+    result["merge_command"] = command
+    for item in args.attach:
+        key, sep, path = item.partition("=")
+        if not sep or not key or key in result:
+            raise ValueError(f"--attach expects KEY=JSON with a new KEY, got {item!r}")
+        result[key] = _read_json(path)
+    return result
+
+
+def _sweep(args, command: str) -> dict:
+    cfg = LabConfig(
+        task=args.task, vocab_size=args.vocab_size, offset=args.offset,
+        train_length=args.train_length, steps=args.steps, batch_size=args.batch_size,
+        lr=args.lr, eval_samples=args.eval_samples, scheme_lr=dict(args.scheme_lr),
+        eval_lengths=args.eval_lengths,
+    )
+    torch.set_num_threads(args.threads)
+    head = {"command": command}
+    save = (lambda partial: write_json(head | partial, args.out)) if args.out else None
+    cpu0 = time.process_time()
+    result = head | run_lab(cfg, args.seeds, args.schemes, on_progress=save)
+    result["cpu_time_s"] = round(time.process_time() - cpu0, 1)
+    return result
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -443,69 +544,27 @@ def main(argv: list[str] | None = None) -> dict:
     ``--schemes`` runs a subset of the schemes, ``--scheme-lr alibi=0.01`` gives one scheme
     its own learning rate, and ``--merge A.json B.json --out C.json`` merges parts that ran
     the same configuration on disjoint schemes (see :func:`merge_results`);
-    ``--attach KEY=D.json`` then stores a side experiment's result under ``KEY``.
+    ``--attach KEY=D.json`` then stores a side experiment's result under ``KEY``. Every
+    argument and ``--out`` are checked before any training; the JSON is rewritten after
+    every run (``"complete": false`` until the end). Returns the result.
     """
-    p = argparse.ArgumentParser(
-        prog="python -m mini_transformer.lab", description=__doc__.split("\n")[0]
-    )
-    p.add_argument("--out", default=None, help="write the JSON results here (default: print only)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--steps", type=int, default=LabConfig.steps)
-    p.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=SCHEMES)
-    p.add_argument("--task", default=LabConfig.task, choices=sorted(SYNTHETIC_TASKS))
-    p.add_argument("--train-length", type=int, default=LabConfig.train_length)
-    p.add_argument("--offset", type=int, default=LabConfig.offset)
-    p.add_argument("--vocab-size", type=int, default=LabConfig.vocab_size)
-    p.add_argument("--batch-size", type=int, default=LabConfig.batch_size)
-    p.add_argument("--lr", type=float, default=LabConfig.lr)
-    p.add_argument("--eval-samples", type=int, default=LabConfig.eval_samples)
-    p.add_argument("--eval-lengths", type=int, nargs="+", default=None, metavar="T",
-                   help="lengths to evaluate at (default: L, 1.5 L, 2 L); the model's "
-                   "block_size becomes the longest, so a learned table gets that many rows")
-    p.add_argument("--scheme-lr", type=_scheme_lr, nargs="+", default=[], metavar="SCHEME=LR",
-                   help="per-scheme peak learning rates, e.g. alibi=0.01 (others use --lr)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (1 = bit-stable)")
-    p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
-                   help="merge these result files (disjoint schemes) instead of training")
-    p.add_argument("--attach", nargs="+", default=[], metavar="KEY=JSON",
-                   help="with --merge: also store these result files under KEY "
-                   "(e.g. lr_check=lr.json, a side experiment)")
+    p = _parser()
     args = p.parse_args(argv)
-    if args.merge:
-        parts = []
-        for path in args.merge:
-            with open(path) as f:
-                parts.append(json.load(f))
-        result = merge_results(parts)
-        argv_used = sys.argv[1:] if argv is None else argv
-        result["merge_command"] = "python -m mini_transformer.lab " + shlex.join(argv_used)
-        for item in args.attach:
-            key, sep, path = item.partition("=")
-            if not sep or not key or key in result:
-                raise ValueError(f"--attach expects KEY=JSON with a new KEY, got {item!r}")
-            with open(path) as f:
-                result[key] = json.load(f)
-    elif args.attach:
-        raise ValueError("--attach only works together with --merge")
-    else:
-        if args.eval_lengths is not None and min(args.eval_lengths) < 1:
-            p.error(f"--eval-lengths must be positive integers, got {args.eval_lengths}")
-        torch.set_num_threads(args.threads)
-        cfg = LabConfig(
-            task=args.task, vocab_size=args.vocab_size, offset=args.offset,
-            train_length=args.train_length, steps=args.steps, batch_size=args.batch_size,
-            lr=args.lr, eval_samples=args.eval_samples, scheme_lr=dict(args.scheme_lr),
-            eval_lengths=args.eval_lengths,
-        )
-        argv_used = sys.argv[1:] if argv is None else argv
-        result = {"command": "python -m mini_transformer.lab " + shlex.join(argv_used)}
-        cpu0 = time.process_time()
-        result |= run_lab(cfg, args.seeds, args.schemes)
-        result["cpu_time_s"] = round(time.process_time() - cpu0, 1)
-    if args.out:
-        _write(result, args.out)
-        print(f"wrote {args.out} ({result['wall_time_s']} s)")
-    return result
+    argv_used = sys.argv[1:] if argv is None else argv
+    command = "python -m mini_transformer.lab " + shlex.join(argv_used)
+
+    def body() -> dict:
+        if args.out:
+            check_output_file(args.out)
+        if args.attach and not args.merge:
+            raise ValueError("--attach only works together with --merge")
+        result = _merge(args, command) if args.merge else _sweep(args, command)
+        if args.out:
+            write_json(result, args.out)
+            print(f"wrote {args.out} ({result['wall_time_s']} s)")
+        return result
+
+    return run_cli(p, body)
 
 
 if __name__ == "__main__":

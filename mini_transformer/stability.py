@@ -31,18 +31,28 @@ configuration and get the same numbers as the JSON file.
 from __future__ import annotations
 
 import argparse
-import json
+import itertools
 import math
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .cli import (
+    check_output_file,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    run_cli,
+    write_json,
+)
 from .core import Schedule, train_step
+from .devices import where_it_ran
 from .layers import TransformerStack
 
 LEARNED_BELOW = 0.5
@@ -284,12 +294,14 @@ def run_sweep(
     depths: tuple[int, ...] = (6, 12),
     cfg: StabilityConfig | None = None,
     verbose: bool = True,
+    on_progress: Callable[[dict], None] | None = None,
 ) -> dict:
     """Both experiments; returns the JSON-ready results dict.
 
     Every (placement, learning rate, warm-up) configuration is trained once per seed in
     ``seeds``; ``training.runs`` holds the runs, ``training.summary`` the per-configuration
-    summary of :func:`summarize_runs`.
+    summary of :func:`summarize_runs`. ``on_progress`` is called with the results so far
+    (``"complete": False``) after every run, so that an interrupted sweep keeps them.
     """
     cfg = cfg or StabilityConfig()
     t0 = time.perf_counter()
@@ -298,64 +310,73 @@ def run_sweep(
         for L in depths
     }
     t_grad = time.perf_counter() - t0
-    runs = []
-    for pos in ("post", "pre"):
-        for lr in lrs:
-            for w in warmups:
-                for seed in seeds:
-                    t1 = time.perf_counter()
-                    r = train_run(pos, lr, w, steps=steps, seed=seed, cfg=cfg)
-                    r["wall_s"] = round(time.perf_counter() - t1, 2)
-                    runs.append(r)
-                    if verbose:
-                        print(
-                            f"{pos:4s} lr={lr:<7g} warmup={w:<4d} seed={seed} "
-                            f"final={r['final_loss']} diverged={r['diverged']} "
-                            f"({r['wall_s']:.1f}s)",
-                            flush=True,
-                        )
-    return {
-        "command": "python -m mini_transformer.stability " + " ".join(sys.argv[1:]),
-        "config": asdict(cfg),
-        "grad_norms": {"seeds": [0, 1, 2, 3], "layers": grads},
-        "training": {
-            "lrs": list(lrs),
-            "warmups": list(warmups),
-            "steps": steps,
-            "seeds": list(seeds),
-            "optimizer": "Adam(betas=(0.9, 0.98), eps=1e-9), no clipping, "
-            "constant lr after a linear warm-up",
-            "uniform_loss": math.log(cfg.vocab_size),
-            "learned_below": LEARNED_BELOW,
-            "summary": summarize_runs(runs),
-            "runs": runs,
-        },
-        "wall_time_s": round(time.perf_counter() - t0, 1),
-        "grad_wall_time_s": round(t_grad, 1),
-        "device": f"cpu ({platform.machine()}), torch {torch.__version__}, "
-        f"{torch.get_num_threads()} thread(s)",
-        "torch_version": torch.__version__,
-        "python_version": platform.python_version(),
-    }
+    runs: list[dict] = []
+
+    def result(complete: bool) -> dict:
+        return {
+            "command": "python -m mini_transformer.stability " + " ".join(sys.argv[1:]),
+            "config": asdict(cfg),
+            "grad_norms": {"seeds": [0, 1, 2, 3], "layers": grads},
+            "training": {
+                "lrs": list(lrs),
+                "warmups": list(warmups),
+                "steps": steps,
+                "seeds": list(seeds),
+                "optimizer": "Adam(betas=(0.9, 0.98), eps=1e-9), no clipping, "
+                "constant lr after a linear warm-up",
+                "uniform_loss": math.log(cfg.vocab_size),
+                "learned_below": LEARNED_BELOW,
+                "summary": summarize_runs(runs),
+                "runs": runs,
+            },
+            "complete": complete,
+            "wall_time_s": round(time.perf_counter() - t0, 1),
+            "grad_wall_time_s": round(t_grad, 1),
+            "device": f"cpu ({platform.machine()}), torch {torch.__version__}, "
+            f"{torch.get_num_threads()} thread(s)",
+            "where_it_ran": where_it_ran("cpu"),
+            "torch_version": torch.__version__,
+            "python_version": platform.python_version(),
+        }
+
+    for pos, lr, w, seed in itertools.product(("post", "pre"), lrs, warmups, seeds):
+        t1 = time.perf_counter()
+        r = train_run(pos, lr, w, steps=steps, seed=seed, cfg=cfg)
+        r["wall_s"] = round(time.perf_counter() - t1, 2)
+        runs.append(r)
+        if verbose:
+            print(f"{pos:4s} lr={lr:<7g} warmup={w:<4d} seed={seed} final={r['final_loss']} "
+                  f"diverged={r['diverged']} ({r['wall_s']:.1f}s)", flush=True)
+        if on_progress is not None:
+            on_progress(result(complete=False))
+    return result(complete=True)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Command line: run the sweep and write the JSON file."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> dict:
+    """Command line: run the sweep and write the JSON file (rewritten after every run).
+
+    Every argument and ``--out`` are checked before any work: bad input exits with
+    status 2 and a usage message; a failure while writing exits with status 1.
+    """
+    p = argparse.ArgumentParser(prog="python -m mini_transformer.stability",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="book/data/05_stability.json")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2, 3e-2])
-    p.add_argument("--warmups", type=int, nargs="+", default=[0, 100])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=positive_int, default=300)
+    p.add_argument("--lrs", type=positive_float, nargs="+", default=[1e-3, 3e-3, 1e-2, 3e-2])
+    p.add_argument("--warmups", type=non_negative_int, nargs="+", default=[0, 100])
+    p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
     args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    res = run_sweep(
-        lrs=tuple(args.lrs), warmups=tuple(args.warmups), steps=args.steps, seeds=tuple(args.seeds)
-    )
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
-        f.write("\n")
-    print(f"wrote {args.out} in {res['wall_time_s']} s")
+
+    def body() -> dict:
+        check_output_file(args.out)
+        torch.set_num_threads(1)
+        res = run_sweep(lrs=tuple(args.lrs), warmups=tuple(args.warmups), steps=args.steps,
+                        seeds=tuple(args.seeds), on_progress=lambda r: write_json(r, args.out))
+        write_json(res, args.out)
+        print(f"wrote {args.out} in {res['wall_time_s']} s")
+        return res
+
+    return run_cli(p, body)
 
 
 if __name__ == "__main__":

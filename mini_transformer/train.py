@@ -34,8 +34,6 @@ In Python (chapter 6)::
 from __future__ import annotations
 
 import argparse
-import math
-import os
 import sys
 from pathlib import Path
 
@@ -53,8 +51,9 @@ from .checkpoints import (
     read_log,
     save_checkpoint,
 )
+from .cli import check_output_dir, check_output_file, positive_float, positive_int, run_cli
 from .core import TrainingDivergedError
-from .devices import GPU_PEAK_FLOPS, measure_matmul_flops, peak_flops
+from .devices import GPU_PEAK_FLOPS, measure_matmul_flops, peak_flops, resolve_device
 from .loop import _distributed, evaluate, train
 from .model import POSITIONAL_SCHEMES, TransformerLM
 from .presets import (
@@ -99,57 +98,6 @@ CPU_STEP_CEILING_SHARE = 0.5
 # ---------------------------------------------------------------------------- arguments
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
-def check_output_dir(path: str | Path) -> Path:
-    """``path`` as a folder that exists or can be created, and can be written to.
-
-    Raises ``ValueError`` (the CLIs turn it into exit status 2) before any work is done.
-    """
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"--out {path} is a file, not a folder")
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ValueError(f"--out {path}: {existing} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {path}: {existing} is not writable")
-    return path
-
-
-def check_output_file(path: str | Path) -> Path:
-    """``path`` as a file that can be written: its folder exists and is writable."""
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"--out {path} is a folder, not a file")
-    folder = path.parent
-    if not folder.is_dir():
-        raise ValueError(f"--out {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ValueError(f"--out {path} is not writable")
-    return path
-
-
 def _train_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m mini_transformer.train",
@@ -160,21 +108,21 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="run folder (checkpoints, metrics.jsonl)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     p.add_argument("--overwrite", action="store_true", help="start afresh even if OUT has a run")
-    p.add_argument("--steps", type=_positive_int,
+    p.add_argument("--steps", type=positive_int,
                    help="total optimizer steps (with --resume: a new total; the cosine "
                    "schedule is recomputed for it)")
-    p.add_argument("--batch-size", type=_positive_int)
-    p.add_argument("--lr", type=_positive_float)
-    p.add_argument("--eval-interval", type=_positive_int)
-    p.add_argument("--eval-batches", type=_positive_int)
+    p.add_argument("--batch-size", type=positive_int)
+    p.add_argument("--lr", type=positive_float)
+    p.add_argument("--eval-interval", type=positive_int)
+    p.add_argument("--eval-batches", type=positive_int)
     p.add_argument("--seed", type=int)
     p.add_argument("--positional", choices=POSITIONAL_SCHEMES)
     p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
     p.add_argument("--compile", nargs="?", const="default", choices=COMPILE_MODES,
                    metavar="MODE", help="torch.compile the model (MODE: %(choices)s; "
                    "default 'default'; the CUDA-graph modes suit small models)")
-    p.add_argument("--threads", type=_positive_int, help="torch.set_num_threads")
-    p.add_argument("--peak-tflops", type=_positive_float, help="device peak for MFU (TFLOP/s)")
+    p.add_argument("--threads", type=positive_int, help="torch.set_num_threads")
+    p.add_argument("--peak-tflops", type=positive_float, help="device peak for MFU (TFLOP/s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--allow-cpu", action="store_true",
                    help="train the gpu preset even without CUDA (hours to days)")
@@ -240,34 +188,31 @@ def _main_train(argv: list[str]) -> int:
     parser = _train_parser()
     args = parser.parse_args(argv)
     overrides = _overrides(args)
-    try:
+
+    def body() -> int:
         check_output_dir(args.out)
         if args.resume:
             cfg = _resume_config(parser, args, overrides)
         elif args.preset is None:
-            parser.error("--preset is required (unless --resume)")
+            raise ValueError("--preset is required (unless --resume)")
         else:
             cfg = get_preset(args.preset, **overrides)
         refusal = None if args.allow_cpu else gpu_preset_refusal(cfg)
         if refusal:
-            parser.error(refusal)
-        result = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite,
-                       argv=["python", "-m", "mini_transformer.train", *argv])
-    except TrainingDivergedError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except (ValueError, FileNotFoundError) as err:
-        parser.error(str(err))
-    except OSError as err:  # disk full, permissions changed mid-run: the run's files stay
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    if _distributed()[0] == 0:
-        print(f"done: step {result['step']}, val loss {result['val_loss']:.4f}, "
-              f"best {result['best_val_loss']:.4f}, {result['wall_time_s']:.0f} s; "
-              f"checkpoints in {args.out}")
-    return 0
+            raise ValueError(refusal)
+        try:
+            result = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite,
+                           argv=["python", "-m", "mini_transformer.train", *argv])
+        except TrainingDivergedError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        if _distributed()[0] == 0:
+            print(f"done: step {result['step']}, val loss {result['val_loss']:.4f}, "
+                  f"best {result['best_val_loss']:.4f}, {result['wall_time_s']:.0f} s; "
+                  f"checkpoints in {args.out}")
+        return 0
+
+    return run_cli(parser, body)
 
 
 def _main_sample(argv: list[str]) -> int:
@@ -276,21 +221,23 @@ def _main_sample(argv: list[str]) -> int:
     p.add_argument("--ckpt", default="cpu",
                    help="checkpoint or weights file, or 'cpu' / 'gpu' for a bundled model")
     p.add_argument("--prompt", default="\n", help="text to continue")
-    p.add_argument("--tokens", type=_positive_int, default=500, help="characters to generate")
+    p.add_argument("--tokens", type=positive_int, default=500, help="characters to generate")
     p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-k", type=_positive_int, default=None)
+    p.add_argument("--top-k", type=positive_int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
-    try:
+
+    def body() -> int:
+        resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
         model, tok, _ = load_model(pretrained_path(args.ckpt), args.device)
         idx = tok.encode(args.prompt)[None, :].to(args.device)
         out = model.generate(idx, args.tokens, temperature=args.temperature, top_k=args.top_k,
                              generator=torch.Generator().manual_seed(args.seed))
-    except (FileNotFoundError, ValueError, TypeError, RuntimeError) as err:
-        p.error(str(err))
-    print(tok.decode(out[0]))
-    return 0
+        print(tok.decode(out[0]))
+        return 0
+
+    return run_cli(p, body)
 
 
 def _main_export(argv: list[str]) -> int:
@@ -301,16 +248,14 @@ def _main_export(argv: list[str]) -> int:
     p.add_argument("--log", help="metrics log to copy beside it (default: the run's)")
     args = p.parse_args(argv)
     log = args.log or Path(args.ckpt).parent / "metrics.jsonl"
-    try:
+
+    def body() -> int:
         check_output_file(args.out)
         path = export_weights(args.ckpt, args.out, log if Path(log).is_file() else None)
-    except (FileNotFoundError, ValueError) as err:
-        p.error(str(err))
-    except OSError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
-    return 0
+        print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
+        return 0
+
+    return run_cli(p, body)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,13 +35,15 @@ def old_stability(step, lr, w):
     return lr * min(1.0, (step + 1) / w)
 
 
-@pytest.mark.parametrize("lr,min_lr,w,steps", [(1e-2, 1e-3, 5, 60), (3e-3, 3e-4, 50, 1000),
-                                               (1e-3, 1e-4, 100, 5000)])
+@pytest.mark.parametrize(
+    "lr,min_lr,w,steps", [(1e-2, 1e-3, 5, 60), (3e-3, 3e-4, 50, 1000), (1e-3, 1e-4, 100, 5000)]
+)
 def test_the_schedule_reproduces_the_training_presets_bit_for_bit(lr, min_lr, w, steps):
     s = Schedule(lr=lr, warmup_steps=w, steps=steps, min_lr=min_lr)
     cfg = TrainConfig(lr=lr, min_lr=min_lr, warmup_steps=w, steps=steps)
-    assert all(s(k) == old_train(k, lr, min_lr, w, steps) == lr_at(k, cfg)
-               for k in range(steps + 10))
+    assert all(
+        s(k) == old_train(k, lr, min_lr, w, steps) == lr_at(k, cfg) for k in range(steps + 10)
+    )
 
 
 @pytest.mark.parametrize("lr", [3e-3, 1e-2, 3e-2])
@@ -98,7 +100,8 @@ def test_lab_and_stability_models_follow_the_logits_loss_contract():
     logits, loss = model(idx, targets)
     assert logits.shape == (cfg.batch_size, 2 * cfg.copy_len, cfg.vocab_size + 1)
     ref = torch.nn.functional.cross_entropy(
-        logits[:, -cfg.copy_len:].reshape(-1, cfg.vocab_size + 1), targets.reshape(-1))
+        logits[:, -cfg.copy_len :].reshape(-1, cfg.vocab_size + 1), targets.reshape(-1)
+    )
     assert torch.equal(loss, ref) and model(idx)[1] is None
 
 

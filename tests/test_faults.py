@@ -63,6 +63,7 @@ def test_a_nan_loss_stops_the_run_and_names_the_last_good_checkpoint(tmp_path):
                 if calls["n"] > 5:  # training step 5 onwards
                     return output * float("nan")
             return None
+
         model.lm_head.register_forward_hook(hook)
 
     match = r"loss became nan at step 5 .*last\.pt \(step 4\)"
@@ -92,8 +93,8 @@ def _sigint_during(where: str, step: int):
         elif where == "backward":
             model.tok_emb.weight.register_hook(lambda g: fire())
         else:  # right after the optimizer updated the weights, before the step is counted
-            handles.append(register_optimizer_step_post_hook(
-                lambda opt, args, kwargs: fire()))
+            handles.append(register_optimizer_step_post_hook(lambda opt, args, kwargs: fire()))
+
     return hook, handles
 
 
@@ -132,7 +133,9 @@ def test_best_never_regresses_across_a_crash_and_resume(tmp_path):
                     if calls["n"] == step:
                         raise RuntimeError("killed")
                     calls["n"] += 1
+
             model.register_forward_pre_hook(pre)
+
         return hook
 
     with pytest.raises(RuntimeError, match="killed"):
@@ -154,8 +157,9 @@ def test_best_never_regresses_across_a_crash_and_resume(tmp_path):
 
 def _small_model():
     torch.manual_seed(0)
-    return TransformerLM(TransformerConfig(vocab_size=84, block_size=8, d_model=16, n_heads=2,
-                                           n_layers=1))
+    return TransformerLM(
+        TransformerConfig(vocab_size=84, block_size=8, d_model=16, n_heads=2, n_layers=1)
+    )
 
 
 def test_a_flipped_bit_is_an_error_never_silently_different_weights(tmp_path):
@@ -173,8 +177,11 @@ def test_a_flipped_bit_is_an_error_never_silently_different_weights(tmp_path):
             ckpt = T.load_checkpoint(path)
         except ValueError:
             continue  # detected: the message says corrupt
-        same = ckpt["step"] == 3 and ckpt["best_val_loss"] == 2.5 and all(
-            torch.equal(ckpt["model"][k], original[k]) for k in original)
+        same = (
+            ckpt["step"] == 3
+            and ckpt["best_val_loss"] == 2.5
+            and all(torch.equal(ckpt["model"][k], original[k]) for k in original)
+        )
         silent += not same
     assert silent == 0
 

@@ -17,8 +17,16 @@ COMMITTED = Path(__file__).resolve().parents[1] / "book" / "data" / "extrapolati
 
 def tiny_config(**overrides) -> lab.LabConfig:
     kwargs = dict(
-        d_model=16, n_heads=2, n_layers=1, d_ff=32, train_length=8, steps=3,
-        batch_size=4, eval_samples=4, warmup_steps=1, offset=2,
+        d_model=16,
+        n_heads=2,
+        n_layers=1,
+        d_ff=32,
+        train_length=8,
+        steps=3,
+        batch_size=4,
+        eval_samples=4,
+        warmup_steps=1,
+        offset=2,
     )
     kwargs.update(overrides)
     return lab.LabConfig(**kwargs)
@@ -138,10 +146,12 @@ def test_training_uses_the_scheme_learning_rate():
     """A scheme_lr entry for the trained scheme changes training exactly like changing lr."""
     base = tiny_config(lr=1e-3)
     via_lr = lab.train_model(lab.make_model("alibi", base), tiny_config(lr=1e-2))
-    via_scheme = lab.train_model(lab.make_model("alibi", base),
-                                 tiny_config(lr=1e-3, scheme_lr={"alibi": 1e-2}))
-    other = lab.train_model(lab.make_model("alibi", base),
-                            tiny_config(lr=1e-3, scheme_lr={"rope": 1e-2}))
+    via_scheme = lab.train_model(
+        lab.make_model("alibi", base), tiny_config(lr=1e-3, scheme_lr={"alibi": 1e-2})
+    )
+    other = lab.train_model(
+        lab.make_model("alibi", base), tiny_config(lr=1e-3, scheme_lr={"rope": 1e-2})
+    )
     plain = lab.train_model(lab.make_model("alibi", base), base)
     assert via_scheme == via_lr and other == plain and via_lr != plain
 
@@ -162,9 +172,20 @@ def test_loss_curve_averages_consecutive_windows_and_drops_a_partial_one():
 
 
 def check_schema(result: dict, schemes, seeds, lengths) -> None:
-    for key in ("command", "config", "seeds", "steps", "schemes", "eval_lengths",
-                "chance_accuracy", "results", "learned_embedding", "wall_time_s",
-                "torch_version", "device"):
+    for key in (
+        "command",
+        "config",
+        "seeds",
+        "steps",
+        "schemes",
+        "eval_lengths",
+        "chance_accuracy",
+        "results",
+        "learned_embedding",
+        "wall_time_s",
+        "torch_version",
+        "device",
+    ):
         assert key in result, key
     assert result["seeds"] == list(seeds)
     assert result["schemes"] == list(schemes)
@@ -197,8 +218,26 @@ def check_schema(result: dict, schemes, seeds, lengths) -> None:
 
 def test_command_line_writes_the_json_schema(tmp_path, capsys):
     out = tmp_path / "lab.json"
-    argv = ["--out", str(out), "--seeds", "0", "1", "--steps", "2", "--train-length", "6",
-            "--eval-samples", "4", "--batch-size", "4", "--schemes", "none", "learned"]
+    argv = [
+        "--out",
+        str(out),
+        "--seeds",
+        "0",
+        "1",
+        "--steps",
+        "2",
+        "--train-length",
+        "6",
+        "--offset",
+        "2",
+        "--eval-samples",
+        "4",
+        "--batch-size",
+        "4",
+        "--schemes",
+        "none",
+        "learned",
+    ]
     # the CLI uses the default model size; keep it small by shortening everything else
     result = lab.main(argv)
     assert "wrote" in capsys.readouterr().out
@@ -209,12 +248,23 @@ def test_command_line_writes_the_json_schema(tmp_path, capsys):
 
 
 def test_parts_run_on_disjoint_schemes_merge_into_one_result(tmp_path, capsys):
-    common = ["--seeds", "0", "--steps", "2", "--train-length", "6", "--eval-samples", "4",
-              "--batch-size", "4"]
+    common = [
+        "--seeds",
+        "0",
+        "--steps",
+        "2",
+        "--train-length",
+        "6",
+        "--offset",
+        "2",
+        "--eval-samples",
+        "4",
+        "--batch-size",
+        "4",
+    ]
     a, b, merged = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "ab.json"
     lab.main(["--out", str(a), "--schemes", "learned", *common])
-    lab.main(["--out", str(b), "--schemes", "none", "alibi", "--scheme-lr", "alibi=0.01",
-              *common])
+    lab.main(["--out", str(b), "--schemes", "none", "alibi", "--scheme-lr", "alibi=0.01", *common])
     result = lab.main(["--merge", str(b), str(a), "--out", str(merged)])
     capsys.readouterr()
     check_schema(result, ["none", "learned", "alibi"], [0], [6, 9, 12])  # in SCHEMES order
@@ -230,8 +280,20 @@ def test_parts_run_on_disjoint_schemes_merge_into_one_result(tmp_path, capsys):
 
 
 def test_merge_can_attach_a_side_experiment_under_a_key(tmp_path, capsys):
-    common = ["--seeds", "0", "--steps", "2", "--train-length", "6", "--eval-samples", "4",
-              "--batch-size", "4"]
+    common = [
+        "--seeds",
+        "0",
+        "--steps",
+        "2",
+        "--train-length",
+        "6",
+        "--offset",
+        "2",
+        "--eval-samples",
+        "4",
+        "--batch-size",
+        "4",
+    ]
     a, side = tmp_path / "a.json", tmp_path / "side.json"
     lab.main(["--out", str(a), "--schemes", "rope", *common])
     lab.main(["--out", str(side), "--schemes", "rope", "--scheme-lr", "rope=0.01", *common])
@@ -241,28 +303,50 @@ def test_merge_can_attach_a_side_experiment_under_a_key(tmp_path, capsys):
     assert result["lr_check"]["results"]["rope"]["lr"] == 0.01
 
 
-def test_attach_needs_a_new_key():
-    with pytest.raises(ValueError, match="--attach expects KEY=JSON with a new KEY"):
+def test_attach_needs_a_new_key(capsys):
+    with pytest.raises(SystemExit) as exc:
         lab.main(["--merge", str(COMMITTED), "--attach", "results=x.json"])
+    assert exc.value.code == 2
+    assert "--attach expects KEY=JSON with a new KEY" in capsys.readouterr().err
 
 
-def test_attach_needs_merge():
-    with pytest.raises(ValueError, match="--attach only works together with --merge"):
+def test_attach_needs_merge(capsys):
+    with pytest.raises(SystemExit) as exc:
         lab.main(["--attach", "x=y.json", "--steps", "1"])
+    assert exc.value.code == 2
+    assert "--attach only works together with --merge" in capsys.readouterr().err
 
 
 def test_merging_overlapping_schemes_is_an_error():
-    part = {"config": {}, "seeds": [0], "steps": 1, "eval_lengths": [1], "torch_version": "x",
-            "schemes": ["none"], "results": {"none": {}}, "command": "c",
-            "learned_embedding": None, "wall_time_s": 1.0}
+    part = {
+        "config": {},
+        "seeds": [0],
+        "steps": 1,
+        "eval_lengths": [1],
+        "torch_version": "x",
+        "schemes": ["none"],
+        "results": {"none": {}},
+        "command": "c",
+        "learned_embedding": None,
+        "wall_time_s": 1.0,
+    }
     with pytest.raises(ValueError, match="parts must hold disjoint schemes"):
         lab.merge_results([part, dict(part)])
 
 
 def test_merging_different_configurations_is_an_error():
-    part = {"config": {}, "seeds": [0], "steps": 1, "eval_lengths": [1], "torch_version": "x",
-            "schemes": ["none"], "results": {"none": {}}, "command": "c",
-            "learned_embedding": None, "wall_time_s": 1.0}
+    part = {
+        "config": {},
+        "seeds": [0],
+        "steps": 1,
+        "eval_lengths": [1],
+        "torch_version": "x",
+        "schemes": ["none"],
+        "results": {"none": {}},
+        "command": "c",
+        "learned_embedding": None,
+        "wall_time_s": 1.0,
+    }
     other = dict(part, steps=2, schemes=["rope"])
     with pytest.raises(ValueError, match="cannot merge lab results that differ in 'steps'"):
         lab.merge_results([part, other])
