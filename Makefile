@@ -41,8 +41,9 @@ book: $(STAMP)
 
 test: test-package test-notebooks test-book
 
+# --doctest-modules: the examples in the docstrings are tests too.
 test-package: $(STAMP)
-	$(BIN)/python -m pytest -p no:cacheprovider -q tests/
+	$(BIN)/python -m pytest -p no:cacheprovider -q --doctest-modules mini_transformer tests/
 
 test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest -p no:cacheprovider -q --nbval --nbval-current-env \
@@ -56,8 +57,18 @@ execute: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab book/
 
+# One formatter: `ruff format` (checked here on the modules formatted so far; FORMATTED grows
+# as the remaining modules are formatted).
+FORMATTED := mini_transformer/__init__.py mini_transformer/checkpoints.py mini_transformer/cli.py \
+	mini_transformer/core.py mini_transformer/devices.py mini_transformer/lab.py \
+	mini_transformer/loop.py mini_transformer/presets.py mini_transformer/stability.py \
+	mini_transformer/train.py mini_transformer/plotting.py benchmarks/gpu_step.py \
+	tests/test_core.py tests/test_faults.py tests/test_cli.py tests/test_lab.py \
+	tests/test_gpu_step.py
+
 lint: $(STAMP)
 	$(BIN)/ruff check mini_transformer tests tools benchmarks book
+	$(BIN)/ruff format --check $(FORMATTED)
 
 clean:
 	rm -rf _build

@@ -1,6 +1,6 @@
 r"""Checkpoints, exported weights, the committed models and their metrics logs.
 
-Persistence apart from the training loop (:mod:`mini_transformer.train` re-exports every
+Persistence, apart from the training loop (:mod:`mini_transformer.train` re-exports every
 public name here, so ``from mini_transformer.train import load_checkpoint`` keeps working).
 The rules a checkpoint file follows, and why:
 
@@ -54,6 +54,7 @@ __all__ = [
     "export_weights",
     "load_pretrained",
     "read_log",
+    "MetricsLog",
 ]
 
 CHECKPOINT_FORMAT = "mini_transformer.checkpoint"
@@ -139,9 +140,16 @@ def _with_checksum(payload: dict) -> dict:
 # ---------------------------------------------------------------------------- checkpoints
 
 
-def save_checkpoint(path: str | Path, model: TransformerLM, optimizer=None, *, step: int = 0,
-                    train_config=None, tokenizer: CharTokenizer | None = None,
-                    **extra) -> Path:
+def save_checkpoint(
+    path: str | Path,
+    model: TransformerLM,
+    optimizer=None,
+    *,
+    step: int = 0,
+    train_config=None,
+    tokenizer: CharTokenizer | None = None,
+    **extra,
+) -> Path:
     """Write a full checkpoint atomically, with a checksum of everything it stores.
 
     Contents (plain types only, so it loads with ``torch.load(weights_only=True)``):
@@ -202,8 +210,12 @@ def _read(path: Path, map_location) -> dict:
     return ckpt
 
 
-def load_checkpoint(path: str | Path, model: TransformerLM | None = None, optimizer=None,
-                    map_location: str | torch.device = "cpu") -> dict:
+def load_checkpoint(
+    path: str | Path,
+    model: TransformerLM | None = None,
+    optimizer=None,
+    map_location: str | torch.device = "cpu",
+) -> dict:
     """Read a checkpoint (or an exported weights file) and verify its checksum.
 
     If ``model`` is given, its config must equal the stored one and the weights are loaded
@@ -282,8 +294,9 @@ def _encoded_corpus_tokenizer() -> CharTokenizer:
     return CharTokenizer.from_text(load_corpus("all"))
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu"
-               ) -> tuple[TransformerLM, CharTokenizer, dict]:
+def load_model(
+    path: str | Path, device: str | torch.device = "cpu"
+) -> tuple[TransformerLM, CharTokenizer, dict]:
     """Build the model stored in a checkpoint or weights file: ``(model, tokenizer, ckpt)``.
 
     The file is read once; the stored config is checked against the stored tensors (and
@@ -294,8 +307,11 @@ def load_model(path: str | Path, device: str | torch.device = "cpu"
     ckpt = _read(path, "cpu")
     model = TransformerLM(_check_declared_config(path, ckpt))
     model.load_state_dict(ckpt["model"])
-    tok = (CharTokenizer.from_dict(ckpt["tokenizer"]) if ckpt.get("tokenizer")
-           else _encoded_corpus_tokenizer())
+    tok = (
+        CharTokenizer.from_dict(ckpt["tokenizer"])
+        if ckpt.get("tokenizer")
+        else _encoded_corpus_tokenizer()
+    )
     if tok.vocab_size != model.config.vocab_size:
         raise ValueError(
             f"checkpoint {path} has a tokenizer of {tok.vocab_size} characters for a model "
@@ -304,8 +320,11 @@ def load_model(path: str | Path, device: str | torch.device = "cpu"
     return model.to(device).eval(), tok, ckpt
 
 
-def export_weights(ckpt_path: str | Path, out_path: str | Path = PRETRAINED_WEIGHTS,
-                   log_path: str | Path | None = None) -> Path:
+def export_weights(
+    ckpt_path: str | Path,
+    out_path: str | Path = PRETRAINED_WEIGHTS,
+    log_path: str | Path | None = None,
+) -> Path:
     """Write a small half-precision, weights-only copy of a checkpoint (for committing).
 
     Keeps the model config, tokenizer, step and losses; drops the optimizer and RNG.
@@ -315,8 +334,9 @@ def export_weights(ckpt_path: str | Path, out_path: str | Path = PRETRAINED_WEIG
     """
     out_path = Path(out_path)
     if out_path.suffix != ".pt":
-        raise ValueError(f"out_path must end in '.pt' (a .json and .jsonl go beside it), "
-                         f"got {str(out_path)!r}")
+        raise ValueError(
+            f"out_path must end in '.pt' (a .json and .jsonl go beside it), got {str(out_path)!r}"
+        )
     ckpt = load_checkpoint(ckpt_path)
     if ckpt["format"] != CHECKPOINT_FORMAT:
         raise ValueError(f"{ckpt_path} is already a weights file")
@@ -328,11 +348,20 @@ def export_weights(ckpt_path: str | Path, out_path: str | Path = PRETRAINED_WEIG
         else:
             state[k] = v
     keep = ("model_config", "tokenizer", "step", "train_config")
-    weights = {"format": WEIGHTS_FORMAT, "model": state, **{k: ckpt[k] for k in keep},
-               "val_loss": ckpt.get("val_loss"), "best_val_loss": ckpt.get("best_val_loss")}
+    weights = {
+        "format": WEIGHTS_FORMAT,
+        "model": state,
+        **{k: ckpt[k] for k in keep},
+        "val_loss": ckpt.get("val_loss"),
+        "best_val_loss": ckpt.get("best_val_loss"),
+    }
     atomic_write(_with_checksum(weights), out_path)
-    config = {"model_config": ckpt["model_config"], "train_config": ckpt["train_config"],
-              "step": ckpt["step"], "val_loss": ckpt.get("val_loss")}
+    config = {
+        "model_config": ckpt["model_config"],
+        "train_config": ckpt["train_config"],
+        "step": ckpt["step"],
+        "val_loss": ckpt.get("val_loss"),
+    }
     out_path.with_suffix(".json").write_text(json.dumps(config, indent=2) + "\n")
     if log_path is not None:
         shutil.copyfile(log_path, out_path.with_suffix(".jsonl"))
@@ -346,8 +375,9 @@ def pretrained_path(which: str | Path) -> Path:
     return Path(which)
 
 
-def load_pretrained(which: str | Path = "cpu", device: str | torch.device = "cpu"
-                    ) -> tuple[TransformerLM, CharTokenizer]:
+def load_pretrained(
+    which: str | Path = "cpu", device: str | torch.device = "cpu"
+) -> tuple[TransformerLM, CharTokenizer]:
     """A committed character-level Shakespeare model: ``(model, tokenizer)``.
 
     Args:
@@ -359,6 +389,19 @@ def load_pretrained(which: str | Path = "cpu", device: str | torch.device = "cpu
     """
     model, tok, _ = load_model(pretrained_path(which), device)
     return model, tok
+
+
+class MetricsLog:
+    """Appends JSON records to a ``metrics.jsonl`` file (``path=None``: writes nothing,
+    as on the ranks other than 0 of a data-parallel run). :func:`read_log` reads it."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+
+    def write(self, record: dict) -> None:
+        if self.path is not None:
+            with self.path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
 
 
 def read_log(which: str | Path = "cpu") -> list[dict]:

@@ -73,11 +73,15 @@ class Schedule:
     def __post_init__(self) -> None:
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr >= 0):
             raise ValueError(f"lr must be a finite number >= 0, got {self.lr!r}")
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) \
-                or self.warmup_steps < 0:
+        if (
+            isinstance(self.warmup_steps, bool)
+            or not isinstance(self.warmup_steps, int)
+            or self.warmup_steps < 0
+        ):
             raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
-        if self.steps is not None and (isinstance(self.steps, bool)
-                                       or not isinstance(self.steps, int) or self.steps < 1):
+        if self.steps is not None and (
+            isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1
+        ):
             raise ValueError(f"steps must be a positive integer or None, got {self.steps!r}")
         if not 0 <= self.min_lr <= self.lr:
             raise ValueError(f"min_lr must be in [0, lr={self.lr}], got {self.min_lr!r}")

@@ -81,8 +81,9 @@ def gpu_peak_flops(name: str) -> tuple[float | None, str]:
     return None, f"unknown GPU {name!r}: pass --peak-tflops"
 
 
-def measure_matmul_flops(n: int = 1024, repeats: int = 5, device: str = "cpu",
-                         dtype: torch.dtype = torch.float32) -> float:
+def measure_matmul_flops(
+    n: int = 1024, repeats: int = 5, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> float:
     """The machine's matmul ceiling: best FLOP/s of ``repeats`` timed ``n x n`` products.
 
     A square matmul is the most efficient thing a CPU or GPU does, so its rate is a

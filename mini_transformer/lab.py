@@ -45,13 +45,9 @@ trained learned position embedding.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import platform
-import shlex
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -59,14 +55,6 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 import torch.nn.functional as F
 
-from .cli import (
-    check_output_file,
-    non_negative_int,
-    positive_float,
-    positive_int,
-    run_cli,
-    write_json,
-)
 from .core import Schedule, train_step
 from .data import IGNORE_INDEX, SYNTHETIC_TASKS
 from .devices import where_it_ran
@@ -83,8 +71,6 @@ __all__ = [
     "cosine_similarity_matrix",
     "loss_curve",
     "run_lab",
-    "merge_results",
-    "main",
 ]
 
 SCHEMES = ("none", "learned", "sinusoidal", "memn2n", "rope", "alibi")
@@ -141,8 +127,18 @@ class LabConfig:
     def __post_init__(self) -> None:
         if self.task not in SYNTHETIC_TASKS:
             raise ValueError(f"task must be one of {sorted(SYNTHETIC_TASKS)}, got {self.task!r}")
-        for name in ("train_length", "steps", "batch_size", "eval_samples", "d_model", "n_heads",
-                     "n_layers", "d_ff", "offset", "curve_every"):
+        for name in (
+            "train_length",
+            "steps",
+            "batch_size",
+            "eval_samples",
+            "d_model",
+            "n_heads",
+            "n_layers",
+            "d_ff",
+            "offset",
+            "curve_every",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -157,21 +153,26 @@ class LabConfig:
             self.eval_lengths = [L, (3 * L) // 2, 2 * L]
         if not self.eval_lengths or min(self.eval_lengths) < 1:
             raise ValueError(f"eval_lengths must be positive integers, got {self.eval_lengths}")
-        if isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int) \
-                or self.vocab_size < 2:
+        if (
+            isinstance(self.vocab_size, bool)
+            or not isinstance(self.vocab_size, int)
+            or self.vocab_size < 2
+        ):
             raise ValueError(f"vocab_size must be an integer >= 2, got {self.vocab_size!r}")
         if not (isinstance(self.lr, (int, float)) and self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
         if self.task == "copy_offset" and self.offset >= self.min_train_length:
             raise ValueError(
                 f"offset must be < min_train_length={self.min_train_length} (the shortest "
-                f"training sequence must hold a target), got offset={self.offset}")
+                f"training sequence must hold a target), got offset={self.offset}"
+            )
         for scheme, lr in self.scheme_lr.items():
             if scheme not in SCHEMES:
                 raise ValueError(f"scheme_lr keys must be in {SCHEMES}, got {scheme!r}")
             if not lr > 0:
                 raise ValueError(
-                    f"scheme_lr[{scheme!r}] must be a positive learning rate, got {lr}")
+                    f"scheme_lr[{scheme!r}] must be a positive learning rate, got {lr}"
+                )
 
     def lr_for(self, scheme: str) -> float:
         """The peak learning rate for ``scheme``: ``scheme_lr[scheme]`` if given, else ``lr``."""
@@ -285,8 +286,10 @@ def evaluate(model: TransformerLM, cfg: LabConfig, seed: int = 0) -> dict[str, d
 def learned_position_weight(model: TransformerLM) -> torch.Tensor:
     """A copy of the ``(block_size, d_model)`` table of a ``"learned"`` model's positions."""
     if model.config.positional != "learned":
-        raise ValueError("model has no learned position embedding (positional must be 'learned', "
-                         f"got {model.config.positional!r})")
+        raise ValueError(
+            "model has no learned position embedding (positional must be 'learned', "
+            f"got {model.config.positional!r})"
+        )
     return model.pos_emb.weight.detach().clone()
 
 
@@ -310,7 +313,7 @@ def _clean(v: float) -> float | None:
 def loss_curve(losses: list[float], every: int) -> list[float]:
     """Mean of ``losses`` over consecutive windows of ``every`` steps (drops a partial one)."""
     n = len(losses) // every
-    return [round(sum(losses[i * every:(i + 1) * every]) / every, 4) for i in range(n)]
+    return [round(sum(losses[i * every : (i + 1) * every]) / every, 4) for i in range(n)]
 
 
 def _train_and_evaluate(scheme: str, cfg: LabConfig, seed: int) -> tuple[dict, dict | None]:
@@ -338,10 +341,12 @@ def _train_and_evaluate(scheme: str, cfg: LabConfig, seed: int) -> tuple[dict, d
         "train_length": L,
         "init_std": round(float(w_init.std()), 4),
         "untrained_rows_max_change": float((w[L:] - w_init[L:]).abs().max())
-        if w.shape[0] > L else None,
+        if w.shape[0] > L
+        else None,
         "trained_rows_mean_change": round(float((w[:L] - w_init[:L]).norm(dim=1).mean()), 4),
-        "cosine_similarity": [[round(float(v), 4) for v in row]
-                              for row in cosine_similarity_matrix(w)],
+        "cosine_similarity": [
+            [round(float(v), 4) for v in row] for row in cosine_similarity_matrix(w)
+        ],
     }
 
 
@@ -353,8 +358,10 @@ def _summarise(cfg: LabConfig, scheme: str, runs: list[dict]) -> dict:
         for T in cfg.eval_lengths:
             vals = [r[key][T] for r in runs]
             mean = _mean(vals)
-            out[key][str(T)] = {"mean": _clean(mean) if mean is not None else None,
-                                "per_seed": [_clean(v) for v in vals]}
+            out[key][str(T)] = {
+                "mean": _clean(mean) if mean is not None else None,
+                "per_seed": [_clean(v) for v in vals],
+            }
     out["lr"] = cfg.lr_for(scheme)
     for key in ("final_loss", "train_seconds", "loss_curve"):
         out[key] = [r[key] for r in runs]
@@ -408,164 +415,17 @@ def run_lab(
             learned_info = learned_info or info
             if verbose:
                 accs = " ".join(f"T={T}:{run['accuracy'][T]:.3f}" for T in cfg.eval_lengths)
-                print(f"{scheme:>10} seed {seed}: loss {run['final_loss']:.3f} {accs} "
-                      f"({run['train_seconds']:.0f}s)", flush=True)
+                print(
+                    f"{scheme:>10} seed {seed}: loss {run['final_loss']:.3f} {accs} "
+                    f"({run['train_seconds']:.0f}s)",
+                    flush=True,
+                )
             if on_progress is not None:
                 on_progress(result(complete=False))
     return result(complete=True)
 
 
-def merge_results(parts: list[dict]) -> dict:
-    """Merge lab results that ran the same configuration on disjoint sets of schemes.
+if __name__ == "__main__":  # the command line is repository tooling: see experiments.py
+    from .experiments import lab_main
 
-    The sweep can be split across processes (``--schemes``) and merged afterwards
-    (``--merge``). Schemes come out in the order of :data:`SCHEMES`; ``commands`` lists the
-    command of every part; ``wall_time_s`` is the longest part (the parts ran side by side)
-    and ``cpu_time_s`` their sum.
-    """
-    if not parts:
-        raise ValueError("parts must hold at least one lab result, got none")
-    base = parts[0]
-
-    def shared(part: dict) -> dict:  # what must agree; per-scheme learning rates may differ
-        config = {k: v for k, v in part["config"].items() if k != "scheme_lr"}
-        return {k: part[k] for k in ("seeds", "steps", "eval_lengths", "torch_version")} | {
-            "config": config}
-
-    for part in parts[1:]:
-        for key, value in shared(part).items():
-            if value != shared(base)[key]:
-                raise ValueError(f"cannot merge lab results that differ in {key!r}")
-    seen = [s for part in parts for s in part["schemes"]]
-    if len(seen) != len(set(seen)):
-        raise ValueError(f"parts must hold disjoint schemes, got {seen}")
-    results = {s: part["results"][s] for part in parts for s in part["schemes"]}
-    schemes = [s for s in SCHEMES if s in results]
-    learned = [p["learned_embedding"] for p in parts if p["learned_embedding"] is not None]
-    scheme_lr = {s: lr for p in parts for s, lr in p["config"].get("scheme_lr", {}).items()
-                 if s in p["schemes"]}
-    merged = dict(base)
-    merged |= {
-        "config": base["config"] | {"scheme_lr": scheme_lr},
-        "command": " && ".join(p["command"] for p in parts),
-        "commands": [p["command"] for p in parts],
-        "schemes": schemes,
-        "results": {s: results[s] for s in schemes},
-        "learned_embedding": learned[0] if learned else None,
-        "wall_time_s": max(p["wall_time_s"] for p in parts),
-        "cpu_time_s": round(sum(p.get("cpu_time_s", p["wall_time_s"]) for p in parts), 1),
-        "parts": len(parts),
-    }
-    return merged
-
-
-def _scheme_lr(text: str) -> tuple[str, float]:
-    scheme, sep, value = text.partition("=")
-    if not sep or scheme not in SCHEMES:
-        raise argparse.ArgumentTypeError(
-            f"expected SCHEME=LR with SCHEME in {SCHEMES}, got {text!r}")
-    try:
-        lr = float(value)
-    except ValueError:
-        lr = math.nan
-    if not (lr > 0 and math.isfinite(lr)):
-        raise argparse.ArgumentTypeError(
-            f"expected SCHEME=LR with a positive number LR, got {text!r}")
-    return scheme, lr
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m mini_transformer.lab", description=__doc__.split("\n")[0]
-    )
-    p.add_argument("--out", default=None, help="write the JSON results here (default: print only)")
-    p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--steps", type=positive_int, default=LabConfig.steps)
-    p.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=SCHEMES)
-    p.add_argument("--task", default=LabConfig.task, choices=sorted(SYNTHETIC_TASKS))
-    p.add_argument("--train-length", type=positive_int, default=LabConfig.train_length)
-    p.add_argument("--offset", type=positive_int, default=LabConfig.offset)
-    p.add_argument("--vocab-size", type=positive_int, default=LabConfig.vocab_size)
-    p.add_argument("--batch-size", type=positive_int, default=LabConfig.batch_size)
-    p.add_argument("--lr", type=positive_float, default=LabConfig.lr)
-    p.add_argument("--eval-samples", type=positive_int, default=LabConfig.eval_samples)
-    p.add_argument("--eval-lengths", type=positive_int, nargs="+", default=None, metavar="T",
-                   help="lengths to evaluate at (default: L, 1.5 L, 2 L); the model's "
-                   "block_size becomes the longest, so a learned table gets that many rows")
-    p.add_argument("--scheme-lr", type=_scheme_lr, nargs="+", default=[], metavar="SCHEME=LR",
-                   help="per-scheme peak learning rates, e.g. alibi=0.01 (others use --lr)")
-    p.add_argument("--threads", type=positive_int, default=1, help="torch threads (1 = bit-stable)")
-    p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
-                   help="merge these result files (disjoint schemes) instead of training")
-    p.add_argument("--attach", nargs="+", default=[], metavar="KEY=JSON",
-                   help="with --merge: also store these result files under KEY "
-                   "(e.g. lr_check=lr.json, a side experiment)")
-    return p
-
-
-def _read_json(path: str) -> dict:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not a JSON file ({err})") from None
-
-
-def _merge(args, command: str) -> dict:
-    result = merge_results([_read_json(path) for path in args.merge])
-    result["merge_command"] = command
-    for item in args.attach:
-        key, sep, path = item.partition("=")
-        if not sep or not key or key in result:
-            raise ValueError(f"--attach expects KEY=JSON with a new KEY, got {item!r}")
-        result[key] = _read_json(path)
-    return result
-
-
-def _sweep(args, command: str) -> dict:
-    cfg = LabConfig(
-        task=args.task, vocab_size=args.vocab_size, offset=args.offset,
-        train_length=args.train_length, steps=args.steps, batch_size=args.batch_size,
-        lr=args.lr, eval_samples=args.eval_samples, scheme_lr=dict(args.scheme_lr),
-        eval_lengths=args.eval_lengths,
-    )
-    torch.set_num_threads(args.threads)
-    head = {"command": command}
-    save = (lambda partial: write_json(head | partial, args.out)) if args.out else None
-    cpu0 = time.process_time()
-    result = head | run_lab(cfg, args.seeds, args.schemes, on_progress=save)
-    result["cpu_time_s"] = round(time.process_time() - cpu0, 1)
-    return result
-
-
-def main(argv: list[str] | None = None) -> dict:
-    """Command line: ``python -m mini_transformer.lab --out FILE [--seeds 0 1 2] [--steps N]``.
-
-    ``--schemes`` runs a subset of the schemes, ``--scheme-lr alibi=0.01`` gives one scheme
-    its own learning rate, and ``--merge A.json B.json --out C.json`` merges parts that ran
-    the same configuration on disjoint schemes (see :func:`merge_results`);
-    ``--attach KEY=D.json`` then stores a side experiment's result under ``KEY``. Every
-    argument and ``--out`` are checked before any training; the JSON is rewritten after
-    every run (``"complete": false`` until the end). Returns the result.
-    """
-    p = _parser()
-    args = p.parse_args(argv)
-    argv_used = sys.argv[1:] if argv is None else argv
-    command = "python -m mini_transformer.lab " + shlex.join(argv_used)
-
-    def body() -> dict:
-        if args.out:
-            check_output_file(args.out)
-        if args.attach and not args.merge:
-            raise ValueError("--attach only works together with --merge")
-        result = _merge(args, command) if args.merge else _sweep(args, command)
-        if args.out:
-            write_json(result, args.out)
-            print(f"wrote {args.out} ({result['wall_time_s']} s)")
-        return result
-
-    return run_cli(p, body)
-
-
-if __name__ == "__main__":
-    main()
+    lab_main()

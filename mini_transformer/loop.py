@@ -1,34 +1,16 @@
-r"""The training loop of the character-level Shakespeare model.
+r"""The training loop: a few named steps over one explicit state object (:class:`Run`).
 
-The loop is the standard recipe for small GPTs (nanoGPT's), written as a few named steps
-over one explicit state object (:class:`Run`):
+1. :func:`_prepare`: device, data, model, optimizer (restored on resume), DDP/compile wrap.
+2. :func:`_log_start`: the run's folder and the first log record (where it ran).
+3. :func:`_train_window`: :func:`~mini_transformer.core.train_step` until the next
+   evaluation; the losses stay on the device and are read once per window, so a GPU never
+   waits for the host, and a non-finite one stops the run before anything is saved.
+4. :func:`_evaluate_and_save`: losses on both splits, a log record, and checkpoints only
+   if the held-out loss and the weights are finite (``best.pt`` before ``last.pt``).
 
-- **AdamW** with weight decay on the linear layers' matrices only
-  (:func:`~mini_transformer.presets.configure_optimizer`; fused on CUDA).
-- **Learning rate**: linear warm-up, then a cosine decay to ``min_lr``
-  (:func:`lr_at`, the one :class:`~mini_transformer.core.Schedule` of the package).
-- **One step** (:func:`~mini_transformer.core.train_step`, shared with chapters 3 and 5):
-  forward, backward, gradient clipping to ``grad_clip``, update. The losses stay on the
-  device and are read once per evaluation window, so a GPU never waits for the host.
-- On CUDA: **bf16 autocast**, fused attention, TF32 matmuls, pinned non-blocking batch
-  copies, and optionally ``torch.compile`` (``compile_mode``). On the CPU: float32.
-- **Evaluation** every ``eval_interval`` steps on fixed batches of the training works and
-  of the held-out plays, a **JSONL metrics log** (the first record says where it ran) and
-  **checkpoints** (:mod:`~mini_transformer.checkpoints`: atomic, checksummed).
-
-Nothing lost, nothing poisoned:
-
-- A NaN/inf loss or gradient norm, non-finite weights, or a held-out loss above twice the
-  uniform guess stops the run with :class:`TrainingDivergedError` **before** anything is
-  saved; the message names the last checkpoint written, which passed the same checks.
-- **Ctrl-C** takes effect at the next step boundary: ``last.pt`` is saved there and a
-  resumed run is bit-identical to an uninterrupted one. A second Ctrl-C stops at once.
-- ``best.pt`` is written before ``last.pt``, and a resumed run takes the better of the two
-  files' best losses, so a crash at any moment never lets ``best.pt`` regress.
-- ``torchrun --nproc_per_node=N`` runs it data-parallel (DDP; rank 0 evaluates, logs and
-  saves; Ctrl-C then takes effect at the end of the evaluation window, on every rank).
-
-The command line and the public names live in :mod:`mini_transformer.train`.
+Ctrl-C is read between steps (:func:`~mini_transformer.core.stop_at_step_boundary`), so
+``last.pt`` is saved at a step boundary and a resumed run is bit-identical. The command
+line, the public names and a summary of the recipe are in :mod:`mini_transformer.train`.
 """
 
 from __future__ import annotations
@@ -50,7 +32,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from .checkpoints import is_finite_state, load_checkpoint, save_checkpoint
+from .checkpoints import MetricsLog, is_finite_state, load_checkpoint, save_checkpoint
 from .core import Schedule, StopFlag, TrainingDivergedError, stop_at_step_boundary, train_step
 from .data import CharTokenizer, get_batch, load_corpus
 from .devices import measure_matmul_flops, peak_flops, resolve_device, where_it_ran
@@ -78,8 +60,13 @@ def _seed_for(*keys: int) -> int:
 
 
 @torch.no_grad()
-def evaluate(model: TransformerLM, ids: torch.Tensor, block_size: int | None = None,
-             batch_size: int = 16, max_batches: int | None = None) -> float:
+def evaluate(
+    model: TransformerLM,
+    ids: torch.Tensor,
+    block_size: int | None = None,
+    batch_size: int = 16,
+    max_batches: int | None = None,
+) -> float:
     """Mean next-token loss (nats) over consecutive, non-overlapping windows of ``ids``.
 
     Deterministic (no sampling): the windows ``ids[i*T : (i+1)*T + 1]`` are taken in order,
@@ -128,18 +115,6 @@ def _estimate_loss(run: Run, data: torch.Tensor, seed: int) -> float:
 # ---------------------------------------------------------------------------- the run's state
 
 
-class _Log:
-    """Appends JSON records to ``metrics.jsonl`` (rank 0 only)."""
-
-    def __init__(self, path: Path | None):
-        self.path = path
-
-    def write(self, record: dict) -> None:
-        if self.path is not None:
-            with self.path.open("a") as f:
-                f.write(json.dumps(record) + "\n")
-
-
 @dataclass
 class Run:
     """Everything the loop reads and changes: settings, model, data, counters, files."""
@@ -165,7 +140,7 @@ class Run:
     losses: list[float] = field(default_factory=list)
     peak: float | None = None
     peak_source: str = ""
-    log: _Log = field(default_factory=lambda: _Log(None))
+    log: MetricsLog = field(default_factory=lambda: MetricsLog(None))
 
     @property
     def last_path(self) -> Path:
@@ -208,8 +183,16 @@ def _check_out_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
         raise FileNotFoundError(f"cannot resume: checkpoint not found: {last}")
 
 
-def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, overwrite: bool,
-             setup_hook, rank: int, local_rank: int, world: int) -> Run:
+def _prepare(
+    cfg: TrainConfig,
+    out_dir: Path,
+    resume: bool,
+    overwrite: bool,
+    setup_hook,
+    rank: int,
+    local_rank: int,
+    world: int,
+) -> Run:
     """Step 1: device, data, model and optimizer (restored from ``last.pt`` on resume)."""
     _check_out_dir(out_dir, resume, overwrite)
     if cfg.threads is not None:
@@ -236,9 +219,19 @@ def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, overwrite: bool,
     model.to(device)
     if setup_hook is not None:
         setup_hook(model)
-    run = Run(cfg, out_dir, device, model, configure_optimizer(model, cfg, fused=is_cuda),
-              tok, train_ids, val_ids, rank=rank, world=world,
-              use_bf16=is_cuda and torch.cuda.is_bf16_supported())
+    run = Run(
+        cfg,
+        out_dir,
+        device,
+        model,
+        configure_optimizer(model, cfg, fused=is_cuda),
+        tok,
+        train_ids,
+        val_ids,
+        rank=rank,
+        world=world,
+        use_bf16=is_cuda and torch.cuda.is_bf16_supported(),
+    )
     if resume:
         _restore(run)
     elif world > 1:
@@ -252,7 +245,7 @@ def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, overwrite: bool,
         run.step_model = torch.compile(run.step_model, mode=cfg.compile_mode)
     if rank == 0:
         run.peak, run.peak_source = peak_flops(device, cfg.peak_flops)
-        run.log = _Log(out_dir / "metrics.jsonl")
+        run.log = MetricsLog(out_dir / "metrics.jsonl")
     return run
 
 
@@ -283,34 +276,39 @@ def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
     model, cfg = run.model, run.cfg
     configs = {"model_config": model.config.to_dict(), "train_config": cfg.to_dict()}
     (run.out_dir / "config.json").write_text(json.dumps(configs, indent=2))
-    run.log.write({
-        "event": "resume" if resume else "start",
-        "step": run.step,
-        **where_it_ran(run.device),
-        "world_size": run.world,
-        "dtype": "bfloat16 autocast" if run.use_bf16 else "float32",
-        "compile": cfg.compile,
-        "preset": cfg.preset,
-        "seed": cfg.seed,
-        "command": " ".join(argv if argv is not None else sys.argv),
-        **configs,
-        "n_parameters": model.num_parameters(),
-        "parameters_by_component": model.num_parameters(by_component=True),
-        "flops_per_token": model.flops_per_token(),
-        "tokens_per_step": run.tokens_per_step,
-        "peak_flops": run.peak,
-        "peak_flops_source": run.peak_source,
-        "train_tokens": len(run.train_ids),
-        "val_tokens": len(run.val_ids),
-    })
+    run.log.write(
+        {
+            "event": "resume" if resume else "start",
+            "step": run.step,
+            **where_it_ran(run.device),
+            "world_size": run.world,
+            "dtype": "bfloat16 autocast" if run.use_bf16 else "float32",
+            "compile": cfg.compile,
+            "preset": cfg.preset,
+            "seed": cfg.seed,
+            "command": " ".join(argv if argv is not None else sys.argv),
+            **configs,
+            "n_parameters": model.num_parameters(),
+            "parameters_by_component": model.num_parameters(by_component=True),
+            "flops_per_token": model.flops_per_token(),
+            "tokens_per_step": run.tokens_per_step,
+            "peak_flops": run.peak,
+            "peak_flops_source": run.peak_source,
+            "train_tokens": len(run.train_ids),
+            "val_tokens": len(run.val_ids),
+        }
+    )
 
 
 # ---------------------------------------------------------------------------- the loop steps
 
 
 def _diverged(run: Run, what: str, value: float, step: int) -> TrainingDivergedError:
-    good = (f"{run.last_path} (step {run.saved_step})" if run.saved_step is not None
-            else "none: nothing was saved")
+    good = (
+        f"{run.last_path} (step {run.saved_step})"
+        if run.saved_step is not None
+        else "none: nothing was saved"
+    )
     return TrainingDivergedError(
         f"the {what} became {value:.4g} at step {step} (lr {lr_at(step, run.cfg):.3g}); the "
         f"weights after it were not saved. The last good checkpoint is {good}. "
@@ -331,8 +329,15 @@ def _train_window(run: Run, end: int, stop: StopFlag, bar) -> float | None:
     while run.step < end and not (stop.requested and run.world == 1):
         g = torch.Generator().manual_seed(_seed_for(cfg.seed, run.rank, run.step))
         x, y = get_batch(run.train_ids, cfg.batch_size, model.config.block_size, g, run.device)
-        loss, norm = train_step(run.step_model, run.optimizer, x, y, schedule(run.step),
-                                grad_clip=cfg.grad_clip, autocast=run.autocast)
+        loss, norm = train_step(
+            run.step_model,
+            run.optimizer,
+            x,
+            y,
+            schedule(run.step),
+            grad_clip=cfg.grad_clip,
+            autocast=run.autocast,
+        )
         losses.append(loss)
         norms.append(norm if norm is not None else torch.zeros((), device=run.device))
         run.step += 1
@@ -360,12 +365,20 @@ def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
     mfu = None
     if tokens_per_s is not None and run.peak:
         mfu = tokens_per_s * model.flops_per_token() / (run.peak * run.world)
-    run.log.write({
-        "event": "eval", "step": run.step, "train_loss": train_loss, "val_loss": val_loss,
-        "lr": lr_at(max(run.step - 1, 0), cfg), "tokens_per_s": tokens_per_s, "mfu": mfu,
-        "peak_flops": run.peak, "tokens_seen": run.step * run.tokens_per_step,
-        "elapsed_s": run.elapsed(),
-    })
+    run.log.write(
+        {
+            "event": "eval",
+            "step": run.step,
+            "train_loss": train_loss,
+            "val_loss": val_loss,
+            "lr": lr_at(max(run.step - 1, 0), cfg),
+            "tokens_per_s": tokens_per_s,
+            "mfu": mfu,
+            "peak_flops": run.peak,
+            "tokens_seen": run.step * run.tokens_per_step,
+            "elapsed_s": run.elapsed(),
+        }
+    )
     limit = DIVERGED_LOSS_FACTOR * math.log(model.config.vocab_size)
     if not (math.isfinite(val_loss) and val_loss <= limit):
         raise _diverged(run, "held-out loss", val_loss, run.step)
@@ -384,9 +397,17 @@ def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
 
 
 def _save(run: Run, path: Path) -> None:
-    save_checkpoint(path, run.model, run.optimizer, step=run.step, train_config=run.cfg,
-                    tokenizer=run.tok, best_val_loss=run.best_val, val_loss=run.val_loss,
-                    elapsed_s=run.elapsed())
+    save_checkpoint(
+        path,
+        run.model,
+        run.optimizer,
+        step=run.step,
+        train_config=run.cfg,
+        tokenizer=run.tok,
+        best_val_loss=run.best_val,
+        val_loss=run.val_loss,
+        elapsed_s=run.elapsed(),
+    )
 
 
 def _stop_requested(run: Run, stop: StopFlag) -> bool:
@@ -413,8 +434,13 @@ def _save_on_interrupt(run: Run) -> None:
 def _loop(run: Run, resume: bool) -> None:
     """Step 3 and 4 in turn until ``cfg.steps`` (the first evaluation is at step 0)."""
     cfg = run.cfg
-    bar = tqdm(total=cfg.steps, initial=run.step, disable=not cfg.progress or run.rank != 0,
-               desc=f"train {cfg.preset}", dynamic_ncols=True)
+    bar = tqdm(
+        total=cfg.steps,
+        initial=run.step,
+        disable=not cfg.progress or run.rank != 0,
+        desc=f"train {cfg.preset}",
+        dynamic_ncols=True,
+    )
     with bar, stop_at_step_boundary() as stop:
         if run.rank == 0 and not resume:
             _evaluate_and_save(run, None)  # the loss before any training: about ln(vocab_size)
@@ -429,9 +455,15 @@ def _loop(run: Run, resume: bool) -> None:
                 _evaluate_and_save(run, rate)
 
 
-def train(cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False,
-          overwrite: bool = False, argv: list[str] | None = None,
-          setup_hook: Callable[[TransformerLM], None] | None = None) -> dict:
+def train(
+    cfg: TrainConfig,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    argv: list[str] | None = None,
+    setup_hook: Callable[[TransformerLM], None] | None = None,
+) -> dict:
     """Train a :class:`TransformerLM` on the bundled corpus; write checkpoints and a log.
 
     Args:
@@ -474,12 +506,25 @@ def train(cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False,
             raise
         finally:
             best = run.best_val if math.isfinite(run.best_val) else None
-            run.log.write({"event": "end", "step": run.step, "reason": reason,
-                           "val_loss": run.val_loss, "best_val_loss": best,
-                           "wall_time_s": run.elapsed()})
+            run.log.write(
+                {
+                    "event": "end",
+                    "step": run.step,
+                    "reason": reason,
+                    "val_loss": run.val_loss,
+                    "best_val_loss": best,
+                    "wall_time_s": run.elapsed(),
+                }
+            )
     finally:
         if world > 1 and dist.is_initialized():
             dist.destroy_process_group()
-    return {"step": run.step, "losses": run.losses, "val_loss": run.val_loss,
-            "best_val_loss": run.best_val, "reason": reason, "wall_time_s": run.elapsed(),
-            "out_dir": str(out_dir)}
+    return {
+        "step": run.step,
+        "losses": run.losses,
+        "val_loss": run.val_loss,
+        "best_val_loss": run.best_val,
+        "reason": reason,
+        "wall_time_s": run.elapsed(),
+        "out_dir": str(out_dir),
+    }

@@ -19,8 +19,15 @@ import torch
 from .core import Schedule
 from .model import TransformerConfig, TransformerLM
 
-__all__ = ["PRESETS", "MODEL_KEYS", "COMPILE_MODES", "TrainConfig", "get_preset", "lr_at",
-           "configure_optimizer"]
+__all__ = [
+    "PRESETS",
+    "MODEL_KEYS",
+    "COMPILE_MODES",
+    "TrainConfig",
+    "get_preset",
+    "lr_at",
+    "configure_optimizer",
+]
 
 #: ``torch.compile`` modes (``"reduce-overhead"`` and ``"max-autotune"`` use CUDA graphs).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -31,21 +38,37 @@ PRESETS: dict[str, dict] = {
     # Seconds on one CPU core: for tests and for watching the loop in chapter 6.
     "tiny": dict(
         model=dict(block_size=32, d_model=32, n_heads=2, n_layers=2, dropout=0.0),
-        batch_size=8, steps=60, lr=1e-2, min_lr=1e-3, warmup_steps=5,
-        eval_interval=20, eval_batches=2,
+        batch_size=8,
+        steps=60,
+        lr=1e-2,
+        min_lr=1e-3,
+        warmup_steps=5,
+        eval_interval=20,
+        eval_batches=2,
     ),
     # About 12 minutes on a shared 2-core CPU (1 thread): the committed model when no GPU
     # is at hand. 1000 steps x 2048 tokens = 2M tokens, about half an epoch.
     "cpu": dict(
         model=dict(block_size=128, d_model=128, n_heads=4, n_layers=4, dropout=0.0),
-        batch_size=16, steps=1000, lr=3e-3, min_lr=3e-4, warmup_steps=50,
-        eval_interval=100, eval_batches=8,
+        batch_size=16,
+        steps=1000,
+        lr=3e-3,
+        min_lr=3e-4,
+        warmup_steps=50,
+        eval_interval=100,
+        eval_batches=8,
     ),
     # nanoGPT's shakespeare-char configuration (~10.7M parameters); minutes on one GPU.
     "gpu": dict(
         model=dict(block_size=256, d_model=384, n_heads=6, n_layers=6, dropout=0.2),
-        batch_size=64, steps=5000, lr=1e-3, min_lr=1e-4, warmup_steps=100,
-        eval_interval=250, eval_batches=100, beta2=0.99,
+        batch_size=64,
+        steps=5000,
+        lr=1e-3,
+        min_lr=1e-4,
+        warmup_steps=100,
+        eval_interval=250,
+        eval_batches=100,
+        beta2=0.99,
     ),
 }
 
@@ -126,13 +149,16 @@ class TrainConfig:
             raise ValueError(f"peak_flops must be positive or None, got {self.peak_flops!r}")
         if self.compile_mode not in COMPILE_MODES:
             raise ValueError(
-                f"compile_mode must be one of {COMPILE_MODES}, got {self.compile_mode!r}")
+                f"compile_mode must be one of {COMPILE_MODES}, got {self.compile_mode!r}"
+            )
         device = self.device if isinstance(self.device, str) else ""
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
             raise ValueError(
-                f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
-        if self.threads is not None and (isinstance(self.threads, bool)
-                                         or not isinstance(self.threads, int) or self.threads < 1):
+                f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}"
+            )
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
+        ):
             raise ValueError(f"threads must be a positive integer or None, got {self.threads!r}")
 
     def model_config(self, vocab_size: int) -> TransformerConfig:
@@ -141,8 +167,9 @@ class TrainConfig:
 
     def schedule(self) -> Schedule:
         """The run's learning-rate :class:`~mini_transformer.core.Schedule`."""
-        return Schedule(lr=self.lr, warmup_steps=self.warmup_steps, steps=self.steps,
-                        min_lr=self.min_lr)
+        return Schedule(
+            lr=self.lr, warmup_steps=self.warmup_steps, steps=self.steps, min_lr=self.min_lr
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -196,8 +223,12 @@ def configure_optimizer(model: TransformerLM, cfg: TrainConfig, fused: bool = Fa
     Biases, LayerNorm gains and the embeddings (token and position; the tied LM head is
     the token embedding) are not decayed.
     """
-    no_decay = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding)
-                for p in m.parameters(recurse=False)}
+    no_decay = {
+        id(p)
+        for m in model.modules()
+        if isinstance(m, torch.nn.Embedding)
+        for p in m.parameters(recurse=False)
+    }
     if model.pos_emb is not None:
         no_decay |= {id(p) for p in model.pos_emb.parameters()}
     decay, other = [], []
@@ -214,4 +245,3 @@ def configure_optimizer(model: TransformerLM, cfg: TrainConfig, fused: bool = Fa
     ]
     kwargs = {"fused": True} if fused else {}
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), **kwargs)
-

@@ -30,7 +30,6 @@ configuration and get the same numbers as the JSON file.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import platform
@@ -43,14 +42,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .cli import (
-    check_output_file,
-    non_negative_int,
-    positive_float,
-    positive_int,
-    run_cli,
-    write_json,
-)
 from .core import Schedule, train_step
 from .devices import where_it_ran
 from .layers import TransformerStack
@@ -70,7 +61,6 @@ __all__ = [
     "train_run",
     "summarize_runs",
     "run_sweep",
-    "main",
 ]
 
 
@@ -225,9 +215,10 @@ def train_run(
     if not diverged:
         held_out = torch.Generator().manual_seed(999_999)
         with torch.no_grad():
-            final = sum(
-                model(*copy_task_batch(cfg, held_out))[1].item() for _ in range(eval_batches)
-            ) / eval_batches
+            final = (
+                sum(model(*copy_task_batch(cfg, held_out))[1].item() for _ in range(eval_batches))
+                / eval_batches
+            )
         diverged = not math.isfinite(final)
     return {
         "norm_position": norm_position,
@@ -345,39 +336,17 @@ def run_sweep(
         r["wall_s"] = round(time.perf_counter() - t1, 2)
         runs.append(r)
         if verbose:
-            print(f"{pos:4s} lr={lr:<7g} warmup={w:<4d} seed={seed} final={r['final_loss']} "
-                  f"diverged={r['diverged']} ({r['wall_s']:.1f}s)", flush=True)
+            print(
+                f"{pos:4s} lr={lr:<7g} warmup={w:<4d} seed={seed} final={r['final_loss']} "
+                f"diverged={r['diverged']} ({r['wall_s']:.1f}s)",
+                flush=True,
+            )
         if on_progress is not None:
             on_progress(result(complete=False))
     return result(complete=True)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Command line: run the sweep and write the JSON file (rewritten after every run).
+if __name__ == "__main__":  # the command line is repository tooling: see experiments.py
+    from .experiments import stability_main
 
-    Every argument and ``--out`` are checked before any work: bad input exits with
-    status 2 and a usage message; a failure while writing exits with status 1.
-    """
-    p = argparse.ArgumentParser(prog="python -m mini_transformer.stability",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default="book/data/05_stability.json")
-    p.add_argument("--steps", type=positive_int, default=300)
-    p.add_argument("--lrs", type=positive_float, nargs="+", default=[1e-3, 3e-3, 1e-2, 3e-2])
-    p.add_argument("--warmups", type=non_negative_int, nargs="+", default=[0, 100])
-    p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
-    args = p.parse_args(argv)
-
-    def body() -> dict:
-        check_output_file(args.out)
-        torch.set_num_threads(1)
-        res = run_sweep(lrs=tuple(args.lrs), warmups=tuple(args.warmups), steps=args.steps,
-                        seeds=tuple(args.seeds), on_progress=lambda r: write_json(r, args.out))
-        write_json(res, args.out)
-        print(f"wrote {args.out} in {res['wall_time_s']} s")
-        return res
-
-    return run_cli(p, body)
-
-
-if __name__ == "__main__":
-    main()
+    stability_main()

@@ -108,9 +108,12 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="run folder (checkpoints, metrics.jsonl)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     p.add_argument("--overwrite", action="store_true", help="start afresh even if OUT has a run")
-    p.add_argument("--steps", type=positive_int,
-                   help="total optimizer steps (with --resume: a new total; the cosine "
-                   "schedule is recomputed for it)")
+    p.add_argument(
+        "--steps",
+        type=positive_int,
+        help="total optimizer steps (with --resume: a new total; the cosine "
+        "schedule is recomputed for it)",
+    )
     p.add_argument("--batch-size", type=positive_int)
     p.add_argument("--lr", type=positive_float)
     p.add_argument("--eval-interval", type=positive_int)
@@ -118,22 +121,37 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int)
     p.add_argument("--positional", choices=POSITIONAL_SCHEMES)
     p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
-    p.add_argument("--compile", nargs="?", const="default", choices=COMPILE_MODES,
-                   metavar="MODE", help="torch.compile the model (MODE: %(choices)s; "
-                   "default 'default'; the CUDA-graph modes suit small models)")
+    p.add_argument(
+        "--compile",
+        nargs="?",
+        const="default",
+        choices=COMPILE_MODES,
+        metavar="MODE",
+        help="torch.compile the model (MODE: %(choices)s; "
+        "default 'default'; the CUDA-graph modes suit small models)",
+    )
     p.add_argument("--threads", type=positive_int, help="torch.set_num_threads")
     p.add_argument("--peak-tflops", type=positive_float, help="device peak for MFU (TFLOP/s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--allow-cpu", action="store_true",
-                   help="train the gpu preset even without CUDA (hours to days)")
+    p.add_argument(
+        "--allow-cpu",
+        action="store_true",
+        help="train the gpu preset even without CUDA (hours to days)",
+    )
     return p
 
 
 def _overrides(args: argparse.Namespace) -> dict:
     overrides = dict(
-        steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-        eval_interval=args.eval_interval, eval_batches=args.eval_batches, seed=args.seed,
-        positional=args.positional, device=args.device, threads=args.threads,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        eval_interval=args.eval_interval,
+        eval_batches=args.eval_batches,
+        seed=args.seed,
+        positional=args.positional,
+        device=args.device,
+        threads=args.threads,
         peak_flops=args.peak_tflops * 1e12 if args.peak_tflops else None,
     )
     if args.compile:
@@ -153,8 +171,10 @@ def _resume_config(parser, args, overrides: dict) -> TrainConfig:
     if args.preset is not None:
         wanted = get_preset(args.preset, **overrides).model
         if wanted != stored.model:
-            parser.error(f"{last} was trained with a different model config than preset "
-                         f"{args.preset!r} ({config_diff(stored.model, wanted)})")
+            parser.error(
+                f"{last} was trained with a different model config than preset "
+                f"{args.preset!r} ({config_diff(stored.model, wanted)})"
+            )
     if any(overrides.get(k) is not None for k in MODEL_KEYS):
         parser.error("model settings (e.g. --positional) cannot change on --resume")
     run = {**stored.to_dict(), **{k: v for k, v in overrides.items() if v is not None}}
@@ -201,25 +221,37 @@ def _main_train(argv: list[str]) -> int:
         if refusal:
             raise ValueError(refusal)
         try:
-            result = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite,
-                           argv=["python", "-m", "mini_transformer.train", *argv])
+            result = train(
+                cfg,
+                args.out,
+                resume=args.resume,
+                overwrite=args.overwrite,
+                argv=["python", "-m", "mini_transformer.train", *argv],
+            )
         except TrainingDivergedError as err:
             print(f"error: {err}", file=sys.stderr)
             return 1
         if _distributed()[0] == 0:
-            print(f"done: step {result['step']}, val loss {result['val_loss']:.4f}, "
-                  f"best {result['best_val_loss']:.4f}, {result['wall_time_s']:.0f} s; "
-                  f"checkpoints in {args.out}")
+            print(
+                f"done: step {result['step']}, val loss {result['val_loss']:.4f}, "
+                f"best {result['best_val_loss']:.4f}, {result['wall_time_s']:.0f} s; "
+                f"checkpoints in {args.out}"
+            )
         return 0
 
     return run_cli(parser, body)
 
 
 def _main_sample(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m mini_transformer.train sample",
-                                description="Generate text from a checkpoint.")
-    p.add_argument("--ckpt", default="cpu",
-                   help="checkpoint or weights file, or 'cpu' / 'gpu' for a bundled model")
+    p = argparse.ArgumentParser(
+        prog="python -m mini_transformer.train sample",
+        description="Generate text from a checkpoint.",
+    )
+    p.add_argument(
+        "--ckpt",
+        default="cpu",
+        help="checkpoint or weights file, or 'cpu' / 'gpu' for a bundled model",
+    )
     p.add_argument("--prompt", default="\n", help="text to continue")
     p.add_argument("--tokens", type=positive_int, default=500, help="characters to generate")
     p.add_argument("--temperature", type=float, default=0.8)
@@ -232,8 +264,13 @@ def _main_sample(argv: list[str]) -> int:
         resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
         model, tok, _ = load_model(pretrained_path(args.ckpt), args.device)
         idx = tok.encode(args.prompt)[None, :].to(args.device)
-        out = model.generate(idx, args.tokens, temperature=args.temperature, top_k=args.top_k,
-                             generator=torch.Generator().manual_seed(args.seed))
+        out = model.generate(
+            idx,
+            args.tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            generator=torch.Generator().manual_seed(args.seed),
+        )
         print(tok.decode(out[0]))
         return 0
 
@@ -241,8 +278,10 @@ def _main_sample(argv: list[str]) -> int:
 
 
 def _main_export(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m mini_transformer.train export",
-                                description="Write a half-precision weights-only file.")
+    p = argparse.ArgumentParser(
+        prog="python -m mini_transformer.train export",
+        description="Write a half-precision weights-only file.",
+    )
     p.add_argument("--ckpt", required=True, help="a full checkpoint, e.g. runs/cpu/best.pt")
     p.add_argument("--out", default=str(PRETRAINED_WEIGHTS), help="the weights file (.pt)")
     p.add_argument("--log", help="metrics log to copy beside it (default: the run's)")

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from mini_transformer import lab
+from mini_transformer import experiments, lab
 from mini_transformer import stability as S
 from mini_transformer import train as T
 
@@ -115,7 +115,7 @@ def test_export_refuses_an_out_that_would_be_overwritten_by_its_json(tmp_path, c
     ],
 )
 def test_lab_refuses_bad_input_before_training(argv, message, capsys):
-    code, err = exit_code(lab.main, argv, capsys)
+    code, err = exit_code(experiments.lab_main, argv, capsys)
     assert code == 2 and message in err
 
 
@@ -129,7 +129,7 @@ def test_lab_refuses_bad_input_before_training(argv, message, capsys):
     ],
 )
 def test_stability_refuses_bad_input_before_training(argv, message, capsys, tmp_path):
-    code, err = exit_code(S.main, argv, capsys)
+    code, err = exit_code(experiments.stability_main, argv, capsys)
     assert code == 2 and message in err
 
 
@@ -165,7 +165,7 @@ def test_an_interrupted_lab_sweep_keeps_the_runs_it_finished(tmp_path, capsys, m
         "none",
         "rope",
     ]
-    code, _ = exit_code(lab.main, argv, capsys)
+    code, _ = exit_code(experiments.lab_main, argv, capsys)
     saved = json.loads(out.read_text())
     assert code == 130 and saved["complete"] is False
     assert saved["schemes"] == ["none"] and len(saved["results"]["none"]["final_loss"]) == 2
@@ -186,7 +186,7 @@ def test_an_interrupted_stability_sweep_keeps_the_runs_it_finished(tmp_path, cap
     monkeypatch.setattr(S, "train_run", interrupt_second)
     monkeypatch.setattr(S, "grad_norms_at_init", lambda *a, **k: [0.0])
     code, _ = exit_code(
-        S.main,
+        experiments.stability_main,
         ["--out", str(out), "--steps", "2", "--lrs", "1e-3", "--seeds", "0", "1", "--warmups", "0"],
         capsys,
     )

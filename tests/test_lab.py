@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mini_transformer import lab
+from mini_transformer import experiments, lab
 from mini_transformer.data import IGNORE_INDEX
 
 COMMITTED = Path(__file__).resolve().parents[1] / "book" / "data" / "extrapolation.json"
@@ -239,7 +239,7 @@ def test_command_line_writes_the_json_schema(tmp_path, capsys):
         "learned",
     ]
     # the CLI uses the default model size; keep it small by shortening everything else
-    result = lab.main(argv)
+    result = experiments.lab_main(argv)
     assert "wrote" in capsys.readouterr().out
     on_disk = json.loads(out.read_text())
     assert on_disk == json.loads(json.dumps(result))
@@ -263,9 +263,11 @@ def test_parts_run_on_disjoint_schemes_merge_into_one_result(tmp_path, capsys):
         "4",
     ]
     a, b, merged = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "ab.json"
-    lab.main(["--out", str(a), "--schemes", "learned", *common])
-    lab.main(["--out", str(b), "--schemes", "none", "alibi", "--scheme-lr", "alibi=0.01", *common])
-    result = lab.main(["--merge", str(b), str(a), "--out", str(merged)])
+    experiments.lab_main(["--out", str(a), "--schemes", "learned", *common])
+    experiments.lab_main(
+        ["--out", str(b), "--schemes", "none", "alibi", "--scheme-lr", "alibi=0.01", *common]
+    )
+    result = experiments.lab_main(["--merge", str(b), str(a), "--out", str(merged)])
     capsys.readouterr()
     check_schema(result, ["none", "learned", "alibi"], [0], [6, 9, 12])  # in SCHEMES order
     part_a, part_b = json.loads(a.read_text()), json.loads(b.read_text())
@@ -295,9 +297,11 @@ def test_merge_can_attach_a_side_experiment_under_a_key(tmp_path, capsys):
         "4",
     ]
     a, side = tmp_path / "a.json", tmp_path / "side.json"
-    lab.main(["--out", str(a), "--schemes", "rope", *common])
-    lab.main(["--out", str(side), "--schemes", "rope", "--scheme-lr", "rope=0.01", *common])
-    result = lab.main(["--merge", str(a), "--attach", f"lr_check={side}"])
+    experiments.lab_main(["--out", str(a), "--schemes", "rope", *common])
+    experiments.lab_main(
+        ["--out", str(side), "--schemes", "rope", "--scheme-lr", "rope=0.01", *common]
+    )
+    result = experiments.lab_main(["--merge", str(a), "--attach", f"lr_check={side}"])
     capsys.readouterr()
     assert result["lr_check"] == json.loads(side.read_text())
     assert result["lr_check"]["results"]["rope"]["lr"] == 0.01
@@ -305,14 +309,14 @@ def test_merge_can_attach_a_side_experiment_under_a_key(tmp_path, capsys):
 
 def test_attach_needs_a_new_key(capsys):
     with pytest.raises(SystemExit) as exc:
-        lab.main(["--merge", str(COMMITTED), "--attach", "results=x.json"])
+        experiments.lab_main(["--merge", str(COMMITTED), "--attach", "results=x.json"])
     assert exc.value.code == 2
     assert "--attach expects KEY=JSON with a new KEY" in capsys.readouterr().err
 
 
 def test_attach_needs_merge(capsys):
     with pytest.raises(SystemExit) as exc:
-        lab.main(["--attach", "x=y.json", "--steps", "1"])
+        experiments.lab_main(["--attach", "x=y.json", "--steps", "1"])
     assert exc.value.code == 2
     assert "--attach only works together with --merge" in capsys.readouterr().err
 
@@ -331,7 +335,7 @@ def test_merging_overlapping_schemes_is_an_error():
         "wall_time_s": 1.0,
     }
     with pytest.raises(ValueError, match="parts must hold disjoint schemes"):
-        lab.merge_results([part, dict(part)])
+        experiments.merge_results([part, dict(part)])
 
 
 def test_merging_different_configurations_is_an_error():
@@ -349,12 +353,12 @@ def test_merging_different_configurations_is_an_error():
     }
     other = dict(part, steps=2, schemes=["rope"])
     with pytest.raises(ValueError, match="cannot merge lab results that differ in 'steps'"):
-        lab.merge_results([part, other])
+        experiments.merge_results([part, other])
 
 
 def test_merging_nothing_is_an_error():
     with pytest.raises(ValueError, match="parts must hold at least one lab result"):
-        lab.merge_results([])
+        experiments.merge_results([])
 
 
 @pytest.mark.skipif(not COMMITTED.exists(), reason="book/data/extrapolation.json not generated yet")
