@@ -11,9 +11,15 @@ One module per idea:
   (chapter 5).
 - :mod:`mini_transformer.model`: the decoder-only language model (chapters 3 and 6).
 - :mod:`mini_transformer.data`: the bundled Shakespeare corpus, tokenizer, batches, synthetic tasks.
-- :mod:`mini_transformer.train`: the training loop, checkpoints and the command line.
-- :mod:`mini_transformer.lab`: the length-extrapolation lab of chapter 3 (a command line).
-- :mod:`mini_transformer.stability`: the Post-LN vs Pre-LN sweep of chapter 5 (a command line).
+- :mod:`mini_transformer.train`: training the chapter-6 model: its public names and command
+  line, built from :mod:`~mini_transformer.presets` (the run's settings),
+  :mod:`~mini_transformer.loop` (the loop), :mod:`~mini_transformer.core` (the one step and
+  schedule that chapters 3, 5 and 6 share), :mod:`~mini_transformer.checkpoints` (files)
+  and :mod:`~mini_transformer.devices` (where it ran, peak FLOP/s).
+- :mod:`mini_transformer.lab`: the length-extrapolation lab of chapter 3.
+- :mod:`mini_transformer.stability`: the Post-LN vs Pre-LN experiments of chapter 5.
+- :mod:`mini_transformer.experiments` and :mod:`mini_transformer.cli`: the lab's and the
+  sweep's command lines and the rules every command line follows (repository tooling).
 - :mod:`mini_transformer.exercises`: the checkers behind the chapters' exercises.
 - :mod:`mini_transformer.plotting`: notebook set-up and figure defaults.
 """

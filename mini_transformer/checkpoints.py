@@ -12,7 +12,8 @@ The rules a checkpoint file follows, and why:
 - **Corruption detected**: a SHA-256 over everything stored (every tensor's dtype, shape
   and bytes, every other value) is written beside it and checked on load; a flipped bit
   gives a ``ValueError``, never silently different weights. Files written before the
-  checksum existed (``version`` 1, e.g. an old run) still load, unchecked.
+  checksum existed (``version`` 1) still load: the committed models are checked against
+  the SHA-256 of their file (:data:`PRETRAINED_SHA256`), an old run's files are not.
 - **Sizes checked before allocating**: a model is built from a stored config only after
   the config agrees with the shapes of the stored tensors and its buffers fit in
   :data:`MAX_BUFFER_BYTES`, so a file declaring a huge config is refused with a message
@@ -45,6 +46,7 @@ __all__ = [
     "WEIGHTS_FORMAT",
     "PRETRAINED",
     "PRETRAINED_WEIGHTS",
+    "PRETRAINED_SHA256",
     "MAX_BUFFER_BYTES",
     "checksum",
     "atomic_write",
@@ -69,6 +71,14 @@ PRETRAINED = {
     "gpu": ASSETS_DIR / "shakespeare_char_gpu.pt",
 }
 PRETRAINED_WEIGHTS = PRETRAINED["cpu"]
+
+#: SHA-256 of the committed weights files. They were written before checkpoints carried a
+#: checksum (``version`` 1), so their whole file is checked against these digests instead
+#: (re-exporting them would add their size to the repository's history again).
+PRETRAINED_SHA256 = {
+    "cpu": "2a5ccc344c0f29b004eae4a5d0920ccb3582c587450dcca9a030c84a37a05c3f",
+    "gpu": "020299bf96ae8dd595555eecdbab296db4f72dca78ebbba112d872638912e071",
+}
 
 #: Largest total size of the non-parameter tensors (ALiBi table, sinusoidal table, RoPE
 #: cache) a stored config may imply before :func:`load_model` builds it: 2 GiB.
@@ -186,10 +196,23 @@ def config_diff(a: dict, b: dict) -> str:
     return ", ".join(f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in keys if a.get(k) != b.get(k))
 
 
+def _check_committed_file(path: Path) -> None:
+    """A committed model's file must have its recorded SHA-256 (:data:`PRETRAINED_SHA256`)."""
+    for which, committed in PRETRAINED.items():
+        if path.resolve() == committed.resolve():
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            if digest != PRETRAINED_SHA256[which]:
+                raise ValueError(
+                    f"checkpoint {path} is corrupt: the committed {which!r} model's file "
+                    f"has SHA-256 {digest[:12]}..., not {PRETRAINED_SHA256[which][:12]}..."
+                )
+
+
 def _read(path: Path, map_location) -> dict:
     """``torch.load(weights_only=True)`` with every failure turned into a clear ValueError."""
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
+    _check_committed_file(path)
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # truncated zip, random bytes, a pickle with code in it ...
@@ -245,7 +268,7 @@ def load_checkpoint(
 
 
 def _buffer_bytes(c: TransformerConfig) -> int:
-    """Bytes of the float32 tensors :class:`TransformerLM` builds besides its parameters."""
+    """Bytes of the tables a ``TransformerLM`` of config ``c`` builds besides its parameters."""
     n = 0
     if c.positional == "alibi":
         n += c.n_heads * c.block_size**2

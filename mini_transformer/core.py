@@ -143,7 +143,7 @@ def train_step(
 
 
 class StopFlag:
-    """Set by Ctrl-C (SIGINT); the training loop reads :attr:`requested` between steps."""
+    """Set by Ctrl-C (SIGINT); the training loop reads ``requested`` between steps."""
 
     def __init__(self) -> None:
         self.requested = False

@@ -39,9 +39,9 @@ def merge_results(parts: list[dict]) -> dict:
     """Merge lab results that ran the same configuration on disjoint sets of schemes.
 
     The sweep can be split across processes (``--schemes``) and merged afterwards
-    (``--merge``). Schemes come out in the order of :data:`SCHEMES`; ``commands`` lists the
-    command of every part; ``wall_time_s`` is the longest part (the parts ran side by side)
-    and ``cpu_time_s`` their sum.
+    (``--merge``). Schemes come out in the order of :data:`~mini_transformer.lab.SCHEMES`;
+    ``commands`` lists the command of every part; ``wall_time_s`` is the longest part (the
+    parts ran side by side) and ``cpu_time_s`` their sum.
     """
     if not parts:
         raise ValueError("parts must hold at least one lab result, got none")

@@ -130,6 +130,8 @@ class LayerNorm(nn.Module):
         d_model: size of the last dimension, a positive integer.
         eps: positive constant added to the variance (avoids division by zero for a
             constant vector).
+        bias: learn ``beta``; ``False`` keeps ``.bias`` as a constant zero buffer (not a
+            parameter, not in the state dict), as a model without biases wants.
 
     Shape:
         ``(..., d_model) -> (..., d_model)``, typically ``(B, T, d_model)``.
@@ -140,14 +142,17 @@ class LayerNorm(nn.Module):
         torch.Size([2, 5, 8])
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+    def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True) -> None:
         super().__init__()
         self.d_model = _check_positive_int("d_model", d_model)
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
             raise ValueError(f"eps must be a positive number, got {eps!r}")
         self.eps = float(eps)
         self.weight = nn.Parameter(torch.ones(d_model))  # gamma
-        self.bias = nn.Parameter(torch.zeros(d_model))  # beta
+        if bias:
+            self.bias = nn.Parameter(torch.zeros(d_model))  # beta
+        else:
+            self.register_buffer("bias", torch.zeros(d_model), persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
         _check_input(x, self.d_model)
@@ -182,6 +187,7 @@ class FeedForward(nn.Module):
         d_ff: hidden size, a positive integer.
         dropout: probability in ``[0, 1)`` for the hidden activation.
         activation: ``"gelu"`` (exact, erf form) or ``"relu"``.
+        bias: whether the two linear layers have biases ``b_1``, ``b_2``.
 
     Shape:
         ``(..., d_model) -> (..., d_model)``; ``linear1`` and ``linear2`` are the two
@@ -190,7 +196,12 @@ class FeedForward(nn.Module):
     """
 
     def __init__(
-        self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "gelu"
+        self,
+        d_model: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        activation: str = "gelu",
+        bias: bool = True,
     ) -> None:
         super().__init__()
         self.d_model = _check_positive_int("d_model", d_model)
@@ -198,8 +209,8 @@ class FeedForward(nn.Module):
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of 'gelu' or 'relu', got {activation!r}")
         self.activation = activation
-        self.linear1 = nn.Linear(d_model, d_ff)  # W_1, b_1
-        self.linear2 = nn.Linear(d_ff, d_model)  # W_2, b_2
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1, b_1
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2, b_2
         self.dropout = nn.Dropout(_check_dropout(dropout))
 
     def forward(self, x: Tensor) -> Tensor:
@@ -246,6 +257,7 @@ class TransformerBlock(nn.Module):
         fused: use PyTorch's fused attention kernel (``False``: the from-scratch path).
         activation: FFN activation, ``"gelu"`` or ``"relu"``.
         eps: LayerNorm epsilon.
+        bias: biases in every linear layer and LayerNorm of the block (``False``: none).
 
     Attributes:
         attn: the :class:`~mini_transformer.attention.MultiHeadAttention` sub-layer.
@@ -269,16 +281,17 @@ class TransformerBlock(nn.Module):
         fused: bool = True,
         activation: str = "gelu",
         eps: float = 1e-5,
+        bias: bool = True,
     ) -> None:
         super().__init__()
         self.d_model, self.norm_position, p = _check_block_args(
             d_model, n_heads, d_ff, norm_position, dropout
         )
         self.causal = bool(causal)
-        self.attn = MultiHeadAttention(d_model, n_heads, dropout=p, fused=fused)
-        self.ffn = FeedForward(d_model, d_ff, dropout=p, activation=activation)
-        self.ln1 = LayerNorm(d_model, eps=eps)
-        self.ln2 = LayerNorm(d_model, eps=eps)
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout=p, bias=bias, fused=fused)
+        self.ffn = FeedForward(d_model, d_ff, dropout=p, activation=activation, bias=bias)
+        self.ln1 = LayerNorm(d_model, eps=eps, bias=bias)
+        self.ln2 = LayerNorm(d_model, eps=eps, bias=bias)
         self.dropout = nn.Dropout(p)
 
     def _self_attn(
@@ -319,38 +332,26 @@ class TransformerBlock(nn.Module):
         return f"norm_position={self.norm_position!r}, causal={self.causal}"
 
 
-class DecoderBlock(nn.Module):
-    r"""An encoder-decoder decoder block: causal self-attention, cross-attention, FFN.
+class DecoderBlock(TransformerBlock):
+    r"""A :class:`TransformerBlock` with cross-attention: the decoder of an encoder-decoder.
 
-    The queries of the cross-attention come from the decoder stream ``x`` (length
-    ``T``), its keys and values from ``memory`` (the encoder's output, length ``S``).
-
-    Pre-LN:
+    Causal self-attention (``attn``, also reachable as ``self_attn``), then cross-attention
+    whose queries come from the decoder stream ``x`` (length ``T``) and keys and values from
+    ``memory`` (the encoder's output, length ``S``), then the feed-forward block. Pre-LN:
 
     .. math::
 
         x \leftarrow x + \mathrm{Drop}(\mathrm{SelfAttn}(\mathrm{LN}_1(x))),\;
-        x \leftarrow x + \mathrm{Drop}(\mathrm{CrossAttn}(\mathrm{LN}_2(x), m)),\;
-        x \leftarrow x + \mathrm{Drop}(\mathrm{FFN}(\mathrm{LN}_3(x))).
+        x \leftarrow x + \mathrm{Drop}(\mathrm{CrossAttn}(\mathrm{LN}_c(x), m)),\;
+        x \leftarrow x + \mathrm{Drop}(\mathrm{FFN}(\mathrm{LN}_2(x))),
 
-    Post-LN:
-
-    .. math::
-
-        x \leftarrow \mathrm{LN}_1(x + \mathrm{Drop}(\mathrm{SelfAttn}(x))),\;
-        x \leftarrow \mathrm{LN}_2(x + \mathrm{Drop}(\mathrm{CrossAttn}(x, m))),\;
-        x \leftarrow \mathrm{LN}_3(x + \mathrm{Drop}(\mathrm{FFN}(x))).
-
-    Arguments as :class:`TransformerBlock` (self-attention is always causal).
+    and Post-LN puts each LayerNorm after its residual sum instead. Arguments as
+    :class:`TransformerBlock` (self-attention is always causal).
 
     Attributes:
-        self_attn: causal :class:`~mini_transformer.attention.MultiHeadAttention` on ``x``.
         cross_attn: :class:`~mini_transformer.attention.MultiHeadAttention` from ``x`` to
-            ``memory``.
-        ffn: the :class:`FeedForward` sub-layer.
-        ln1: the :class:`LayerNorm` around self-attention.
-        ln2: the :class:`LayerNorm` around cross-attention.
-        ln3: the :class:`LayerNorm` around the feed-forward sub-layer.
+            ``memory``; ``ln_cross`` the :class:`LayerNorm` around it. The rest as
+            :class:`TransformerBlock`.
 
     Shape:
         ``x``: ``(B, T, d_model)``, ``memory``: ``(B, S, d_model)`` -> ``(B, T, d_model)``.
@@ -366,18 +367,19 @@ class DecoderBlock(nn.Module):
         fused: bool = True,
         activation: str = "gelu",
         eps: float = 1e-5,
+        bias: bool = True,
     ) -> None:
-        super().__init__()
-        self.d_model, self.norm_position, p = _check_block_args(
-            d_model, n_heads, d_ff, norm_position, dropout
+        super().__init__(
+            d_model, n_heads, d_ff, dropout, norm_position, True, fused, activation, eps, bias
         )
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=p, fused=fused)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=p, fused=fused)
-        self.ffn = FeedForward(d_model, d_ff, dropout=p, activation=activation)
-        self.ln1 = LayerNorm(d_model, eps=eps)
-        self.ln2 = LayerNorm(d_model, eps=eps)
-        self.ln3 = LayerNorm(d_model, eps=eps)
-        self.dropout = nn.Dropout(p)
+        p = self.dropout.p
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=p, bias=bias, fused=fused)
+        self.ln_cross = LayerNorm(d_model, eps=eps, bias=bias)
+
+    @property
+    def self_attn(self) -> MultiHeadAttention:
+        """The causal self-attention (``attn``), by the name encoder-decoder texts use."""
+        return self.attn
 
     def forward(
         self,
@@ -397,9 +399,8 @@ class DecoderBlock(nn.Module):
                 attend), combined with the causal mask.
             memory_mask: optional boolean mask ``(B or 1, 1, T or 1, S)`` for the
                 cross-attention, e.g. padding of the source.
-            attn_bias: optional float bias for the self-attention scores.
-            rotary: optional rotary embedding for the self-attention (not used across
-                sequences: source and target positions are not comparable).
+            attn_bias, rotary: for the self-attention only (source and target positions
+                are not comparable).
 
         Returns:
             ``(B, T, d_model)``.
@@ -411,27 +412,18 @@ class DecoderBlock(nn.Module):
                 f"memory must have the same batch size as x, got {memory.shape[0]} and {x.shape[0]}"
             )
 
-        def self_attn(h: Tensor) -> Tensor:
-            out, _ = self.self_attn(
-                h, mask=mask, is_causal=True, attn_bias=attn_bias, rotary=rotary
-            )
-            return out
-
-        def cross_attn(h: Tensor) -> Tensor:
+        def cross(h: Tensor) -> Tensor:
             return self.cross_attn(h, context=memory, mask=memory_mask)[0]
 
         if self.norm_position == "pre":
-            x = x + self.dropout(self_attn(self.ln1(x)))
-            x = x + self.dropout(cross_attn(self.ln2(x)))
-            x = x + self.dropout(self.ffn(self.ln3(x)))
+            x = x + self.dropout(self._self_attn(self.ln1(x), mask, attn_bias, rotary))
+            x = x + self.dropout(cross(self.ln_cross(x)))
+            x = x + self.dropout(self.ffn(self.ln2(x)))
         else:
-            x = self.ln1(x + self.dropout(self_attn(x)))
-            x = self.ln2(x + self.dropout(cross_attn(x)))
-            x = self.ln3(x + self.dropout(self.ffn(x)))
+            x = self.ln1(x + self.dropout(self._self_attn(x, mask, attn_bias, rotary)))
+            x = self.ln_cross(x + self.dropout(cross(x)))
+            x = self.ln2(x + self.dropout(self.ffn(x)))
         return x
-
-    def extra_repr(self) -> str:
-        return f"norm_position={self.norm_position!r}"
 
 
 class TransformerStack(nn.Module):
@@ -448,8 +440,8 @@ class TransformerStack(nn.Module):
 
     Args:
         n_layers: number of blocks, a positive integer.
-        d_model, n_heads, d_ff, dropout, norm_position, causal, fused, activation, eps:
-            as :class:`TransformerBlock`.
+        d_model, n_heads, d_ff, dropout, norm_position, causal, fused, activation, eps,
+        bias: as :class:`TransformerBlock`.
 
     Attributes:
         blocks: ``nn.ModuleList`` of :class:`TransformerBlock`.
@@ -471,6 +463,7 @@ class TransformerStack(nn.Module):
         fused: bool = True,
         activation: str = "gelu",
         eps: float = 1e-5,
+        bias: bool = True,
     ) -> None:
         super().__init__()
         self.n_layers = _check_positive_int("n_layers", n_layers)
@@ -487,10 +480,11 @@ class TransformerStack(nn.Module):
                 fused=fused,
                 activation=activation,
                 eps=eps,
+                bias=bias,
             )
             for _ in range(n_layers)
         )
-        self.ln_f = LayerNorm(d_model, eps=eps) if norm_position == "pre" else None
+        self.ln_f = LayerNorm(d_model, eps=eps, bias=bias) if norm_position == "pre" else None
 
     def forward(
         self,

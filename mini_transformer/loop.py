@@ -1,11 +1,11 @@
 r"""The training loop: a few named steps over one explicit state object (:class:`Run`).
 
-1. :func:`_prepare`: device, data, model, optimizer (restored on resume), DDP/compile wrap.
-2. :func:`_log_start`: the run's folder and the first log record (where it ran).
-3. :func:`_train_window`: :func:`~mini_transformer.core.train_step` until the next
+1. ``_prepare``: device, data, model, optimizer (restored on resume), DDP/compile wrap.
+2. ``_log_start``: the run's folder and the first log record (where it ran).
+3. ``_train_window``: :func:`~mini_transformer.core.train_step` until the next
    evaluation; the losses stay on the device and are read once per window, so a GPU never
    waits for the host, and a non-finite one stops the run before anything is saved.
-4. :func:`_evaluate_and_save`: losses on both splits, a log record, and checkpoints only
+4. ``_evaluate_and_save``: losses on both splits, a log record, and checkpoints only
    if the held-out loss and the weights are finite (``best.pt`` before ``last.pt``).
 
 Ctrl-C is read between steps (:func:`~mini_transformer.core.stop_at_step_boundary`), so
@@ -39,7 +39,7 @@ from .devices import measure_matmul_flops, peak_flops, resolve_device, where_it_
 from .model import TransformerLM
 from .presets import TrainConfig, configure_optimizer, lr_at
 
-__all__ = ["DIVERGED_LOSS_FACTOR", "Run", "evaluate", "train"]
+__all__ = ["DIVERGED_LOSS_FACTOR", "Run", "train"]
 
 #: A held-out loss above this many times the uniform guess ``ln V`` counts as diverged.
 DIVERGED_LOSS_FACTOR = 2.0
@@ -57,44 +57,6 @@ def _encoded_corpus() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
 def _seed_for(*keys: int) -> int:
     """A 63-bit seed from a tuple of integers (independent streams per rank and step)."""
     return int(np.random.SeedSequence(list(keys)).generate_state(2, np.uint64)[0] >> np.uint64(1))
-
-
-@torch.no_grad()
-def evaluate(
-    model: TransformerLM,
-    ids: torch.Tensor,
-    block_size: int | None = None,
-    batch_size: int = 16,
-    max_batches: int | None = None,
-) -> float:
-    """Mean next-token loss (nats) over consecutive, non-overlapping windows of ``ids``.
-
-    Deterministic (no sampling): the windows ``ids[i*T : (i+1)*T + 1]`` are taken in order,
-    ``batch_size`` at a time, up to ``max_batches`` batches. ``exp`` of the result is the
-    perplexity. ``block_size`` (default: the model's) may exceed the model's for schemes
-    that extrapolate.
-    """
-    T = model.config.block_size if block_size is None else block_size
-    for name, v in (("block_size", T), ("batch_size", batch_size)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    n_windows = (len(ids) - 1) // T
-    if n_windows < 1:
-        raise ValueError(f"ids has {len(ids)} tokens, fewer than block_size + 1 = {T + 1}")
-    if max_batches is not None:
-        n_windows = min(n_windows, max_batches * batch_size)
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    total, count = 0.0, 0
-    for start in range(0, n_windows, batch_size):
-        rows = torch.arange(start, min(start + batch_size, n_windows))[:, None] * T
-        chunk = ids[rows + torch.arange(T + 1)[None, :]].to(device)  # (b, T + 1)
-        _, loss = model(chunk[:, :-1], chunk[:, 1:])
-        total += loss.item() * len(rows)
-        count += len(rows)
-    model.train(was_training)
-    return total / count
 
 
 @torch.no_grad()
@@ -320,7 +282,8 @@ def _train_window(run: Run, end: int, stop: StopFlag, bar) -> float | None:
     """Step 3: train up to step ``end`` (or a Ctrl-C); return tokens/s of the window.
 
     The losses and gradient norms stay on the device until the window ends; then they
-    are read once, and a non-finite one raises :class:`TrainingDivergedError`.
+    are read once, and a non-finite one raises
+    :class:`~mini_transformer.core.TrainingDivergedError`.
     """
     cfg, model, first = run.cfg, run.model, run.step
     schedule: Schedule = cfg.schedule()
@@ -464,10 +427,10 @@ def train(
     argv: list[str] | None = None,
     setup_hook: Callable[[TransformerLM], None] | None = None,
 ) -> dict:
-    """Train a :class:`TransformerLM` on the bundled corpus; write checkpoints and a log.
+    """Train a ``TransformerLM`` on the bundled corpus; write checkpoints and a log.
 
     Args:
-        cfg: the run's settings (see :func:`get_preset`).
+        cfg: the run's settings (see :func:`~mini_transformer.presets.get_preset`).
         out_dir: folder for ``last.pt``, ``best.pt``, ``metrics.jsonl`` and ``config.json``.
         resume: continue from ``out_dir/last.pt`` up to ``cfg.steps`` (bit-identical to an
             uninterrupted run on the same machine and thread count).

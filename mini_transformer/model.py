@@ -47,7 +47,7 @@ from .positional import (
     alibi_bias,
 )
 
-__all__ = ["POSITIONAL_SCHEMES", "TransformerConfig", "TransformerLM"]
+__all__ = ["POSITIONAL_SCHEMES", "TransformerConfig", "TransformerLM", "evaluate"]
 
 POSITIONAL_SCHEMES = ("none", "learned", "sinusoidal", "memn2n", "rope", "alibi")
 """The accepted values of ``TransformerConfig.positional``."""
@@ -146,21 +146,6 @@ class TransformerConfig:
         return cls(**d)
 
 
-def _drop_biases(module: nn.Module) -> None:
-    """Remove the biases of every ``nn.Linear`` and LayerNorm below ``module`` (``bias=False``).
-
-    A linear layer without bias is simply ``F.linear(x, W)``. Our LayerNorm always adds
-    ``.bias``, so it gets a constant zero buffer instead of a parameter.
-    """
-    for m in module.modules():
-        if isinstance(m, nn.Linear) and m.bias is not None:
-            m.bias = None
-        elif isinstance(m, LayerNorm) and isinstance(m.bias, nn.Parameter):
-            d = m.bias.shape[0]
-            del m.bias
-            m.register_buffer("bias", torch.zeros(d), persistent=False)
-
-
 class TransformerLM(nn.Module):
     """A GPT-style causal language model: predicts token ``t + 1`` from tokens ``0..t``.
 
@@ -200,15 +185,13 @@ class TransformerLM(nn.Module):
         self.blocks = nn.ModuleList(
             TransformerBlock(
                 c.d_model, c.n_heads, c.d_ff, dropout=c.dropout, norm_position=c.norm_position,
-                causal=True, fused=c.fused_attention,
+                causal=True, fused=c.fused_attention, bias=c.bias,
             )
             for _ in range(c.n_layers)
         )
         # Pre-LN never normalises the residual stream inside the blocks: one final LN does.
-        self.ln_f = LayerNorm(c.d_model) if c.norm_position == "pre" else nn.Identity()
+        self.ln_f = LayerNorm(c.d_model, bias=c.bias) if c.norm_position == "pre" else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
-        if not c.bias:
-            _drop_biases(self)
         self._init_weights()
         if c.tie_weights:  # the same matrix maps ids to vectors and vectors to logits
             self.lm_head.weight = self.tok_emb.weight
@@ -463,3 +446,41 @@ class TransformerLM(nn.Module):
             n -= parts["embeddings"]
         c = self.config
         return float(6 * n + 12 * c.n_layers * c.d_model * T)
+
+
+@torch.no_grad()
+def evaluate(
+    model: TransformerLM,
+    ids: torch.Tensor,
+    block_size: int | None = None,
+    batch_size: int = 16,
+    max_batches: int | None = None,
+) -> float:
+    """Mean next-token loss (nats) over consecutive, non-overlapping windows of ``ids``.
+
+    Deterministic (no sampling): the windows ``ids[i*T : (i+1)*T + 1]`` are taken in order,
+    ``batch_size`` at a time, up to ``max_batches`` batches. ``exp`` of the result is the
+    perplexity. ``block_size`` (default: the model's) may exceed the model's for schemes
+    that extrapolate.
+    """
+    T = model.config.block_size if block_size is None else block_size
+    for name, v in (("block_size", T), ("batch_size", batch_size)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    n_windows = (len(ids) - 1) // T
+    if n_windows < 1:
+        raise ValueError(f"ids has {len(ids)} tokens, fewer than block_size + 1 = {T + 1}")
+    if max_batches is not None:
+        n_windows = min(n_windows, max_batches * batch_size)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for start in range(0, n_windows, batch_size):
+        rows = torch.arange(start, min(start + batch_size, n_windows))[:, None] * T
+        chunk = ids[rows + torch.arange(T + 1)[None, :]].to(device)  # (b, T + 1)
+        _, loss = model(chunk[:, :-1], chunk[:, 1:])
+        total += loss.item() * len(rows)
+        count += len(rows)
+    model.train(was_training)
+    return total / count

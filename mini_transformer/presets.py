@@ -162,7 +162,7 @@ class TrainConfig:
             raise ValueError(f"threads must be a positive integer or None, got {self.threads!r}")
 
     def model_config(self, vocab_size: int) -> TransformerConfig:
-        """The :class:`TransformerConfig` of this run."""
+        """The :class:`~mini_transformer.model.TransformerConfig` of this run."""
         return TransformerConfig(vocab_size=vocab_size, **self.model)
 
     def schedule(self) -> Schedule:

@@ -3,14 +3,15 @@ r"""Training the character-level Shakespeare model: the public names and the com
 The pieces live in small modules, each one idea; this module gathers the names a reader
 uses (``from mini_transformer.train import ...`` keeps working) and holds the CLI:
 
-- :mod:`~mini_transformer.presets`: :data:`PRESETS`, :class:`TrainConfig`,
-  :func:`get_preset`, :func:`lr_at`, :func:`configure_optimizer`;
-- :mod:`~mini_transformer.loop`: :func:`train` and :func:`evaluate`;
+- :mod:`~mini_transformer.presets`: ``PRESETS``, ``TrainConfig``, ``get_preset``,
+  ``lr_at``, ``configure_optimizer`` (see :func:`~mini_transformer.presets.get_preset`);
+- :mod:`~mini_transformer.loop`: :func:`~mini_transformer.loop.train`;
+- :mod:`~mini_transformer.model`: :func:`~mini_transformer.model.evaluate` (perplexity);
 - :mod:`~mini_transformer.core`: the step and the schedule shared with chapters 3 and 5;
-- :mod:`~mini_transformer.checkpoints`: :func:`save_checkpoint`, :func:`load_checkpoint`,
-  :func:`load_model`, :func:`export_weights`, :func:`load_pretrained`, :func:`read_log`;
-- :mod:`~mini_transformer.devices`: peak FLOP/s (:data:`GPU_PEAK_FLOPS`) and the record
-  of where a run happened.
+- :mod:`~mini_transformer.checkpoints`: ``save_checkpoint``, ``load_checkpoint``,
+  ``load_model``, ``export_weights``, ``load_pretrained``, ``read_log``;
+- :mod:`~mini_transformer.devices`: peak FLOP/s (``GPU_PEAK_FLOPS``) and the record of
+  where a run happened.
 
 Command line::
 
@@ -54,8 +55,8 @@ from .checkpoints import (
 from .cli import check_output_dir, check_output_file, positive_float, positive_int, run_cli
 from .core import TrainingDivergedError
 from .devices import GPU_PEAK_FLOPS, measure_matmul_flops, peak_flops, resolve_device
-from .loop import _distributed, evaluate, train
-from .model import POSITIONAL_SCHEMES, TransformerLM
+from .loop import _distributed, train
+from .model import POSITIONAL_SCHEMES, TransformerLM, evaluate
 from .presets import (
     COMPILE_MODES,
     MODEL_KEYS,

@@ -238,3 +238,15 @@ def test_the_committed_models_load_unchanged():
     for which in ("cpu", "gpu"):
         model, tok = T.load_pretrained(which)
         assert tok.vocab_size == model.config.vocab_size == 84
+
+
+def test_a_flipped_bit_in_a_committed_model_is_detected(tmp_path, monkeypatch):
+    from mini_transformer import checkpoints
+
+    copy = tmp_path / "shakespeare_char.pt"
+    data = bytearray(checkpoints.PRETRAINED["cpu"].read_bytes())
+    data[len(data) // 2] ^= 0x10  # inside the weights
+    copy.write_bytes(data)
+    monkeypatch.setitem(checkpoints.PRETRAINED, "cpu", copy)
+    with pytest.raises(ValueError, match="corrupt: the committed 'cpu' model's file"):
+        T.load_pretrained("cpu")

@@ -243,12 +243,12 @@ def test_decoder_block_follows_its_placement_equations(norm_position):
 
     if norm_position == "pre":
         h = x + sa(dec.ln1(x))
-        h = h + ca(dec.ln2(h))
-        h = h + dec.ffn(dec.ln3(h))
+        h = h + ca(dec.ln_cross(h))
+        h = h + dec.ffn(dec.ln2(h))
     else:
         h = dec.ln1(x + sa(x))
-        h = dec.ln2(h + ca(h))
-        h = dec.ln3(h + dec.ffn(h))
+        h = dec.ln_cross(h + ca(h))
+        h = dec.ln2(h + dec.ffn(h))
     torch.testing.assert_close(dec(x, m), h, rtol=0, atol=1e-6)
 
 
@@ -399,3 +399,17 @@ def test_permutation_helper_covers_small_cases():
     n = 4
     subsets = {c for k in range(n + 1) for c in itertools.combinations(range(1, n + 1), k)}
     assert set(residual_paths(n)) == subsets
+
+
+def test_the_decoder_block_is_a_transformer_block_with_cross_attention():
+    dec = DecoderBlock(D, H, DFF)
+    assert isinstance(dec, TransformerBlock) and dec.causal and dec.self_attn is dec.attn
+
+
+@pytest.mark.parametrize("cls", [TransformerBlock, DecoderBlock])
+def test_bias_false_leaves_no_bias_in_any_layer(cls):
+    block = cls(D, H, DFF, bias=False)
+    assert not [n for n, _ in block.named_parameters() if n.endswith("bias")]
+    assert all(m.bias is None for m in block.modules() if isinstance(m, torch.nn.Linear))
+    assert all(torch.equal(m.bias, torch.zeros(D)) for m in block.modules()
+               if isinstance(m, LayerNorm))
