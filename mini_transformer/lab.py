@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from .core import Schedule, train_step
 from .data import IGNORE_INDEX, SYNTHETIC_TASKS
 from .devices import where_it_ran
-from .model import TransformerConfig, TransformerLM
+from .model import POSITIONAL_SCHEMES, TransformerConfig, TransformerLM
 
 __all__ = [
     "SCHEMES",
@@ -73,8 +73,8 @@ __all__ = [
     "run_lab",
 ]
 
-SCHEMES = ("none", "learned", "sinusoidal", "memn2n", "rope", "alibi")
-"""The positional schemes the lab compares, in the order the chapter shows them."""
+SCHEMES = POSITIONAL_SCHEMES
+"""The positional schemes the lab compares (every scheme of the model), in the chapter's order."""
 
 
 @dataclass
@@ -253,8 +253,14 @@ def train_model(model: TransformerLM, cfg: LabConfig, seed: int = 0) -> list[flo
 def accuracy(logits: torch.Tensor, targets: torch.Tensor, from_position: int = 0) -> float:
     """Fraction of scored targets (``!= -100``) at positions ``>= from_position`` predicted right.
 
-    Returns NaN when no target is scored in that range.
+    ``logits`` is ``(B, T, V)`` and ``targets`` ``(B, T)``. Returns NaN when no target is
+    scored in that range.
     """
+    if logits.dim() != 3 or targets.shape != logits.shape[:2]:
+        raise ValueError(
+            f"logits must be (B, T, V) and targets (B, T) with the same B and T, got "
+            f"{tuple(logits.shape)} and {tuple(targets.shape)}"
+        )
     pred = logits.argmax(dim=-1)
     scored = targets != IGNORE_INDEX
     scored[:, :from_position] = False

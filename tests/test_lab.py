@@ -367,3 +367,14 @@ def test_committed_results_follow_the_schema():
     check_schema(result, list(lab.SCHEMES), result["seeds"], result["eval_lengths"])
     assert result["eval_lengths"] == [32, 48, 64]
     assert len(result["seeds"]) >= 2
+
+
+def test_accuracy_refuses_logits_and_targets_of_different_shapes():
+    with pytest.raises(ValueError, match="logits must be"):
+        lab.accuracy(torch.zeros(2, 5, 4), torch.zeros(2, 6, dtype=torch.long))
+
+
+def test_the_lab_compares_every_scheme_of_the_model():
+    from mini_transformer.model import POSITIONAL_SCHEMES
+
+    assert lab.SCHEMES is POSITIONAL_SCHEMES
