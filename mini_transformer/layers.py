@@ -33,6 +33,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
+from .checks import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_probability,
+    check_tensor,
+)
 
 __all__ = [
     "LayerNorm",
@@ -57,15 +65,13 @@ ACTIVATIONS = ("gelu", "relu")
 
 
 def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
+    return check_int(name, value, low=1)
 
 
 def _check_dropout(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"dropout must be a probability in [0, 1), got {value!r}")
-    return float(value)
+    return check_probability("dropout", value)
+
+
 def _check_block_args(
     d_model: int, n_heads: int, d_ff: int, norm_position: str, dropout: float
 ) -> tuple[int, str, float]:
@@ -80,15 +86,12 @@ def _check_block_args(
 
 
 def _check_norm_position(value: object) -> str:
-    if value not in NORM_POSITIONS:
-        raise ValueError(f"norm_position must be one of 'pre' or 'post', got {value!r}")
-    return value  # type: ignore[return-value]
+    return check_choice("norm_position", value, NORM_POSITIONS)  # type: ignore[return-value]
 
 
 def _check_input(x: object, d_model: int, name: str = "x") -> None:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() == 0 or x.shape[-1] != d_model:
+    check_tensor(name, x, floating=True)
+    if x.dim() == 0 or x.shape[-1] != d_model:  # type: ignore[union-attr]
         raise ValueError(
             f"{name} must have last dimension d_model={d_model}, got shape {tuple(x.shape)}"
         )
@@ -143,18 +146,21 @@ class LayerNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-5) -> None:
         super().__init__()
         self.d_model = _check_positive_int("d_model", d_model)
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-            raise ValueError(f"eps must be a positive number, got {eps!r}")
-        self.eps = float(eps)
+        self.eps = check_float("eps", eps, low=0, low_open=True)
         self.weight = nn.Parameter(torch.ones(d_model))  # gamma
         self.bias = nn.Parameter(torch.zeros(d_model))  # beta
 
     def forward(self, x: Tensor) -> Tensor:
         _check_input(x, self.d_model)
+        # float16 overflows at 65504: (x - mu)^2 does once a feature is ~256 from the mean,
+        # which zeroes the whole token. Statistics in float32, as torch.nn.LayerNorm does.
+        out_dtype = torch.promote_types(x.dtype, self.weight.dtype)
+        if x.dtype in (torch.float16, torch.bfloat16):
+            x = x.float()
         mu = x.mean(dim=-1, keepdim=True)  # (..., 1)
         var = (x - mu).pow(2).mean(dim=-1, keepdim=True)  # (..., 1), biased
         x_hat = (x - mu) * torch.rsqrt(var + self.eps)  # (..., d_model)
-        return x_hat * self.weight + self.bias
+        return (x_hat * self.weight + self.bias).to(out_dtype)
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}"
@@ -195,9 +201,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.d_model = _check_positive_int("d_model", d_model)
         self.d_ff = _check_positive_int("d_ff", d_ff)
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of 'gelu' or 'relu', got {activation!r}")
-        self.activation = activation
+        self.activation = check_choice("activation", activation, ACTIVATIONS)
         self.linear1 = nn.Linear(d_model, d_ff)  # W_1, b_1
         self.linear2 = nn.Linear(d_ff, d_model)  # W_2, b_2
         self.dropout = nn.Dropout(_check_dropout(dropout))
@@ -274,7 +278,7 @@ class TransformerBlock(nn.Module):
         self.d_model, self.norm_position, p = _check_block_args(
             d_model, n_heads, d_ff, norm_position, dropout
         )
-        self.causal = bool(causal)
+        self.causal = check_bool("causal", causal)
         self.attn = MultiHeadAttention(d_model, n_heads, dropout=p, fused=fused)
         self.ffn = FeedForward(d_model, d_ff, dropout=p, activation=activation)
         self.ln1 = LayerNorm(d_model, eps=eps)
