@@ -36,6 +36,7 @@ from torch import nn
 from .checks import (
     check_bool,
     check_float,
+    check_input_dtype,
     check_int,
     check_probability,
     check_same_dtype,
@@ -84,6 +85,18 @@ def _check_bias(bias: object, name: str, target: tuple[int, ...], expected: str)
     _check_broadcast(bias, target, name, expected)
 
 
+def _known_all(t: torch.Tensor) -> bool:
+    """True if every entry of the bool tensor ``t`` is True, when that is free to know.
+
+    On the CPU the answer costs one reduction. On a GPU, reading it would stall the host
+    until the queued kernels finish (a sync on every call), so there the answer is "unknown"
+    (``False``) and the caller takes the general path, which gives the same numbers.
+    """
+    if t.device.type != "cpu" or torch.compiler.is_compiling():
+        return False
+    return bool(t.all())
+
+
 def _split_bias(
     bias: torch.Tensor, mask: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -98,6 +111,8 @@ def _split_bias(
         ``(bias, mask)``: the bias with ``-inf`` replaced by 0, and the combined bool mask.
     """
     blocked = bias == float("-inf")  # shape of the bias, e.g. (n_heads, T_q, T_k)
+    if _known_all(~blocked):
+        return bias, mask
     allowed = ~blocked if mask is None else mask & ~blocked
     return bias.masked_fill(blocked, 0.0), allowed
 
@@ -187,7 +202,7 @@ def scaled_dot_product_attention(
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         row_has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)
     weights = torch.softmax(scores, dim=-1)
-    if row_has_key is not None:  # no `if any(...)`: that would sync with the GPU every call
+    if row_has_key is not None and not _known_all(row_has_key):
         weights = weights * row_has_key  # fully masked rows: zero weights, zero output
     used = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     out = used @ v  # (..., T_q, d_v)
@@ -362,13 +377,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"{name} must have shape (B, T, d_model), got {tuple(t.shape)}")
         if t.numel() == 0:
             raise ValueError(f"{name} must have B >= 1 and T >= 1, got shape {tuple(t.shape)}")
-        weight = self.q_proj.weight
-        if t.dtype != weight.dtype and not torch.is_autocast_enabled(t.device.type):
-            raise TypeError(
-                f"{name} must have the dtype of the layer's weights ({weight.dtype}), got "
-                f"dtype {t.dtype}; convert the input ({name}.to({weight.dtype})) or the module "
-                f"(module.to({t.dtype}))"
-            )
+        check_input_dtype(name, t, self.q_proj.weight)
         if t.shape[-1] != self.d_model:
             raise ValueError(
                 f"{name} must have last dimension d_model={self.d_model}, "
@@ -471,9 +480,10 @@ class MultiHeadAttention(nn.Module):
         row_has_key = None
         if full is not None:
             row_has_key = full.any(dim=-1, keepdim=True)  # (..., T_q, 1)
-            # Let the kernel see a finite row, then zero it: the same as the scratch path.
-            # (No `if row_has_key.all()`: that would sync with the GPU on every call.)
-            full = full | ~row_has_key
+            if _known_all(row_has_key):
+                row_has_key = None
+            else:  # let the kernel see a finite row, then zero it: same as the scratch path
+                full = full | ~row_has_key
         if attn_bias is None:
             attn_mask = full
         else:

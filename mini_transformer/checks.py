@@ -41,6 +41,7 @@ __all__ = [
     "check_tensor",
     "check_same_dtype",
     "check_same_device",
+    "check_input_dtype",
     "check_finite_tensor",
     "check_array",
     "estimate_bytes",
@@ -330,6 +331,20 @@ def check_same_device(**tensors: torch.Tensor) -> torch.device:
     return first
 
 
+def check_input_dtype(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
+    """An input must have its layer's weight dtype, unless autocast is on for its device.
+
+    Without this, a float64 input to a float32 layer fails deep inside a matmul with
+    ``mat1 and mat2 must have the same dtype``, naming neither the argument nor the fix.
+    """
+    if t.dtype != weight.dtype and not torch.is_autocast_enabled(t.device.type):
+        raise TypeError(
+            f"{name} must have the dtype of the layer's weights ({weight.dtype}), got dtype "
+            f"{t.dtype}; convert the input ({name}.to({weight.dtype})) or the module "
+            f"(module.to({t.dtype}))"
+        )
+
+
 def _join(names: Sequence[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
@@ -423,9 +438,10 @@ def check_size(
     limit = MAX_BYTES if max_bytes is None else max_bytes
     n = estimate_bytes(shape, dtype)
     if n > limit:
+        kind = dtype if isinstance(dtype, torch.dtype) else np.dtype(dtype).name
         raise ValueError(
             f"{name} of shape {tuple(int(s) for s in shape)} would need {format_bytes(n)} "
-            f"({n} bytes of {dtype}), over the limit of {format_bytes(limit)}; "
+            f"({n} bytes of {kind}), over the limit of {format_bytes(limit)}; "
             "use smaller sizes (or raise mini_transformer.checks.MAX_BYTES)"
         )
     return n

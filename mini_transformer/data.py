@@ -241,6 +241,7 @@ class CharTokenizer:
                 raise TypeError(f"ids must be integers, got {i!r} at position {pos}")
             if not 0 <= i < self.vocab_size:
                 raise ValueError(
+                    f"ids must be token ids in 0..{self.vocab_size - 1}: "
                     f"token id {int(i)} at position {pos} is outside 0..{self.vocab_size - 1}"
                 )
             out.append(self.chars[i])

@@ -37,6 +37,7 @@ from .checks import (
     check_bool,
     check_choice,
     check_float,
+    check_input_dtype,
     check_int,
     check_probability,
     check_tensor,
@@ -58,6 +59,9 @@ NORM_POSITIONS = ("pre", "post")
 """The two LayerNorm placements, ``"pre"`` (x + F(LN(x))) and ``"post"`` (LN(x + F(x)))."""
 
 ACTIVATIONS = ("gelu", "relu")
+
+EPS_MIN = torch.finfo(torch.float32).tiny
+"""The smallest LayerNorm ``eps``: float32's smallest normal number, about 1.18e-38."""
 """The feed-forward activations, exact GELU (erf form, as ``F.gelu``) or ReLU."""
 
 
@@ -131,8 +135,8 @@ class LayerNorm(nn.Module):
 
     Args:
         d_model: size of the last dimension, a positive integer.
-        eps: positive constant added to the variance (avoids division by zero for a
-            constant vector).
+        eps: constant added to the variance (avoids division by zero for a constant
+            vector), finite and at least :data:`EPS_MIN` (float32's smallest normal number).
 
     Shape:
         ``(..., d_model) -> (..., d_model)``, typically ``(B, T, d_model)``.
@@ -146,7 +150,9 @@ class LayerNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-5) -> None:
         super().__init__()
         self.d_model = _check_positive_int("d_model", d_model)
-        self.eps = check_float("eps", eps, low=0, low_open=True)
+        # eps is added to a float32 (or float64) variance: below float32's smallest normal
+        # number it rounds away, and a constant vector gives 0 * rsqrt(0) = NaN.
+        self.eps = check_float("eps", eps, low=EPS_MIN, what=f"a finite number >= {EPS_MIN:.3g}")
         self.weight = nn.Parameter(torch.ones(d_model))  # gamma
         self.bias = nn.Parameter(torch.zeros(d_model))  # beta
 
@@ -208,6 +214,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         _check_input(x, self.d_model)
+        check_input_dtype("x", x, self.linear1.weight)
         h = self.linear1(x)  # (..., d_ff)
         h = F.gelu(h) if self.activation == "gelu" else F.relu(h)
         return self.linear2(self.dropout(h))  # (..., d_model)
@@ -523,8 +530,10 @@ def residual_paths(n_blocks: int) -> list[tuple[int, ...]]:
     Example:
         >>> residual_paths(2)
         [(), (1,), (2,), (1, 2)]
+
+    ``n_blocks`` is at most 20 (a million paths): the list doubles with every block.
     """
-    _check_positive_int("n_blocks", n_blocks)
+    check_int("n_blocks", n_blocks, low=1, high=20, why=" (2**n_blocks paths are listed)")
     paths: list[tuple[int, ...]] = [()]
     for k in range(1, n_blocks + 1):
         paths = paths + [p + (k,) for p in paths]
@@ -534,7 +543,8 @@ def residual_paths(n_blocks: int) -> list[tuple[int, ...]]:
 def count_paths_by_length(n_blocks: int) -> list[int]:
     r"""How many of the :math:`2^n` residual paths pass through exactly ``k`` blocks.
 
-    The answer is the binomial coefficient :math:`\binom{n}{k}`, for ``k = 0..n``.
+    The answer is the binomial coefficient :math:`\binom{n}{k}`, for ``k = 0..n``;
+    ``n_blocks`` is at most 1000 (the coefficients grow to hundreds of digits).
     """
-    _check_positive_int("n_blocks", n_blocks)
+    check_int("n_blocks", n_blocks, low=1, high=1000)
     return [math.comb(n_blocks, k) for k in range(n_blocks + 1)]

@@ -348,10 +348,19 @@ def test_error_fractional_size_is_a_type_error():
         FeedForward(2.5, DFF)
 
 
-@pytest.mark.parametrize("eps", [0.0, -1e-5, float("inf"), float("nan")])
+@pytest.mark.parametrize("eps", [0.0, -1e-5, float("inf"), float("nan"), 1e-39])
 def test_error_eps_must_be_finite_and_positive(eps):
-    with pytest.raises(ValueError, match="eps must be a finite number > 0"):
+    with pytest.raises(ValueError, match="eps must be a finite number >= 1.18e-38"):
         LayerNorm(D, eps=eps)
+
+
+def test_layernorm_tiny_eps_is_refused_it_would_make_nan():
+    """With eps below float32's smallest normal number a constant token gives NaN."""
+    x = torch.ones(1, D)
+    var = (x - x.mean()).pow(2).mean() + torch.tensor(1e-300, dtype=torch.float32)
+    assert torch.isnan((x - x.mean()) * torch.rsqrt(var)).all()  # what eps=1e-300 would do
+    with pytest.raises(ValueError, match="eps must be a finite number >= 1.18e-38, got 1e-300"):
+        LayerNorm(D, eps=1e-300)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
