@@ -397,11 +397,8 @@ def estimate_bytes(
     shape: Sequence[int], dtype: torch.dtype | np.dtype | type = torch.float32
 ) -> int:
     """Bytes of a dense array of ``shape`` and ``dtype`` (no allocation)."""
-    if isinstance(dtype, torch.dtype):
-        itemsize = torch.empty((), dtype=dtype).element_size()
-    else:
-        itemsize = np.dtype(dtype).itemsize
-    return math.prod(int(s) for s in shape) * itemsize
+    itemsize = dtype.itemsize if isinstance(dtype, torch.dtype) else np.dtype(dtype).itemsize
+    return math.prod([int(s) for s in shape]) * itemsize
 
 
 def format_bytes(n: float) -> str:
@@ -435,6 +432,8 @@ def check_size(
     Raises:
         ValueError: naming the shape, the estimated memory and the limit.
     """
+    if torch.compiler.is_compiling():  # traced shapes were checked when the call ran eagerly
+        return 0
     limit = MAX_BYTES if max_bytes is None else max_bytes
     n = estimate_bytes(shape, dtype)
     if n > limit:

@@ -384,7 +384,13 @@ class TransformerLM(nn.Module):
                 if temperature == 0:
                     next_id = logits.argmax(dim=-1, keepdim=True)
                 else:
-                    logits = logits / temperature
+                    scaled = logits / temperature
+                    if not torch.isfinite(scaled).all():  # a tiny temperature overflows:
+                        # shift first (softmax ignores it) and divide in float64 (where the
+                        # temperature is not 0), so the limit is greedy, not NaN
+                        shifted = (logits - logits.amax(dim=-1, keepdim=True)).double()
+                        scaled = shifted / temperature
+                    logits = scaled
                     if top_k is not None:
                         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
                         logits = logits.masked_fill(logits < kth, float("-inf"))

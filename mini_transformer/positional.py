@@ -436,6 +436,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.max_len = _check_int("max_len", max_len)
         self.base = _check_base(base)
         self.layout = check_choice("layout", layout, LAYOUTS)
+        check_size("the table (max_len, d_model)", (self.max_len, self.d_model), np.float64)
         pe = sinusoidal_encoding(self.max_len, self.d_model, self.base, layout)
         self.register_buffer("pe", torch.from_numpy(pe).float(), persistent=False)
 
@@ -552,6 +553,8 @@ class RotaryEmbedding(nn.Module):
         self.max_len = _check_int("max_len", max_len)
         omega = torch.from_numpy(sinusoidal_frequencies(self.d_head, self.base))  # (d/2,) f64
         self.register_buffer("omega", omega, persistent=False)
+        check_size("the rotary cache (max_len, d_head / 2)", (self.max_len, self.d_head // 2),
+                   torch.float64)
         self._build_cache(self.max_len, device=None)
 
     def _build_cache(self, length: int, device: torch.device | None) -> None:

@@ -273,3 +273,12 @@ def test_generate_generator_must_be_a_generator():
     cfg = TransformerConfig(vocab_size=5, block_size=4, d_model=8, n_heads=2, n_layers=1)
     with pytest.raises(TypeError, match="generator must be a CPU torch.Generator, got 0"):
         TransformerLM(cfg).generate(torch.zeros(1, 2, dtype=torch.long), 1, generator=0)
+
+
+def test_generate_with_a_tiny_temperature_is_greedy_not_nan():
+    """logits / 1e-300 overflows to inf (softmax NaN); the limit T -> 0 is the greedy choice."""
+    model = make()
+    prompt = torch.tensor([[1, 2, 3]])
+    greedy = model.generate(prompt, 4, temperature=0)
+    tiny = model.generate(prompt, 4, temperature=1e-300, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(tiny, greedy)
