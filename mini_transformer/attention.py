@@ -33,6 +33,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .checks import (
+    check_bool,
+    check_float,
+    check_input_dtype,
+    check_int,
+    check_probability,
+    check_same_dtype,
+    check_size,
+    check_tensor,
+)
+
 __all__ = [
     "scaled_dot_product_attention",
     "causal_mask",
@@ -43,10 +54,7 @@ __all__ = [
 
 
 def _check_mask(mask: torch.Tensor, name: str = "mask") -> None:
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(
-            f"{name} must be a torch.Tensor of dtype torch.bool, got {type(mask).__name__}"
-        )
+    check_tensor(name, mask)
     if mask.dtype != torch.bool:
         raise TypeError(
             f"{name} must be a boolean tensor (True = may attend), got dtype {mask.dtype}; "
@@ -66,6 +74,47 @@ def _check_broadcast(t: torch.Tensor, target: tuple[int, ...], name: str, expect
         raise ValueError(
             f"{name} of shape {tuple(t.shape)} does not broadcast to {expected} = {tuple(target)}"
         )
+
+
+def _check_bias(bias: object, name: str, target: tuple[int, ...], expected: str) -> None:
+    if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
+        raise TypeError(
+            f"{name} must be a floating-point tensor (it is added to the scores), got "
+            + (f"dtype {bias.dtype}" if isinstance(bias, torch.Tensor) else type(bias).__name__)
+        )
+    _check_broadcast(bias, target, name, expected)
+
+
+def _known_all(t: torch.Tensor) -> bool:
+    """True if every entry of the bool tensor ``t`` is True, when that is free to know.
+
+    On the CPU the answer costs one reduction. On a GPU, reading it would stall the host
+    until the queued kernels finish (a sync on every call), so there the answer is "unknown"
+    (``False``) and the caller takes the general path, which gives the same numbers.
+    """
+    if t.device.type != "cpu" or torch.compiler.is_compiling():
+        return False
+    return bool(t.all())
+
+
+def _split_bias(
+    bias: torch.Tensor, mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Read ``-inf`` entries of an additive bias as "may not attend" (no data read, no sync).
+
+    ``softmax`` of a row that is ``-inf`` everywhere is ``0/0 = NaN``. Turning each ``-inf``
+    into a ``False`` in the boolean mask (and a 0 in the bias) sends such rows through the
+    masked-row rule instead: zero weights and a zero output, on both paths. Finite entries
+    are untouched, so a finite bias gives exactly the same numbers as before.
+
+    Returns:
+        ``(bias, mask)``: the bias with ``-inf`` replaced by 0, and the combined bool mask.
+    """
+    blocked = bias == float("-inf")  # shape of the bias, e.g. (n_heads, T_q, T_k)
+    if _known_all(~blocked):
+        return bias, mask
+    allowed = ~blocked if mask is None else mask & ~blocked
+    return bias.masked_fill(blocked, 0.0), allowed
 
 
 def scaled_dot_product_attention(
@@ -110,8 +159,8 @@ def scaled_dot_product_attention(
         >>> out = scaled_dot_product_attention(q, k, v, mask=causal_mask(5))
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() < 2:
-            raise ValueError(f"{name} must be a tensor of shape (..., T, d) with at least 2 dims")
+        check_tensor(name, t, floating=True, min_ndim=2, dims="(..., T, d)", nonempty=True)
+    check_same_dtype(q=q, k=k, v=v)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q and k must have the same last dimension d_k, got {q.shape[-1]} and {k.shape[-1]}"
@@ -120,28 +169,40 @@ def scaled_dot_product_attention(
         raise ValueError(
             f"k and v must have the same number of keys T_k, got {k.shape[-2]} and {v.shape[-2]}"
         )
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    dropout_p = check_probability("dropout_p", dropout_p)
+    check_bool("return_weights", return_weights)
     d_k = q.shape[-1]
     if scale is None:
         scale = 1.0 / math.sqrt(d_k)
+    else:
+        scale = check_float("scale", scale, low=0, low_open=True)
+    try:
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"the leading dimensions of q, k and v must broadcast, got shapes {tuple(q.shape)}, "
+            f"{tuple(k.shape)} and {tuple(v.shape)}"
+        ) from None
+    target = (*batch, q.shape[-2], k.shape[-2])
+    check_size("the attention scores (..., T_q, T_k)", target, q.dtype)
+    if mask is not None:
+        _check_mask(mask)
+        _check_broadcast(mask, target, "mask", "(..., T_q, T_k)")
+    if bias is not None:
+        _check_bias(bias, "bias", target, "(..., T_q, T_k)")
+        bias, mask = _split_bias(bias, mask)
 
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., T_q, T_k)
     if bias is not None:
-        if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
-            raise TypeError("bias must be a floating-point tensor (it is added to the scores)")
-        _check_broadcast(bias, tuple(scores.shape), "bias", "(..., T_q, T_k)")
         scores = scores + bias.to(scores.dtype)
     row_has_key = None
     if mask is not None:
-        _check_mask(mask)
-        _check_broadcast(mask, tuple(scores.shape), "mask", "(..., T_q, T_k)")
         # The most negative *finite* number of this dtype: exp(fill - max) underflows to 0,
         # yet a fully masked row stays finite (it becomes uniform, and is zeroed below).
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         row_has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)
     weights = torch.softmax(scores, dim=-1)
-    if row_has_key is not None and not bool(row_has_key.all()):
+    if row_has_key is not None and not _known_all(row_has_key):
         weights = weights * row_has_key  # fully masked rows: zero weights, zero output
     used = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     out = used @ v  # (..., T_q, d_v)
@@ -168,10 +229,9 @@ def causal_mask(
                 [1, 1, 0],
                 [1, 1, 1]], dtype=torch.int32)
     """
-    T_k = T if T_k is None else T_k
-    for name, n in (("T", T), ("T_k", T_k)):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"{name} must be a positive integer, got {n!r}")
+    T = check_int("T", T, low=1)
+    T_k = T if T_k is None else check_int("T_k", T_k, low=1)
+    check_size("the mask (T, T_k)", (T, T_k), torch.bool)
     return torch.ones(T, T_k, dtype=torch.bool, device=device).tril()
 
 
@@ -197,15 +257,23 @@ def padding_mask(
         tensor([[1, 1, 0],
                 [1, 1, 1]], dtype=torch.int32)
     """
-    if isinstance(T, bool) or not isinstance(T, int) or T < 1:
-        raise ValueError(f"T must be a positive integer, got {T!r}")
+    T = check_int("T", T, low=1)
     if isinstance(lengths, torch.Tensor):
-        if lengths.is_floating_point() or lengths.dtype == torch.bool:
+        if lengths.dtype == torch.bool or not (
+            lengths.dtype.is_signed or lengths.dtype == torch.uint8
+        ) or lengths.is_floating_point() or lengths.is_complex():
             raise TypeError(f"lengths must hold integers, got dtype {lengths.dtype}")
         device = lengths.device if device is None else device
         lengths = lengths.to(device=device, dtype=torch.long)
     else:
-        lengths = torch.as_tensor(list(lengths), dtype=torch.long, device=device)
+        if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+            raise TypeError(
+                f"lengths must be a sequence of B integers, got {type(lengths).__name__}"
+            )
+        values = list(lengths)
+        for b, n in enumerate(values):  # 1.5 is never read as 1
+            check_int(f"lengths[{b}]", n, low=0, high=T)
+        lengths = torch.as_tensor([int(n) for n in values], dtype=torch.long, device=device)
     if lengths.dim() != 1 or lengths.numel() == 0:
         raise ValueError(
             "lengths must be a non-empty 1-D sequence of B integers, "
@@ -277,15 +345,16 @@ class MultiHeadAttention(nn.Module):
         fused: bool = True,
     ) -> None:
         super().__init__()
-        for name, n in (("d_model", d_model), ("n_heads", n_heads)):
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise ValueError(f"{name} must be a positive integer, got {n!r}")
+        d_model = check_int("d_model", d_model, low=1)
+        n_heads = check_int("n_heads", n_heads, low=1)
         if d_model % n_heads != 0:
             raise ValueError(
                 f"d_model must be divisible by n_heads, got d_model={d_model} and n_heads={n_heads}"
             )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        dropout = check_probability("dropout", dropout)
+        check_bool("bias", bias)
+        check_bool("fused", fused)
+        check_size("the projections (4, d_model, d_model)", (4, d_model, d_model), torch.float32)
         self.d_model = d_model
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
@@ -303,9 +372,12 @@ class MultiHeadAttention(nn.Module):
         )
 
     def _check_input(self, t: torch.Tensor, name: str) -> None:
-        if not isinstance(t, torch.Tensor) or t.dim() != 3:
-            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name} must have shape (B, T, d_model), got {shape}")
+        check_tensor(name, t, floating=True)
+        if t.dim() != 3:
+            raise ValueError(f"{name} must have shape (B, T, d_model), got {tuple(t.shape)}")
+        if t.numel() == 0:
+            raise ValueError(f"{name} must have B >= 1 and T >= 1, got shape {tuple(t.shape)}")
+        check_input_dtype(name, t, self.q_proj.weight)
         if t.shape[-1] != self.d_model:
             raise ValueError(
                 f"{name} must have last dimension d_model={self.d_model}, "
@@ -372,11 +444,10 @@ class MultiHeadAttention(nn.Module):
             _check_mask(mask)
             _check_broadcast(mask, target, "mask", "(B, n_heads, T_q, T_k)")
         if attn_bias is not None:
-            if not isinstance(attn_bias, torch.Tensor) or not attn_bias.is_floating_point():
-                raise TypeError(
-                    "attn_bias must be a floating-point tensor (it is added to the scores)"
-                )
-            _check_broadcast(attn_bias, target, "attn_bias", "(B, n_heads, T_q, T_k)")
+            _check_bias(attn_bias, "attn_bias", target, "(B, n_heads, T_q, T_k)")
+        check_bool("is_causal", is_causal)
+        check_bool("need_weights", need_weights)
+        check_size("the attention scores (B, n_heads, T_q, T_k)", target, x.dtype)
 
         q, k, v = self._project(x, context)  # (B, h, T, d_head)
         if rotary is not None:
@@ -402,12 +473,14 @@ class MultiHeadAttention(nn.Module):
     def _fused(q, k, v, mask, is_causal, attn_bias, p):
         if mask is None and attn_bias is None:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=is_causal)
+        if attn_bias is not None:  # -inf entries become masked keys, as in the scratch path
+            attn_bias, mask = _split_bias(attn_bias, mask)
         T_q, T_k = q.shape[-2], k.shape[-2]
         full = combine_masks(mask, causal_mask(T_q, T_k, device=q.device) if is_causal else None)
         row_has_key = None
         if full is not None:
             row_has_key = full.any(dim=-1, keepdim=True)  # (..., T_q, 1)
-            if bool(row_has_key.all()):
+            if _known_all(row_has_key):
                 row_has_key = None
             else:  # let the kernel see a finite row, then zero it: same as the scratch path
                 full = full | ~row_has_key

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .checks import check_choice, check_instance, check_int, check_size, check_tensor
+
 __all__ = [
     "ASSETS_DIR",
     "CORPUS_ARCHIVE",
@@ -112,8 +114,7 @@ def load_corpus(split: str = "train") -> str:
     The split is by work, never inside a work: ``"val"`` holds 4 whole plays (9.7% of the
     characters) and ``"train"`` the other 38 works.
     """
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    check_choice("split", split, SPLITS)
     works = load_works()
     missing = [t for t in VAL_WORKS if t not in works]
     if missing:  # only possible if the archive was replaced
@@ -144,9 +145,14 @@ class CharTokenizer:
     """
 
     def __init__(self, chars: str | Iterable[str]):
+        if not isinstance(chars, (str, Iterable)):
+            raise TypeError(f"chars must be a str or an iterable of characters, got "
+                            f"{type(chars).__name__}")
         chars = list(chars)
         for c in chars:
-            if not isinstance(c, str) or len(c) != 1:
+            if not isinstance(c, str):
+                raise TypeError(f"chars must be single characters (str), got {c!r}")
+            if len(c) != 1:
                 raise ValueError(f"chars must be single characters, got {c!r}")
         unique = sorted(set(chars))
         if not unique:
@@ -235,6 +241,7 @@ class CharTokenizer:
                 raise TypeError(f"ids must be integers, got {i!r} at position {pos}")
             if not 0 <= i < self.vocab_size:
                 raise ValueError(
+                    f"ids must be token ids in 0..{self.vocab_size - 1}: "
                     f"token id {int(i)} at position {pos} is outside 0..{self.vocab_size - 1}"
                 )
             out.append(self.chars[i])
@@ -247,7 +254,9 @@ class CharTokenizer:
     @classmethod
     def from_dict(cls, d: dict) -> CharTokenizer:
         """Inverse of :meth:`to_dict`."""
-        ok = isinstance(d, dict) and d.get("type") == "char" and isinstance(d.get("chars"), str)
+        if not isinstance(d, dict):
+            raise TypeError(f"a CharTokenizer description must be a dict, got {type(d).__name__}")
+        ok = d.get("type") == "char" and isinstance(d.get("chars"), str)
         if not ok:
             raise ValueError(f"not a CharTokenizer description: {d!r:.80}")
         return cls(d["chars"])
@@ -285,21 +294,21 @@ def get_batch(
     Returns:
         ``(x, y)``, two ``torch.long`` tensors of shape ``(B, T)``.
     """
-    if not isinstance(data, torch.Tensor) or data.dim() != 1:
-        shape = tuple(data.shape) if isinstance(data, torch.Tensor) else type(data).__name__
-        raise ValueError(f"data must be a 1-D tensor of token ids, got {shape}")
-    if data.is_floating_point() or data.dtype == torch.bool:
+    check_tensor("data", data)
+    if data.dim() != 1:
+        raise ValueError(f"data must be a 1-D tensor of token ids, got {tuple(data.shape)}")
+    if data.is_floating_point() or data.is_complex() or data.dtype == torch.bool:
         raise TypeError(f"data must hold integer token ids, got dtype {data.dtype}")
-    for name, value in (("batch_size", batch_size), ("block_size", block_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    batch_size = check_int("batch_size", batch_size, low=1)
+    block_size = check_int("block_size", block_size, low=1)
+    check_size("the batch (2, batch_size, block_size)", (2, batch_size, block_size), torch.long)
     if len(data) <= block_size:
         raise ValueError(
             f"data has {len(data)} tokens; it needs more than block_size={block_size} "
             "to hold one window and its next-token targets"
         )
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    if generator is not None:
+        check_instance("generator", generator, torch.Generator, "a torch.Generator or None")
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
     idx = starts[:, None] + torch.arange(block_size)[None, :]  # (B, T), on the CPU
     if data.device.type == "cuda":  # pinned + non_blocking: the copy does not stall the host
@@ -344,21 +353,20 @@ def _task_generator(generator: int | torch.Generator | None) -> torch.Generator:
         return torch.Generator().manual_seed(0)
     if isinstance(generator, torch.Generator):
         return generator
-    if isinstance(generator, bool) or not isinstance(generator, int) or generator < 0:
-        raise ValueError(
-            f"generator must be a torch.Generator or a non-negative integer seed, got {generator!r}"
-        )
-    return torch.Generator().manual_seed(generator)
+    what = "a torch.Generator or a non-negative integer seed"
+    if isinstance(generator, (bool, np.bool_)) or not isinstance(generator, (int, np.integer)):
+        raise TypeError(f"generator must be {what}, got {generator!r}")
+    if generator < 0:
+        raise ValueError(f"generator must be {what}, got {generator!r}")
+    return torch.Generator().manual_seed(int(generator))
 
 
-def _check_int(name: str, value: object, low: int, high: float | None = None) -> int:
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low
-    if ok and high is not None:
-        ok = value <= high
-    if not ok:
-        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
-    return value
+def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+    return check_int(name, value, low=low, high=high)
+
+
+def _check_task_size(n_samples: int, length: int) -> None:
+    check_size("the task (2, n_samples, length)", (2, n_samples, length), torch.long)
 
 
 def copy_offset_task(
@@ -395,8 +403,8 @@ def copy_offset_task(
     _check_int("n_samples", n_samples, 1)
     _check_int("offset", offset, 1)
     _check_int("vocab_size", vocab_size, 2)
-    if not isinstance(length, int) or isinstance(length, bool) or length <= offset:
-        raise ValueError(f"length must be an integer > offset={offset}, got {length!r}")
+    check_int("length", length, low=offset + 1, why=f" (greater than offset={offset})")
+    _check_task_size(n_samples, length)
     g = _task_generator(generator)
     idx = torch.randint(0, vocab_size, (n_samples, length), generator=g)
     targets = torch.full_like(idx, IGNORE_INDEX)
@@ -410,10 +418,8 @@ def _answer_after_separator(
     """Shared layout of reverse/sort: ``x (n tokens), SEP, answer[:-1]``; answer scored."""
     _check_int("n_samples", n_samples, 1)
     _check_int("vocab_size", vocab_size, 3)
-    if not isinstance(length, int) or isinstance(length, bool) or length < 2 or length % 2:
-        raise ValueError(
-            f"length must be an even integer >= 2 (n tokens, SEP, n - 1 answers), got {length!r}"
-        )
+    check_int("length", length, low=2, even=True, why=" (n tokens, SEP, n - 1 answers)")
+    _check_task_size(n_samples, length)
     g = _task_generator(generator)
     n = length // 2
     sep = vocab_size - 1
@@ -509,6 +515,7 @@ def order_task(
     _check_int("n_samples", n_samples, 1)
     _check_int("length", length, 3)
     _check_int("vocab_size", vocab_size, 4)
+    _check_task_size(n_samples, length)
     g = _task_generator(generator)
     a, b, q = vocab_size - 3, vocab_size - 2, vocab_size - 1
     idx = torch.randint(0, vocab_size - 3, (n_samples, length), generator=g)

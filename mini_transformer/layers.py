@@ -33,6 +33,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
+from .checks import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_input_dtype,
+    check_int,
+    check_probability,
+    check_tensor,
+)
 
 __all__ = [
     "LayerNorm",
@@ -50,6 +59,9 @@ NORM_POSITIONS = ("pre", "post")
 """The two LayerNorm placements, ``"pre"`` (x + F(LN(x))) and ``"post"`` (LN(x + F(x)))."""
 
 ACTIVATIONS = ("gelu", "relu")
+
+EPS_MIN = torch.finfo(torch.float32).tiny
+"""The smallest LayerNorm ``eps``: float32's smallest normal number, about 1.18e-38."""
 """The feed-forward activations, exact GELU (erf form, as ``F.gelu``) or ReLU."""
 
 
@@ -57,15 +69,13 @@ ACTIVATIONS = ("gelu", "relu")
 
 
 def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
+    return check_int(name, value, low=1)
 
 
 def _check_dropout(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"dropout must be a probability in [0, 1), got {value!r}")
-    return float(value)
+    return check_probability("dropout", value)
+
+
 def _check_block_args(
     d_model: int, n_heads: int, d_ff: int, norm_position: str, dropout: float
 ) -> tuple[int, str, float]:
@@ -80,15 +90,12 @@ def _check_block_args(
 
 
 def _check_norm_position(value: object) -> str:
-    if value not in NORM_POSITIONS:
-        raise ValueError(f"norm_position must be one of 'pre' or 'post', got {value!r}")
-    return value  # type: ignore[return-value]
+    return check_choice("norm_position", value, NORM_POSITIONS)  # type: ignore[return-value]
 
 
 def _check_input(x: object, d_model: int, name: str = "x") -> None:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() == 0 or x.shape[-1] != d_model:
+    check_tensor(name, x, floating=True)
+    if x.dim() == 0 or x.shape[-1] != d_model:  # type: ignore[union-attr]
         raise ValueError(
             f"{name} must have last dimension d_model={d_model}, got shape {tuple(x.shape)}"
         )
@@ -128,8 +135,8 @@ class LayerNorm(nn.Module):
 
     Args:
         d_model: size of the last dimension, a positive integer.
-        eps: positive constant added to the variance (avoids division by zero for a
-            constant vector).
+        eps: constant added to the variance (avoids division by zero for a constant
+            vector), finite and at least :data:`EPS_MIN` (float32's smallest normal number).
         bias: learn ``beta``; ``False`` keeps ``.bias`` as a constant zero buffer (not a
             parameter, not in the state dict), as a model without biases wants.
 
@@ -145,21 +152,26 @@ class LayerNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True) -> None:
         super().__init__()
         self.d_model = _check_positive_int("d_model", d_model)
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-            raise ValueError(f"eps must be a positive number, got {eps!r}")
-        self.eps = float(eps)
+        # eps is added to a float32 (or float64) variance: below float32's smallest normal
+        # number it rounds away, and a constant vector gives 0 * rsqrt(0) = NaN.
+        self.eps = check_float("eps", eps, low=EPS_MIN, what=f"a finite number >= {EPS_MIN:.3g}")
         self.weight = nn.Parameter(torch.ones(d_model))  # gamma
-        if bias:
+        if check_bool("bias", bias):
             self.bias = nn.Parameter(torch.zeros(d_model))  # beta
         else:
             self.register_buffer("bias", torch.zeros(d_model), persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
         _check_input(x, self.d_model)
+        # float16 overflows at 65504: (x - mu)^2 does once a feature is ~256 from the mean,
+        # which zeroes the whole token. Statistics in float32, as torch.nn.LayerNorm does.
+        out_dtype = torch.promote_types(x.dtype, self.weight.dtype)
+        if x.dtype in (torch.float16, torch.bfloat16):
+            x = x.float()
         mu = x.mean(dim=-1, keepdim=True)  # (..., 1)
         var = (x - mu).pow(2).mean(dim=-1, keepdim=True)  # (..., 1), biased
         x_hat = (x - mu) * torch.rsqrt(var + self.eps)  # (..., d_model)
-        return x_hat * self.weight + self.bias
+        return (x_hat * self.weight + self.bias).to(out_dtype)
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}"
@@ -206,15 +218,15 @@ class FeedForward(nn.Module):
         super().__init__()
         self.d_model = _check_positive_int("d_model", d_model)
         self.d_ff = _check_positive_int("d_ff", d_ff)
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of 'gelu' or 'relu', got {activation!r}")
-        self.activation = activation
+        self.activation = check_choice("activation", activation, ACTIVATIONS)
+        bias = check_bool("bias", bias)
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1, b_1
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2, b_2
         self.dropout = nn.Dropout(_check_dropout(dropout))
 
     def forward(self, x: Tensor) -> Tensor:
         _check_input(x, self.d_model)
+        check_input_dtype("x", x, self.linear1.weight)
         h = self.linear1(x)  # (..., d_ff)
         h = F.gelu(h) if self.activation == "gelu" else F.relu(h)
         return self.linear2(self.dropout(h))  # (..., d_model)
@@ -287,7 +299,7 @@ class TransformerBlock(nn.Module):
         self.d_model, self.norm_position, p = _check_block_args(
             d_model, n_heads, d_ff, norm_position, dropout
         )
-        self.causal = bool(causal)
+        self.causal = check_bool("causal", causal)
         self.attn = MultiHeadAttention(d_model, n_heads, dropout=p, bias=bias, fused=fused)
         self.ffn = FeedForward(d_model, d_ff, dropout=p, activation=activation, bias=bias)
         self.ln1 = LayerNorm(d_model, eps=eps, bias=bias)
@@ -513,8 +525,10 @@ def residual_paths(n_blocks: int) -> list[tuple[int, ...]]:
     Example:
         >>> residual_paths(2)
         [(), (1,), (2,), (1, 2)]
+
+    ``n_blocks`` is at most 20 (a million paths): the list doubles with every block.
     """
-    _check_positive_int("n_blocks", n_blocks)
+    check_int("n_blocks", n_blocks, low=1, high=20, why=" (2**n_blocks paths are listed)")
     paths: list[tuple[int, ...]] = [()]
     for k in range(1, n_blocks + 1):
         paths = paths + [p + (k,) for p in paths]
@@ -524,7 +538,8 @@ def residual_paths(n_blocks: int) -> list[tuple[int, ...]]:
 def count_paths_by_length(n_blocks: int) -> list[int]:
     r"""How many of the :math:`2^n` residual paths pass through exactly ``k`` blocks.
 
-    The answer is the binomial coefficient :math:`\binom{n}{k}`, for ``k = 0..n``.
+    The answer is the binomial coefficient :math:`\binom{n}{k}`, for ``k = 0..n``;
+    ``n_blocks`` is at most 1000 (the coefficients grow to hundreds of digits).
     """
-    _check_positive_int("n_blocks", n_blocks)
+    check_int("n_blocks", n_blocks, low=1, high=1000)
     return [math.comb(n_blocks, k) for k in range(n_blocks + 1)]

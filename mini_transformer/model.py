@@ -37,6 +37,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .checks import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_instance,
+    check_int,
+    check_probability,
+    check_size,
+)
 from .data import IGNORE_INDEX  # -100: targets the loss skips (unscored positions)
 from .layers import LayerNorm, TransformerBlock
 from .positional import (
@@ -93,37 +102,28 @@ class TransformerConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "d_model", "n_heads", "n_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            setattr(self, name, check_int(name, getattr(self, name), low=1))
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model
-        if isinstance(self.d_ff, bool) or not isinstance(self.d_ff, int) or self.d_ff < 1:
-            raise ValueError(f"d_ff must be a positive integer or None, got {self.d_ff!r}")
+        self.d_ff = check_int("d_ff", self.d_ff, low=1, why=" or None")
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"d_model must be divisible by n_heads, got d_model={self.d_model} "
                 f"and n_heads={self.n_heads}"
             )
-        if self.positional not in POSITIONAL_SCHEMES:
-            raise ValueError(
-                f"positional must be one of {POSITIONAL_SCHEMES}, got {self.positional!r}"
-            )
+        check_choice("positional", self.positional, POSITIONAL_SCHEMES)
         if self.positional == "rope" and (self.d_model // self.n_heads) % 2:
             raise ValueError(
                 "d_model // n_heads must be even for positional='rope' (it rotates pairs), "
                 f"got {self.d_model // self.n_heads}"
             )
-        if self.norm_position not in ("pre", "post"):
-            raise ValueError(f"norm_position must be 'pre' or 'post', got {self.norm_position!r}")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not (
-            0.0 <= self.dropout < 1.0
-        ):
-            raise ValueError(f"dropout must be a probability in [0, 1), got {self.dropout!r}")
-        self.dropout = float(self.dropout)
+        check_choice("norm_position", self.norm_position, ("pre", "post"))
+        self.dropout = check_probability("dropout", self.dropout)
         for name in ("bias", "fused_attention", "tie_weights"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+            setattr(self, name, check_bool(name, getattr(self, name)))
+        d, L = self.d_model, self.n_layers  # parameters, float32, before building the model
+        n_params = self.vocab_size * d * 2 + L * (4 * d * d + 2 * d * self.d_ff)
+        check_size("the model's parameters (n_parameters,)", (n_params,), torch.float32)
 
     @property
     def d_head(self) -> int:
@@ -346,23 +346,23 @@ class TransformerLM(nn.Module):
             ``(B, T + max_new_tokens)`` token ids (the prompt included). The model's
             train/eval mode is restored afterwards.
         """
-        self._check_idx(idx)
-        n = max_new_tokens
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"max_new_tokens must be a non-negative integer, got {n!r}")
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
-            temperature >= 0 and math.isfinite(temperature)
-        ):
-            raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-        if top_k is not None and (
-            isinstance(top_k, bool) or not isinstance(top_k, int)
-            or not 1 <= top_k <= self.config.vocab_size
-        ):
-            raise ValueError(
-                f"top_k must be None or an integer in 1..{self.config.vocab_size}, got {top_k!r}"
-            )
-        if generator is not None and generator.device.type != "cpu":
-            raise ValueError("generator must be a CPU torch.Generator (sampling runs on the CPU)")
+        if isinstance(idx, torch.Tensor) and idx.dim() == 2:  # the prompt is cropped: check that
+            self._check_idx(idx[:, -self.config.block_size :])
+        else:
+            self._check_idx(idx)
+        check_int("max_new_tokens", max_new_tokens, low=0)
+        temperature = check_float("temperature", temperature, low=0)
+        if top_k is not None:
+            check_int("top_k", top_k, low=1, high=self.config.vocab_size, why=" (or None)")
+        if generator is not None:
+            check_instance("generator", generator, torch.Generator, "a CPU torch.Generator")
+            if generator.device.type != "cpu":
+                raise ValueError(
+                    "generator must be a CPU torch.Generator (sampling runs on the CPU), "
+                    f"got one on {generator.device}"
+                )
+        check_size("the output (B, T + max_new_tokens)",
+                   (idx.shape[0], idx.shape[1] + max_new_tokens), torch.long)
         was_training = self.training
         self.eval()
         try:
@@ -373,7 +373,13 @@ class TransformerLM(nn.Module):
                 if temperature == 0:
                     next_id = logits.argmax(dim=-1, keepdim=True)
                 else:
-                    logits = logits / temperature
+                    scaled = logits / temperature
+                    if not torch.isfinite(scaled).all():  # a tiny temperature overflows:
+                        # shift first (softmax ignores it) and divide in float64 (where the
+                        # temperature is not 0), so the limit is greedy, not NaN
+                        shifted = (logits - logits.amax(dim=-1, keepdim=True)).double()
+                        scaled = shifted / temperature
+                    logits = scaled
                     if top_k is not None:
                         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
                         logits = logits.masked_fill(logits < kth, float("-inf"))

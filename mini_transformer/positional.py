@@ -22,11 +22,12 @@ paper's 1-based ``j`` (word) and ``k`` (dimension) with sentence length ``J``.
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 import torch
 from torch import nn
+
+from .checks import check_array, check_choice, check_float, check_int, check_size, check_tensor
 
 __all__ = [
     "index_encoding",
@@ -52,45 +53,31 @@ LAYOUTS = ("interleaved", "concat")
 # --------------------------------------------------------------------------- validation
 def _check_int(name: str, value: object, minimum: int = 1, even: bool = False,
                why: str = "") -> int:
-    """Return ``value`` as an int, or raise a TypeError/ValueError naming ``name``."""
-    kind = "a positive even integer" if even else (
-        "a positive integer" if minimum == 1 else f"an integer >= {minimum}")
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be {kind}{why}, got {value!r} of type {type(value).__name__}")
-    value = int(value)
-    if value < minimum or (even and value % 2):
-        raise ValueError(f"{name} must be {kind}{why}, got {value}")
-    return value
+    """A positive (or ``>= minimum``) integer, via :func:`~mini_transformer.checks.check_int`."""
+    return check_int(name, value, low=minimum, even=even, why=why)
 
 
 def _check_base(base: object) -> float:
-    if isinstance(base, (bool, np.bool_)) or not isinstance(base, numbers.Real):
-        raise TypeError(f"base must be a positive finite number, got {base!r}")
-    base = float(base)
-    if not (math.isfinite(base) and base > 0):
-        raise ValueError(f"base must be a positive finite number, got {base}")
-    return base
+    """``base >= 1``: the wavelengths run from $2\\pi$ up to $2\\pi \\cdot base$.
+
+    A base below 1 would make them *shorter* than $2\\pi$ (aliased angles), and a tiny one
+    makes the frequencies overflow (``base=1e-320`` gives ``inf``).
+    """
+    return check_float("base", base, low=1, what="a finite number >= 1 (10000 in the paper)")
 
 
 def _check_offset(offset: object, allow_negative: bool = True) -> int | float:
-    if isinstance(offset, (bool, np.bool_)) or not isinstance(offset, numbers.Real):
-        raise TypeError(f"offset must be a real number, got {offset!r}")
-    if not math.isfinite(float(offset)):
-        raise ValueError(f"offset must be finite, got {offset}")
-    if not allow_negative and offset < 0:
-        raise ValueError(f"offset must be a non-negative integer, got {offset}")
-    return offset
+    if not allow_negative:
+        return check_int("offset", offset, low=0)
+    check_float("offset", offset, what="a finite real number")
+    return offset  # type: ignore[return-value]
 
 
 def _check_input(x: object, name: str, ndim: int, last: int, last_name: str) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions (B, T, {last_name}), "
-                         f"got shape {tuple(x.shape)}")
-    if x.shape[-1] != last:
+    check_tensor(name, x, floating=True, ndim=ndim, dims=f"(B, T, {last_name})")
+    if x.shape[-1] != last:  # type: ignore[union-attr]
         raise ValueError(f"the last dimension of {name} must be {last_name}={last}, "
-                         f"got shape {tuple(x.shape)}")
+                         f"got shape {tuple(x.shape)}")  # type: ignore[union-attr]
 
 
 # --------------------------------------------------------------------------- scalar encodings
@@ -106,6 +93,7 @@ def index_encoding(n: int) -> np.ndarray:
         float64 array of shape ``(n, 1)`` holding ``0, 1, ..., n-1``.
     """
     n = _check_int("n", n)
+    check_size("the encoding (n, 1)", (n, 1), np.float64)
     return np.arange(n, dtype=np.float64)[:, None]
 
 
@@ -124,6 +112,7 @@ def normalized_index_encoding(n: int) -> np.ndarray:
         float64 array of shape ``(n, 1)``.
     """
     n = _check_int("n", n)
+    check_size("the encoding (n, 1)", (n, 1), np.float64)
     return np.arange(n, dtype=np.float64)[:, None] / n
 
 
@@ -144,6 +133,7 @@ def binary_encoding(n: int, n_bits: int) -> np.ndarray:
     """
     n = _check_int("n", n)
     n_bits = _check_int("n_bits", n_bits)
+    check_size("the encoding (n, n_bits)", (n, n_bits), np.float64)
     pos = np.arange(n, dtype=np.int64)[:, None]
     k = np.arange(n_bits, dtype=np.int64)[None, :]
     return ((pos >> k) & 1).astype(np.float64)
@@ -158,13 +148,14 @@ def sinusoidal_frequencies(d_model: int, base: float = 10000.0) -> np.ndarray:
 
     Args:
         d_model: encoding dimension, ``d_model >= 1``.
-        base: ``base > 0`` (10000 in the paper).
+        base: ``base >= 1`` (10000 in the paper).
 
     Returns:
         float64 array of shape ``(ceil(d_model / 2),)``.
     """
     d_model = _check_int("d_model", d_model)
     base = _check_base(base)
+    check_size("the frequencies (ceil(d_model / 2),)", ((d_model + 1) // 2,), np.float64)
     i = np.arange((d_model + 1) // 2, dtype=np.float64)
     return base ** (-2.0 * i / d_model)
 
@@ -190,7 +181,7 @@ def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0,
     Args:
         n_positions: number of positions ``pos = 0, ..., n_positions - 1``, at least 1.
         d_model: encoding dimension, at least 1.
-        base: ``base > 0``; 10000 in the paper.
+        base: ``base >= 1``; 10000 in the paper.
         layout: ``"interleaved"`` or ``"concat"``.
 
     Returns:
@@ -201,8 +192,9 @@ def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0,
         array([0.841, 0.046, 0.002, 0.54 , 0.999, 1.   ])
     """
     n_positions = _check_int("n_positions", n_positions)
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be 'interleaved' or 'concat', got {layout!r}")
+    check_choice("layout", layout, LAYOUTS)
+    d_model = _check_int("d_model", d_model)
+    check_size("the encoding (n_positions, d_model)", (n_positions, d_model), np.float64)
     omega = sinusoidal_frequencies(d_model, base)                      # (ceil(d/2),)
     angles = np.arange(n_positions, dtype=np.float64)[:, None] * omega  # (n, ceil(d/2))
     sin, cos = np.sin(angles), np.cos(angles[:, : d_model // 2])
@@ -231,13 +223,14 @@ def rotation_matrix(offset: float, d_model: int, base: float = 10000.0) -> np.nd
     Args:
         offset: the shift $k$ in positions (any real number, negative shifts back).
         d_model: a positive even integer (a rotation needs (sin, cos) pairs).
-        base: ``base > 0``, as in :func:`sinusoidal_encoding`.
+        base: ``base >= 1``, as in :func:`sinusoidal_encoding`.
 
     Returns:
         float64 array of shape ``(d_model, d_model)``.
     """
     d_model = _check_int("d_model", d_model, even=True, why=" for a rotation")
     offset = _check_offset(offset)
+    check_size("the rotation (d_model, d_model)", (d_model, d_model), np.float64)
     theta = float(offset) * sinusoidal_frequencies(d_model, base)     # (d/2,)
     c, s = np.cos(theta), np.sin(theta)
     R = np.zeros((d_model, d_model), dtype=np.float64)
@@ -269,6 +262,7 @@ def memn2n_encoding(sentence_length: int, d_model: int) -> np.ndarray:
     """
     J = _check_int("sentence_length", sentence_length)
     d = _check_int("d_model", d_model)
+    check_size("the encoding (sentence_length, d_model)", (J, d), np.float64)
     j = np.arange(1, J + 1, dtype=np.float64)[:, None]
     k = np.arange(1, d + 1, dtype=np.float64)[None, :]
     return (1 - j / J) - (k / d) * (1 - 2 * j / J)
@@ -283,12 +277,7 @@ def memn2n_sentence(x: np.ndarray) -> np.ndarray:
     Returns:
         float64 array of shape ``(..., d)``.
     """
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim < 2:
-        raise ValueError(f"x must have shape (..., J, d) with at least 2 dimensions, "
-                         f"got shape {x.shape}")
-    if x.shape[-2] < 1 or x.shape[-1] < 1:
-        raise ValueError(f"x must have J >= 1 words and d >= 1 dimensions, got shape {x.shape}")
+    x = check_array("x", x, min_ndim=2, dims="(..., J, d)")
     return (memn2n_encoding(x.shape[-2], x.shape[-1]) * x).sum(axis=-2)
 
 
@@ -316,7 +305,8 @@ def encoding_properties(pe: np.ndarray, decimals: int = 12) -> dict:
     Returns:
         dict of Python floats, ints and a bool.
     """
-    pe = np.asarray(pe, dtype=np.float64)
+    pe = check_array("pe", pe, nonempty=False)
+    decimals = _check_int("decimals", decimals, minimum=0)
     if pe.ndim != 2 or pe.shape[0] < 2 or pe.shape[1] < 1:
         raise ValueError(f"pe must have shape (n_positions, dim) with n_positions >= 2, "
                          f"got shape {pe.shape}")
@@ -363,6 +353,7 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
         float32 tensor of shape ``(n_heads,)``, decreasing, in ``(0, 1)``.
     """
     n_heads = _check_int("n_heads", n_heads)
+    check_size("the slopes (n_heads,)", (n_heads,), torch.float32)
 
     def power_of_two(n: int) -> list[float]:
         start = 2.0 ** (-8.0 / n)
@@ -398,6 +389,8 @@ def alibi_bias(n_heads: int, T_q: int, T_k: int | None = None) -> torch.Tensor:
     if T_k < T_q:
         raise ValueError(f"T_k must be >= T_q (queries are the last T_q of T_k positions), "
                          f"got T_q={T_q}, T_k={T_k}")
+    n_heads = _check_int("n_heads", n_heads)
+    check_size("the bias (n_heads, T_q, T_k)", (n_heads, T_q, T_k), torch.float32)
     slopes = alibi_slopes(n_heads)                                          # (h,)
     i = torch.arange(T_k - T_q, T_k, dtype=torch.float32)[:, None]          # (T_q, 1)
     j = torch.arange(T_k, dtype=torch.float32)[None, :]                     # (1, T_k)
@@ -429,7 +422,7 @@ class SinusoidalPositionalEncoding(nn.Module):
     Args:
         d_model: embedding dimension, at least 1.
         max_len: the longest ``offset + T`` supported, at least 1.
-        base: ``base > 0``.
+        base: ``base >= 1``.
         layout: ``"interleaved"`` (paper) or ``"concat"``.
 
     Shape:
@@ -442,7 +435,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.d_model = _check_int("d_model", d_model)
         self.max_len = _check_int("max_len", max_len)
         self.base = _check_base(base)
-        self.layout = layout
+        self.layout = check_choice("layout", layout, LAYOUTS)
+        check_size("the table (max_len, d_model)", (self.max_len, self.d_model), np.float64)
         pe = sinusoidal_encoding(self.max_len, self.d_model, self.base, layout)
         self.register_buffer("pe", torch.from_numpy(pe).float(), persistent=False)
 
@@ -476,10 +470,8 @@ class LearnedPositionalEmbedding(nn.Module):
         super().__init__()
         self.max_len = _check_int("max_len", max_len)
         self.d_model = _check_int("d_model", d_model)
-        if isinstance(init_std, bool) or not isinstance(init_std, numbers.Real) \
-                or not math.isfinite(init_std) or init_std < 0:
-            raise ValueError(f"init_std must be a finite number >= 0, got {init_std!r}")
-        self.init_std = float(init_std)
+        self.init_std = check_float("init_std", init_std, low=0)
+        check_size("the table (max_len, d_model)", (self.max_len, self.d_model), torch.float32)
         self.weight = nn.Parameter(torch.empty(self.max_len, self.d_model))
         self.reset_parameters()
 
@@ -545,7 +537,7 @@ class RotaryEmbedding(nn.Module):
 
     Args:
         d_head: the per-head dimension, a positive even integer.
-        base: ``base > 0``.
+        base: ``base >= 1``.
         max_len: initial cache length, at least 1.
 
     Shape:
@@ -561,17 +553,20 @@ class RotaryEmbedding(nn.Module):
         self.max_len = _check_int("max_len", max_len)
         omega = torch.from_numpy(sinusoidal_frequencies(self.d_head, self.base))  # (d/2,) f64
         self.register_buffer("omega", omega, persistent=False)
+        check_size("the rotary cache (max_len, d_head / 2)", (self.max_len, self.d_head // 2),
+                   torch.float64)
         self._build_cache(self.max_len, device=None)
 
     def _build_cache(self, length: int, device: torch.device | None) -> None:
+        check_size("the rotary cache (offset + T, d_head / 2)", (length, self.d_head // 2),
+                   torch.float64)
         omega = self.omega if device is None else self.omega.to(device)
         angles = torch.arange(length, dtype=torch.float64, device=omega.device)[:, None] * omega
         self.register_buffer("cos_cached", angles.cos().float(), persistent=False)  # (L, d/2)
         self.register_buffer("sin_cached", angles.sin().float(), persistent=False)  # (L, d/2)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        check_tensor("x", x, floating=True)
         if x.ndim < 2:
             raise ValueError(f"x must have shape (B, n_heads, T, d_head), got shape "
                              f"{tuple(x.shape)}")

@@ -410,7 +410,7 @@ def test_error_n_heads_must_be_positive():
 
 
 def test_error_dropout_out_of_range():
-    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got 1.5"):
+    with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\), got 1.5"):
         MultiHeadAttention(8, 2, dropout=1.5)
 
 
@@ -487,13 +487,14 @@ def test_error_sdpa_keys_values_lengths_differ():
 
 
 def test_error_sdpa_needs_two_dims():
-    with pytest.raises(ValueError, match=r"q must be a tensor of shape \(\.\.\., T, d\)"):
+    msg = r"q must have at least 2 dimensions \(\.\.\., T, d\), got shape \(4,\)"
+    with pytest.raises(ValueError, match=msg):
         scaled_dot_product_attention(torch.randn(4), torch.randn(3, 4), torch.randn(3, 4))
 
 
 def test_error_sdpa_dropout_out_of_range():
     q = torch.randn(3, 4)
-    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"dropout_p must be a probability in \[0, 1\), got 1.0"):
         scaled_dot_product_attention(q, q, q, dropout_p=1.0)
 
 
@@ -503,8 +504,19 @@ def test_error_causal_mask_size():
 
 
 def test_error_padding_mask_length_out_of_range():
-    with pytest.raises(ValueError, match=r"every length must be in \[0, T\] = \[0, 4\]"):
+    with pytest.raises(ValueError, match=r"lengths\[1\] must be an integer in \[0, 4\], got 5"):
         padding_mask([2, 5], 4)
+    with pytest.raises(ValueError, match=r"every length must be in \[0, T\] = \[0, 4\]"):
+        padding_mask(torch.tensor([2, 5]), 4)
+
+
+def test_error_padding_mask_fractional_lengths_are_never_truncated():
+    with pytest.raises(TypeError, match=r"lengths\[0\] must be an integer in \[0, 3\], got 1.5"):
+        padding_mask([1.5, 2.7], 3)
+    with pytest.raises(TypeError, match=r"lengths\[1\] must be an integer .*got True"):
+        padding_mask([1, True], 3)
+    with pytest.raises(TypeError, match="lengths must be a sequence of B integers, got int"):
+        padding_mask(3, 3)
 
 
 def test_error_padding_mask_float_lengths():
@@ -525,3 +537,88 @@ def test_error_combine_masks_do_not_broadcast():
 def test_error_combine_masks_non_bool():
     with pytest.raises(TypeError, match="mask 1 must be a boolean tensor"):
         combine_masks(causal_mask(3), torch.ones(3, 3))
+
+
+# --- bad input found by the property suite and issue 15 ---------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64])
+def test_error_sdpa_rejects_non_float_inputs(dtype):
+    q = torch.ones(3, 4).to(dtype)
+    with pytest.raises(TypeError, match=f"q must be a floating-point tensor .*got dtype {dtype}"):
+        scaled_dot_product_attention(q, q, q)
+
+
+def test_error_sdpa_dtype_mismatch_names_each_argument():
+    q = torch.randn(3, 4)
+    with pytest.raises(
+        TypeError, match="q, k and v must have the same dtype, got q torch.float32, k torch.float64"
+    ):
+        scaled_dot_product_attention(q, q.double(), q)
+
+
+def test_error_sdpa_zero_d_k_is_a_clear_error_not_zero_division():
+    q = torch.randn(3, 0)
+    with pytest.raises(ValueError, match=r"q must not be empty .*got shape \(3, 0\)"):
+        scaled_dot_product_attention(q, q, q)
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), 0.0, -1.0])
+def test_error_sdpa_scale_must_be_finite_and_positive(scale):
+    q = torch.randn(3, 4)
+    with pytest.raises(ValueError, match="scale must be a finite number > 0"):
+        scaled_dot_product_attention(q, q, q, scale=scale)
+
+
+def test_error_sdpa_refuses_terabyte_scores_before_allocating():
+    q = torch.randn(1, 1).expand(10**6, 1)
+    with pytest.raises(ValueError, match=r"the attention scores .* would need 3.6 TiB"):
+        scaled_dot_product_attention(q, q, q)
+
+
+def test_error_mha_input_dtype_differs_from_weights():
+    mha = MultiHeadAttention(8, 2)
+    with pytest.raises(TypeError, match=r"x must have the dtype of the layer's weights "
+                                        r"\(torch.float32\), got dtype torch.float64"):
+        mha(torch.randn(1, 5, 8, dtype=torch.float64))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        mha(torch.ones(1, 5, 8, dtype=torch.long))
+
+
+def test_mha_flags_must_be_bools():
+    with pytest.raises(TypeError, match="fused must be True or False, got 1"):
+        MultiHeadAttention(8, 2, fused=1)
+    with pytest.raises(TypeError, match="is_causal must be True or False, got 'yes'"):
+        MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), is_causal="yes")
+
+
+def test_fully_masked_row_by_minus_inf_bias_is_zero_not_nan_on_both_paths():
+    """An additive -inf bias that masks a whole row acts like a boolean mask: zeros."""
+    torch.manual_seed(0)
+    q = k = v = torch.randn(1, 2, 4, 8)
+    bias = torch.zeros(2, 4, 4)
+    bias[:, 1, :] = float("-inf")  # query 1 may attend to nothing
+    bias[:, 2, 3] = float("-inf")  # query 2 may not attend to key 3
+    out, w = scaled_dot_product_attention(q, k, v, bias=bias, return_weights=True)
+    assert torch.isfinite(out).all() and torch.isfinite(w).all()
+    assert (out[:, :, 1] == 0).all() and (w[:, :, 1] == 0).all()
+    ref = scaled_dot_product_attention(q, k, v, mask=bias.isfinite())
+    assert torch.equal(out, ref)
+    mha = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(1, 4, 8)
+    fused, _ = mha(x, attn_bias=bias)
+    mha.fused = False
+    scratch, _ = mha(x, attn_bias=bias)
+    assert torch.isfinite(fused).all()
+    torch.testing.assert_close(fused, scratch)
+    assert torch.allclose(fused[:, 1], mha.out_proj.bias)  # zero attention output, then W^O
+
+
+def test_finite_bias_gives_the_same_numbers_as_before():
+    """Splitting out -inf entries leaves a finite bias (ALiBi) exactly as it was."""
+    torch.manual_seed(1)
+    q, k, v = torch.randn(3, 2, 5, 4).unbind(0)
+    bias = torch.randn(2, 5, 5)
+    scores = q @ k.transpose(-2, -1) / 2.0 + bias
+    expected = torch.softmax(scores, dim=-1) @ v
+    assert torch.equal(scaled_dot_product_attention(q, k, v, bias=bias), expected)

@@ -319,13 +319,13 @@ def test_residual_stack_unrolls_into_two_to_the_n_paths():
 
 
 def test_error_unknown_norm_position():
-    msg = "norm_position must be one of 'pre' or 'post', got 'middle'"
+    msg = "norm_position must be one of 'pre', 'post', got 'middle'"
     with pytest.raises(ValueError, match=msg):
         TransformerBlock(D, H, DFF, norm_position="middle")
 
 
 def test_error_unknown_activation():
-    with pytest.raises(ValueError, match="activation must be one of 'gelu' or 'relu', got 'tanh'"):
+    with pytest.raises(ValueError, match="activation must be one of 'gelu', 'relu', got 'tanh'"):
         FeedForward(D, DFF, activation="tanh")
 
 
@@ -336,7 +336,6 @@ def test_error_unknown_activation():
         (lambda: FeedForward(D, -4), "d_ff"),
         (lambda: TransformerBlock(D, 0, DFF), "n_heads"),
         (lambda: TransformerStack(0, D, H, DFF), "n_layers"),
-        (lambda: FeedForward(2.5, DFF), "d_model"),
     ],
 )
 def test_error_non_positive_sizes(make, name):
@@ -344,9 +343,47 @@ def test_error_non_positive_sizes(make, name):
         make()
 
 
-def test_error_non_positive_eps():
-    with pytest.raises(ValueError, match="eps must be a positive number"):
-        LayerNorm(D, eps=0.0)
+def test_error_fractional_size_is_a_type_error():
+    with pytest.raises(TypeError, match="d_model must be a positive integer, got 2.5"):
+        FeedForward(2.5, DFF)
+
+
+@pytest.mark.parametrize("eps", [0.0, -1e-5, float("inf"), float("nan"), 1e-39])
+def test_error_eps_must_be_finite_and_positive(eps):
+    with pytest.raises(ValueError, match="eps must be a finite number >= 1.18e-38"):
+        LayerNorm(D, eps=eps)
+
+
+def test_layernorm_tiny_eps_is_refused_it_would_make_nan():
+    """With eps below float32's smallest normal number a constant token gives NaN."""
+    x = torch.ones(1, D)
+    var = (x - x.mean()).pow(2).mean() + torch.tensor(1e-300, dtype=torch.float32)
+    assert torch.isnan((x - x.mean()) * torch.rsqrt(var)).all()  # what eps=1e-300 would do
+    with pytest.raises(ValueError, match="eps must be a finite number >= 1.18e-38, got 1e-300"):
+        LayerNorm(D, eps=1e-300)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_layernorm_half_precision_statistics_in_float32(dtype):
+    """A feature 300 away from the mean: (x - mu)^2 = 9e4 overflows float16 (max 65504).
+
+    Computed in float16 the variance is inf and the whole token becomes 0; torch.nn.LayerNorm
+    (statistics in float32) is the reference.
+    """
+    x = torch.zeros(2, D, dtype=dtype)
+    x[0, 0] = 300.0
+    x[1] = torch.linspace(-2, 2, D, dtype=dtype)
+    ln = LayerNorm(D).to(dtype)
+    ref = torch.nn.LayerNorm(D).to(dtype)
+    out = ln(x)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    assert out[0].abs().max() > 1  # not zeroed
+    torch.testing.assert_close(out, ref(x))
+
+
+def test_layernorm_rejects_integer_input():
+    with pytest.raises(TypeError, match="x must be a floating-point tensor .*torch.int64"):
+        LayerNorm(D)(torch.ones(2, D, dtype=torch.long))
 
 
 def test_error_dropout_out_of_range():

@@ -63,7 +63,7 @@ def test_config_rejects_dropout_of_one():
 
 
 def test_config_rejects_an_unknown_norm_position():
-    with pytest.raises(ValueError, match="norm_position must be 'pre' or 'post'"):
+    with pytest.raises(ValueError, match="norm_position must be one of 'pre', 'post', got 'mid"):
         TransformerConfig(vocab_size=5, block_size=4, norm_position="middle")
 
 
@@ -228,7 +228,7 @@ def test_generate_rejects_a_negative_temperature():
 
 
 def test_generate_rejects_top_k_larger_than_the_vocabulary():
-    with pytest.raises(ValueError, match=r"top_k must be None or an integer in 1..20"):
+    with pytest.raises(ValueError, match=r"top_k must be an integer in \[1, 20\] \(or None\)"):
         make().generate(torch.tensor([[1]]), 2, top_k=21)
 
 
@@ -240,3 +240,45 @@ def test_attention_weights_are_causal_distributions(positional):
     for w in maps:
         torch.testing.assert_close(w.sum(-1), torch.ones(2, 2, 9))
         assert torch.all(w.triu(diagonal=1) == 0)
+
+
+# --- bad input (issue 15) ---------------------------------------------------------------------
+
+
+def test_config_wrong_types_are_type_errors():
+    with pytest.raises(TypeError, match="d_model must be a positive integer, got '8'"):
+        TransformerConfig(vocab_size=5, block_size=4, d_model="8")
+    with pytest.raises(TypeError, match="bias must be True or False, got 1"):
+        TransformerConfig(vocab_size=5, block_size=4, bias=1)
+    with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\), got nan"):
+        TransformerConfig(vocab_size=5, block_size=4, dropout=float("nan"))
+
+
+def test_config_refuses_a_model_that_would_not_fit_in_memory():
+    with pytest.raises(ValueError, match=r"the model's parameters .* would need .* TiB"):
+        TransformerConfig(vocab_size=10**9, block_size=8, d_model=4096, n_heads=4)
+
+
+def test_generate_crops_a_prompt_longer_than_block_size():
+    """The docstring says every scheme is cropped, a learned one too: a long prompt is fine."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=5, block_size=4, d_model=8, n_heads=2, n_layers=1,
+                            positional="learned")
+    model = TransformerLM(cfg)
+    out = model.generate(torch.zeros(1, 6, dtype=torch.long), 3, temperature=0)
+    assert out.shape == (1, 9) and torch.equal(out[:, :6], torch.zeros(1, 6, dtype=torch.long))
+
+
+def test_generate_generator_must_be_a_generator():
+    cfg = TransformerConfig(vocab_size=5, block_size=4, d_model=8, n_heads=2, n_layers=1)
+    with pytest.raises(TypeError, match="generator must be a CPU torch.Generator, got 0"):
+        TransformerLM(cfg).generate(torch.zeros(1, 2, dtype=torch.long), 1, generator=0)
+
+
+def test_generate_with_a_tiny_temperature_is_greedy_not_nan():
+    """logits / 1e-300 overflows to inf (softmax NaN); the limit T -> 0 is the greedy choice."""
+    model = make()
+    prompt = torch.tensor([[1, 2, 3]])
+    greedy = model.generate(prompt, 4, temperature=0)
+    tiny = model.generate(prompt, 4, temperature=1e-300, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(tiny, greedy)

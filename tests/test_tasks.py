@@ -135,17 +135,18 @@ def test_targets_work_with_cross_entropy_directly():
 
 
 def test_n_samples_must_be_positive():
-    with pytest.raises(ValueError, match="n_samples must be an integer >= 1"):
+    with pytest.raises(ValueError, match="n_samples must be a positive integer, got 0"):
         copy_offset_task(0, 10)
 
 
 def test_copy_offset_length_must_exceed_offset():
-    with pytest.raises(ValueError, match=r"length must be an integer > offset=4"):
+    msg = r"length must be an integer >= 5 \(greater than offset=4\), got 4"
+    with pytest.raises(ValueError, match=msg):
         copy_offset_task(2, 4, offset=4)
 
 
 def test_copy_offset_offset_must_be_positive():
-    with pytest.raises(ValueError, match="offset must be an integer >= 1"):
+    with pytest.raises(ValueError, match="offset must be a positive integer, got 0"):
         copy_offset_task(2, 10, offset=0)
 
 
@@ -170,8 +171,17 @@ def test_order_task_needs_room_for_two_markers_and_a_query():
 def test_generator_must_be_a_generator_or_a_seed():
     with pytest.raises(ValueError, match="generator must be a torch.Generator or a non-negative"):
         copy_offset_task(2, 10, generator=-1)
-    with pytest.raises(ValueError, match="generator must be a torch.Generator or a non-negative"):
+    with pytest.raises(TypeError, match="generator must be a torch.Generator or a non-negative"):
         copy_offset_task(2, 10, generator="0")
+    with pytest.raises(TypeError, match="generator must be a torch.Generator or .*got True"):
+        copy_offset_task(2, 10, generator=True)
+
+
+def test_fractional_sizes_are_type_errors_never_truncated():
+    with pytest.raises(TypeError, match="length must be .*got 10.0"):
+        copy_offset_task(2, 10.0)
+    with pytest.raises(TypeError, match="n_samples must be a positive integer, got 2.5"):
+        order_task(2.5, 10)
 
 
 def test_transformer_lm_loss_accepts_the_tasks_targets_directly():
