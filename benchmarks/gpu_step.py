@@ -37,6 +37,8 @@ from mini_transformer.core import train_step
 from mini_transformer.data import CharTokenizer, get_batch, load_corpus
 from mini_transformer.devices import peak_flops, resolve_device, where_it_ran
 from mini_transformer.model import TransformerLM
+from mini_transformer.precision import PRECISIONS, describe, resolve_precision
+from mini_transformer.precision import autocast as precision_autocast
 from mini_transformer.presets import COMPILE_MODES, PRESETS, configure_optimizer, get_preset
 
 
@@ -50,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=positive_int, default=5, help="untimed steps first")
     p.add_argument("--device", default="auto")
     p.add_argument("--compile", nargs="?", const="default", choices=COMPILE_MODES, metavar="MODE")
+    p.add_argument("--precision", choices=PRECISIONS, default="auto")
     p.add_argument(
         "--profile",
         type=positive_int,
@@ -81,10 +84,10 @@ def _setup(args):
 def measure(args) -> dict:
     """Run the benchmark; return the results as a dict."""
     cfg, device, data, model, optimizer, step_model = _setup(args)
-    use_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    precision = resolve_precision(args.precision, device, d_model=model.config.d_model)
 
     def autocast():
-        return torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16)
+        return precision_autocast(precision, device)
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     g = torch.Generator().manual_seed(0)
@@ -118,7 +121,7 @@ def measure(args) -> dict:
         "batch_size": B,
         "block_size": T,
         "n_parameters": model.num_parameters(),
-        "dtype": "bf16 autocast" if use_bf16 else "float32",
+        "dtype": describe(precision, device),
         "compile": args.compile,
         "warmup_steps": args.warmup,
         "warmup_s": warmup_s,

@@ -37,6 +37,7 @@ from .core import Schedule, StopFlag, TrainingDivergedError, stop_at_step_bounda
 from .data import CharTokenizer, get_batch, load_corpus
 from .devices import measure_matmul_flops, peak_flops, resolve_device, where_it_ran
 from .model import TransformerLM
+from .precision import autocast, describe, resolve_precision
 from .presets import TrainConfig, configure_optimizer, lr_at
 
 __all__ = ["DIVERGED_LOSS_FACTOR", "Run", "train"]
@@ -92,7 +93,7 @@ class Run:
     rank: int = 0
     world: int = 1
     step_model: torch.nn.Module | None = None  # what a step calls: model, DDP or compiled
-    use_bf16: bool = False
+    precision: str = "fp32"  # resolved: "fp32" or "bf16" (autocast), see precision.py
     step: int = 0
     best_val: float = math.inf
     val_loss: float | None = None
@@ -120,9 +121,7 @@ class Run:
         return self.elapsed_before + time.perf_counter() - self.t_start
 
     def autocast(self):
-        if self.use_bf16:
-            return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return autocast(self.precision, self.device)
 
 
 def _distributed() -> tuple[int, int, int]:
@@ -192,7 +191,7 @@ def _prepare(
         val_ids,
         rank=rank,
         world=world,
-        use_bf16=is_cuda and torch.cuda.is_bf16_supported(),
+        precision=resolve_precision(cfg.precision, device, d_model=model.config.d_model),
     )
     if resume:
         _restore(run)
@@ -244,7 +243,8 @@ def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
             "step": run.step,
             **where_it_ran(run.device),
             "world_size": run.world,
-            "dtype": "bfloat16 autocast" if run.use_bf16 else "float32",
+            "dtype": describe(run.precision, run.device),
+            "precision": run.precision,
             "compile": cfg.compile,
             "preset": cfg.preset,
             "seed": cfg.seed,

@@ -18,6 +18,7 @@ import torch
 
 from .core import Schedule
 from .model import TransformerConfig, TransformerLM
+from .precision import PRECISIONS
 
 __all__ = [
     "PRESETS",
@@ -100,7 +101,11 @@ class TrainConfig:
         progress: show a tqdm progress bar.
         peak_flops: the device's peak FLOP/s for MFU; ``None``: the GPU table, or a quick
             matmul benchmark on the CPU.
-        threads: ``torch.set_num_threads`` (``None``: leave it).
+        threads: ``torch.set_num_threads`` (``None``: leave it; the command line passes
+            one thread per physical core).
+        precision: ``"auto"`` (bf16 autocast where the device multiplies bf16 natively and
+            the model is wide enough for it to pay, see :mod:`mini_transformer.precision`),
+            ``"fp32"`` or ``"bf16"``.
     """
 
     preset: str = "custom"
@@ -123,8 +128,11 @@ class TrainConfig:
     progress: bool = True
     peak_flops: float | None = None
     threads: int | None = None
+    precision: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         unknown = sorted(set(self.model) - set(MODEL_KEYS))
         if unknown:
             raise ValueError(f"unknown model settings {unknown}; known: {list(MODEL_KEYS)}")

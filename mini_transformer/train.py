@@ -57,6 +57,7 @@ from .core import TrainingDivergedError
 from .devices import GPU_PEAK_FLOPS, measure_matmul_flops, peak_flops, resolve_device
 from .loop import _distributed, train
 from .model import POSITIONAL_SCHEMES, TransformerLM, evaluate
+from .precision import PRECISIONS, physical_cores
 from .presets import (
     COMPILE_MODES,
     MODEL_KEYS,
@@ -131,7 +132,16 @@ def _train_parser() -> argparse.ArgumentParser:
         help="torch.compile the model (MODE: %(choices)s; "
         "default 'default'; the CUDA-graph modes suit small models)",
     )
-    p.add_argument("--threads", type=positive_int, help="torch.set_num_threads")
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        help="torch.set_num_threads (default: one per physical core)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="auto (default: bf16 where native and it pays), fp32 or bf16",
+    )
     p.add_argument("--peak-tflops", type=positive_float, help="device peak for MFU (TFLOP/s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
@@ -152,7 +162,9 @@ def _overrides(args: argparse.Namespace) -> dict:
         seed=args.seed,
         positional=args.positional,
         device=args.device,
-        threads=args.threads,
+        precision=args.precision,
+        threads=args.threads
+        or (None if args.resume else max(1, physical_cores() // _distributed()[2])),
         peak_flops=args.peak_tflops * 1e12 if args.peak_tflops else None,
     )
     if args.compile:

@@ -295,3 +295,9 @@ def test_committed_logs_say_where_and_how_long_they_ran():
         evals = [r for r in log if r["event"] == "eval"]
         assert evals[-1]["val_loss"] < evals[0]["val_loss"] - 2
         assert all(r["mfu"] is None or 0 < r["mfu"] < 1 for r in evals)
+
+
+def test_the_log_records_the_precision_the_run_used(tmp_path):
+    T.train(tiny(steps=1, eval_interval=1, precision="fp32"), tmp_path)
+    start = T.read_log(tmp_path / "metrics.jsonl")[0]
+    assert start["precision"] == "fp32" and start["dtype"] == "float32"
