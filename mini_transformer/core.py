@@ -119,7 +119,7 @@ def train_step(
     lr: float,
     *,
     grad_clip: float = 0.0,
-    autocast: Callable[[], contextlib.AbstractContextManager] | None = None,
+    autocast: Callable[[], object] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One update of ``model`` on the batch ``(x, y)``: ``(loss, grad_norm)``, both unread.
 

@@ -53,16 +53,17 @@ __all__ = [
     "count_paths_by_length",
     "NORM_POSITIONS",
     "ACTIVATIONS",
+    "EPS_MIN",
 ]
 
 NORM_POSITIONS = ("pre", "post")
 """The two LayerNorm placements, ``"pre"`` (x + F(LN(x))) and ``"post"`` (LN(x + F(x)))."""
 
 ACTIVATIONS = ("gelu", "relu")
+"""The feed-forward activations, exact GELU (erf form, as ``F.gelu``) or ReLU."""
 
 EPS_MIN = torch.finfo(torch.float32).tiny
 """The smallest LayerNorm ``eps``: float32's smallest normal number, about 1.18e-38."""
-"""The feed-forward activations, exact GELU (erf form, as ``F.gelu``) or ReLU."""
 
 
 # --------------------------------------------------------------------------- validation
@@ -452,8 +453,8 @@ class TransformerStack(nn.Module):
 
     Args:
         n_layers: number of blocks, a positive integer.
-        d_model, n_heads, d_ff, dropout, norm_position, causal, fused, activation, eps,
-        bias: as :class:`TransformerBlock`.
+        d_model, n_heads, d_ff, dropout, norm_position, causal, fused, activation, eps, bias:
+            as :class:`TransformerBlock`.
 
     Attributes:
         blocks: ``nn.ModuleList`` of :class:`TransformerBlock`.

@@ -443,7 +443,7 @@ def train(
         "best_val_loss", "reason" ("completed"), "wall_time_s", "out_dir"}``.
 
     Raises:
-        TrainingDivergedError: the run diverged (nothing diverged was saved).
+        mini_transformer.core.TrainingDivergedError: the run diverged (nothing diverged was saved).
         KeyboardInterrupt: after saving ``last.pt`` at a step boundary.
     """
     if not isinstance(cfg, TrainConfig):

@@ -97,14 +97,14 @@ class TrainConfig:
         seed: seeds the initialisation, the batches and dropout.
         device: ``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         compile: wrap the model in ``torch.compile``.
-        compile_mode: the ``torch.compile`` mode, one of :data:`COMPILE_MODES`.
+        compile_mode: the ``torch.compile`` mode, one of ``COMPILE_MODES``.
         progress: show a tqdm progress bar.
         peak_flops: the device's peak FLOP/s for MFU; ``None``: the GPU table, or a quick
             matmul benchmark on the CPU.
         threads: ``torch.set_num_threads`` (``None``: leave it; the command line passes
             one thread per physical core).
         precision: ``"auto"`` (bf16 autocast where the device multiplies bf16 natively and
-            the model is wide enough for it to pay, see :mod:`mini_transformer.precision`),
+            the model is wide enough for it to pay, see ``mini_transformer.precision``),
             ``"fp32"`` or ``"bf16"``.
     """
 
