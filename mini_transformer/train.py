@@ -205,14 +205,15 @@ def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
         return None
     model = TransformerLM(cfg.model_config(84))
     tokens = cfg.steps * cfg.batch_size * model.config.block_size
-    rate = CPU_STEP_CEILING_SHARE * measure_matmul_flops(n=512, repeats=2)
+    rate = CPU_STEP_CEILING_SHARE * measure_matmul_flops(n=1024, repeats=3)
     hours = tokens * model.flops_per_token() / rate / 3600
     return (
         f"--preset gpu needs a CUDA GPU, and none is available. On this CPU its "
         f"{cfg.steps} steps x {cfg.batch_size * model.config.block_size:,} tokens would take "
-        f"about {hours:.0f} hours (estimated at {rate / 1e9:.0f} GFLOP/s, half of this CPU's "
-        "measured fp32 matmul ceiling). Instead: train '--preset cpu' (about 12 minutes), or "
-        "sample the committed H100 model: python -m mini_transformer.train sample --ckpt gpu. "
+        f"about {hours:,.0f} hours (estimated at {rate / 1e9:.0f} GFLOP/s, half of the fp32 "
+        "matmul rate this CPU reaches right now; a busy machine measures less). Instead: "
+        "train '--preset cpu' (about 12 minutes), or sample the committed H100 model: "
+        "python -m mini_transformer.train sample --ckpt gpu. "
         "Pass --allow-cpu to train the gpu preset here anyway."
     )
 
