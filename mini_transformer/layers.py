@@ -69,29 +69,15 @@ EPS_MIN = torch.finfo(torch.float32).tiny
 # --------------------------------------------------------------------------- validation
 
 
-def _check_positive_int(name: str, value: object) -> int:
-    return check_int(name, value, low=1)
-
-
-def _check_dropout(value: object) -> float:
-    return check_probability("dropout", value)
-
-
 def _check_block_args(
     d_model: int, n_heads: int, d_ff: int, norm_position: str, dropout: float
 ) -> tuple[int, str, float]:
     """The checks every block constructor makes: ``(d_model, norm_position, dropout)``."""
-    _check_positive_int("n_heads", n_heads)
-    _check_positive_int("d_ff", d_ff)
-    return (
-        _check_positive_int("d_model", d_model),
-        _check_norm_position(norm_position),
-        _check_dropout(dropout),
-    )
-
-
-def _check_norm_position(value: object) -> str:
-    return check_choice("norm_position", value, NORM_POSITIONS)  # type: ignore[return-value]
+    check_int("n_heads", n_heads, low=1)
+    check_int("d_ff", d_ff, low=1)
+    norm_position = check_choice("norm_position", norm_position, NORM_POSITIONS)
+    dropout = check_probability("dropout", dropout)
+    return check_int("d_model", d_model, low=1), norm_position, dropout
 
 
 def _check_input(x: object, d_model: int, name: str = "x") -> None:
@@ -152,7 +138,7 @@ class LayerNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True) -> None:
         super().__init__()
-        self.d_model = _check_positive_int("d_model", d_model)
+        self.d_model = check_int("d_model", d_model, low=1)
         # eps is added to a float32 (or float64) variance: below float32's smallest normal
         # number it rounds away, and a constant vector gives 0 * rsqrt(0) = NaN.
         self.eps = check_float("eps", eps, low=EPS_MIN, what=f"a finite number >= {EPS_MIN:.3g}")
@@ -217,13 +203,13 @@ class FeedForward(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        self.d_model = _check_positive_int("d_model", d_model)
-        self.d_ff = _check_positive_int("d_ff", d_ff)
+        self.d_model = check_int("d_model", d_model, low=1)
+        self.d_ff = check_int("d_ff", d_ff, low=1)
         self.activation = check_choice("activation", activation, ACTIVATIONS)
         bias = check_bool("bias", bias)
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1, b_1
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2, b_2
-        self.dropout = nn.Dropout(_check_dropout(dropout))
+        self.dropout = nn.Dropout(check_probability("dropout", dropout))
 
     def forward(self, x: Tensor) -> Tensor:
         _check_input(x, self.d_model)
@@ -479,24 +465,12 @@ class TransformerStack(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        self.n_layers = _check_positive_int("n_layers", n_layers)
-        self.d_model = _check_positive_int("d_model", d_model)
-        self.norm_position = _check_norm_position(norm_position)
-        self.blocks = nn.ModuleList(
-            TransformerBlock(
-                d_model,
-                n_heads,
-                d_ff,
-                dropout=dropout,
-                norm_position=norm_position,
-                causal=causal,
-                fused=fused,
-                activation=activation,
-                eps=eps,
-                bias=bias,
-            )
-            for _ in range(n_layers)
-        )
+        self.n_layers = check_int("n_layers", n_layers, low=1)
+        self.d_model = check_int("d_model", d_model, low=1)
+        self.norm_position = check_choice("norm_position", norm_position, NORM_POSITIONS)
+        args = (d_model, n_heads, d_ff, dropout, norm_position, causal, fused, activation, eps)
+        args += (bias,)
+        self.blocks = nn.ModuleList(TransformerBlock(*args) for _ in range(n_layers))
         self.ln_f = LayerNorm(d_model, eps=eps, bias=bias) if norm_position == "pre" else None
 
     def forward(
