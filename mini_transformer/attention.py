@@ -21,7 +21,12 @@ Conventions (the same as PyTorch's ``F.scaled_dot_product_attention``):
   ``softmax([-inf, ..., -inf]) = 0/0 = NaN``) and not a fixed constant such as ``-2**30``
   (which overflows to ``-inf`` in float16, whose largest magnitude is 65504).
 - A query row whose keys are *all* masked gets **zero weights and a zero output** (and zero
-  gradient), never NaN. Both the from-scratch path and the fused path do this.
+  gradient), never NaN. Both the from-scratch path and the fused path do this. An additive
+  ``bias`` may hold ``-inf``: each ``-inf`` entry counts as a masked key, so a row that is
+  ``-inf`` everywhere follows the same rule instead of giving ``0/0 = NaN``.
+- Bad arguments raise ``TypeError``/``ValueError`` naming them (:mod:`mini_transformer.checks`):
+  integer, bool or complex inputs, mixed dtypes, empty dimensions, a non-finite ``scale``, and
+  score tensors too big to allocate. The checks read shapes and dtypes only (no GPU sync).
 """
 
 from __future__ import annotations
@@ -144,8 +149,9 @@ def scaled_dot_product_attention(
             query may attend to the key. A non-bool mask raises ``TypeError``.
         return_weights: also return the attention weights ``(..., T_q, T_k)``.
         bias: optional float tensor broadcastable to ``(..., T_q, T_k)``, added to the scaled
-            scores before masking (e.g. ALiBi).
-        scale: the factor applied to :math:`q k^\\top`; default :math:`1/\\sqrt{d_k}`.
+            scores before masking (e.g. ALiBi). ``-inf`` entries act as masked keys.
+        scale: the factor applied to :math:`q k^\\top`, a finite number ``> 0``; default
+            :math:`1/\\sqrt{d_k}`.
         dropout_p: dropout probability applied to the weights before they multiply ``v``
             (the returned weights are those before dropout). Use 0 at evaluation time.
 
@@ -244,7 +250,8 @@ def padding_mask(
     a padding key.
 
     Args:
-        lengths: ``B`` integers, each in ``[0, T]``.
+        lengths: ``B`` integers, each in ``[0, T]``: Python or NumPy ints, or an integer
+            tensor (``1.5`` is a ``TypeError``, never read as 1).
         T: the padded length, a positive integer.
         device: where to create the mask (default: that of ``lengths`` if it is a tensor).
 

@@ -120,6 +120,10 @@ class LayerNorm(nn.Module):
     batch (and positions); LayerNorm's statistics belong to one token, so it behaves the
     same in training and inference and for any batch size or sequence length.
 
+    float16 and bfloat16 inputs are normalised in float32, as :class:`torch.nn.LayerNorm`
+    does: in float16 :math:`(x_i - \mu)^2` overflows (max 65504) once a feature is about
+    256 away from the mean, and the whole token would come out as zeros.
+
     Args:
         d_model: size of the last dimension, a positive integer.
         eps: constant added to the variance (avoids division by zero for a constant

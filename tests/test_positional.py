@@ -406,6 +406,20 @@ def test_encoding_properties_of_index_and_binary():
     (lambda: P.LearnedPositionalEmbedding(0, 8), ValueError, "max_len must be a positive integer"),
     (lambda: P.MemN2NPositionalEncoding(8)(np.zeros((1, 2, 8))), TypeError,
      "x must be a torch.Tensor"),
+    # integer, bool and complex inputs were silently cast (issue 15)
+    (lambda: P.SinusoidalPositionalEncoding(8)(torch.ones(1, 3, 8, dtype=torch.long)), TypeError,
+     "x must be a floating-point tensor .*got dtype torch.int64"),
+    (lambda: P.LearnedPositionalEmbedding(8, 8)(torch.ones(1, 3, 8, dtype=torch.bool)), TypeError,
+     "x must be a floating-point tensor .*got dtype torch.bool"),
+    (lambda: P.MemN2NPositionalEncoding(8)(torch.ones(1, 3, 8, dtype=torch.complex64)), TypeError,
+     "x must be a floating-point tensor .*got dtype torch.complex64"),
+    (lambda: P.RotaryEmbedding(8)(torch.ones(1, 1, 3, 8, dtype=torch.int32)), TypeError,
+     "x must be a floating-point tensor .*got dtype torch.int32"),
+    # sizes are refused before allocating, with the estimate
+    (lambda: P.LearnedPositionalEmbedding(10**9, 1024), ValueError,
+     r"the table \(max_len, d_model\) of shape \(1000000000, 1024\) would need 3.7 TiB"),
+    (lambda: P.RotaryEmbedding(8)(torch.ones(1, 1, 3, 8), offset=10**12), ValueError,
+     r"the rotary cache \(offset \+ T, d_head / 2\) .* would need 29.1 TiB"),
 ])
 def test_error_messages_name_the_argument(call, exc, match):
     with pytest.raises(exc, match=match):
