@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .checks import check_int
 from .data import ASSETS_DIR, CharTokenizer, load_corpus
 from .model import TransformerConfig, TransformerLM
 
@@ -169,8 +170,7 @@ def save_checkpoint(
     ``best_val_loss``; NumPy or 0-d torch numbers are stored as Python numbers) and
     ``checksum``.
     """
-    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-        raise ValueError(f"step must be a non-negative integer, got {step!r}")
+    step = check_int("step", step, low=0)
     if hasattr(train_config, "to_dict"):
         train_config = train_config.to_dict()
     rng = {"torch": torch.get_rng_state()}

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .checks import check_choice, check_float, check_int
+
 __all__ = ["Schedule", "train_step", "TrainingDivergedError", "StopFlag", "stop_at_step_boundary"]
 
 #: The float order each committed result set was computed in (see :class:`Schedule`).
@@ -71,28 +73,17 @@ class Schedule:
     arithmetic: str = "train"
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr >= 0):
-            raise ValueError(f"lr must be a finite number >= 0, got {self.lr!r}")
-        if (
-            isinstance(self.warmup_steps, bool)
-            or not isinstance(self.warmup_steps, int)
-            or self.warmup_steps < 0
-        ):
-            raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
-        if self.steps is not None and (
-            isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1
-        ):
-            raise ValueError(f"steps must be a positive integer or None, got {self.steps!r}")
-        if not 0 <= self.min_lr <= self.lr:
-            raise ValueError(f"min_lr must be in [0, lr={self.lr}], got {self.min_lr!r}")
-        if self.min_ratio is not None and not 0 <= self.min_ratio <= 1:
-            raise ValueError(f"min_ratio must be in [0, 1] or None, got {self.min_ratio!r}")
-        if self.arithmetic not in ARITHMETIC:
-            raise ValueError(f"arithmetic must be one of {ARITHMETIC}, got {self.arithmetic!r}")
+        check_float("lr", self.lr, low=0)
+        check_int("warmup_steps", self.warmup_steps, low=0)
+        if self.steps is not None:
+            check_int("steps", self.steps, low=1, why=" or None")
+        check_float("min_lr", self.min_lr, low=0, high=self.lr)
+        if self.min_ratio is not None:
+            check_float("min_ratio", self.min_ratio, low=0, high=1)
+        check_choice("arithmetic", self.arithmetic, ARITHMETIC)
 
     def __call__(self, step: int) -> float:
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"step must be an integer >= 0, got {step!r}")
+        check_int("step", step, low=0)
         w = self.warmup_steps
         if step < w:
             if self.arithmetic == "stability":

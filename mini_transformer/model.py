@@ -45,6 +45,7 @@ from .checks import (
     check_int,
     check_probability,
     check_size,
+    check_tensor,
 )
 from .data import IGNORE_INDEX  # -100: targets the loss skips (unscored positions)
 from .layers import LayerNorm, TransformerBlock
@@ -469,10 +470,12 @@ def evaluate(
     perplexity. ``block_size`` (default: the model's) may exceed the model's for schemes
     that extrapolate.
     """
-    T = model.config.block_size if block_size is None else block_size
-    for name, v in (("block_size", T), ("batch_size", batch_size)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    check_tensor("ids", ids, integer=True, ndim=1)
+    T = block_size if block_size is not None else model.config.block_size
+    check_int("block_size", T, low=1)
+    check_int("batch_size", batch_size, low=1)
+    if max_batches is not None:
+        check_int("max_batches", max_batches, low=1, why=" or None")
     n_windows = (len(ids) - 1) // T
     if n_windows < 1:
         raise ValueError(f"ids has {len(ids)} tokens, fewer than block_size + 1 = {T + 1}")

@@ -10,12 +10,12 @@ re-exports every public name here). The presets:
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
+from .checks import check_bool, check_choice, check_float, check_int
 from .core import Schedule
 from .model import TransformerConfig, TransformerLM
 from .precision import PRECISIONS
@@ -131,43 +131,32 @@ class TrainConfig:
     precision: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        check_choice("precision", self.precision, PRECISIONS)
         unknown = sorted(set(self.model) - set(MODEL_KEYS))
         if unknown:
             raise ValueError(f"unknown model settings {unknown}; known: {list(MODEL_KEYS)}")
         for name in ("batch_size", "steps", "eval_interval", "eval_batches"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+            check_int(name, getattr(self, name), low=1)
         for name in ("warmup_steps", "seed"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+            check_int(name, getattr(self, name), low=0)
         for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+            check_float(name, getattr(self, name), low=0)
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr must be <= lr, got min_lr={self.min_lr}, lr={self.lr}")
         for name in ("beta1", "beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
-        if self.peak_flops is not None and not self.peak_flops > 0:
-            raise ValueError(f"peak_flops must be positive or None, got {self.peak_flops!r}")
-        if self.compile_mode not in COMPILE_MODES:
-            raise ValueError(
-                f"compile_mode must be one of {COMPILE_MODES}, got {self.compile_mode!r}"
-            )
+            check_float(name, getattr(self, name), low=0, high=1, high_open=True)
+        if self.peak_flops is not None:
+            check_float("peak_flops", self.peak_flops, low=0, low_open=True)
+        check_choice("compile_mode", self.compile_mode, COMPILE_MODES)
+        for name in ("compile", "progress"):
+            check_bool(name, getattr(self, name))
         device = self.device if isinstance(self.device, str) else ""
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
             raise ValueError(
                 f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}"
             )
-        if self.threads is not None and (
-            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
-        ):
-            raise ValueError(f"threads must be a positive integer or None, got {self.threads!r}")
+        if self.threads is not None:
+            check_int("threads", self.threads, low=1, why=" or None")
 
     def model_config(self, vocab_size: int) -> TransformerConfig:
         """The :class:`~mini_transformer.model.TransformerConfig` of this run."""

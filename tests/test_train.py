@@ -301,3 +301,26 @@ def test_the_log_records_the_precision_the_run_used(tmp_path):
     T.train(tiny(steps=1, eval_interval=1, precision="fp32"), tmp_path)
     start = T.read_log(tmp_path / "metrics.jsonl")[0]
     assert start["precision"] == "fp32" and start["dtype"] == "float32"
+
+
+@pytest.mark.parametrize("kwargs,name,error", [
+    ({"ids": [1, 2, 3]}, "ids", TypeError),
+    ({"ids": torch.arange(50).float()}, "ids", TypeError),
+    ({"block_size": 0}, "block_size", ValueError),
+    ({"batch_size": 2.5}, "batch_size", TypeError),
+    ({"max_batches": 0}, "max_batches", ValueError),
+])
+def test_evaluate_names_a_bad_argument(kwargs, name, error):
+    args = {"model": small_model(), "ids": torch.arange(50)} | kwargs
+    with pytest.raises(error, match=name):
+        T.evaluate(**args)
+
+
+@pytest.mark.parametrize("kwargs,error", [
+    ({"device": "tpu"}, ValueError), ({"threads": True}, TypeError),
+    ({"steps": 2.0}, TypeError), ({"lr": float("nan")}, ValueError),
+    ({"compile_mode": "fast"}, ValueError), ({"precision": "fp8"}, ValueError),
+])
+def test_train_config_names_a_bad_setting(kwargs, error):
+    with pytest.raises(error, match=next(iter(kwargs))):
+        T.TrainConfig(**kwargs)
