@@ -55,6 +55,7 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 import torch.nn.functional as F
 
+from .checks import check_choice, check_float, check_int
 from .core import Schedule, train_step
 from .data import IGNORE_INDEX, SYNTHETIC_TASKS
 from .devices import where_it_ran
@@ -125,54 +126,30 @@ class LabConfig:
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.task not in SYNTHETIC_TASKS:
-            raise ValueError(f"task must be one of {sorted(SYNTHETIC_TASKS)}, got {self.task!r}")
-        for name in (
-            "train_length",
-            "steps",
-            "batch_size",
-            "eval_samples",
-            "d_model",
-            "n_heads",
-            "n_layers",
-            "d_ff",
-            "offset",
-            "curve_every",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_choice("task", self.task, sorted(SYNTHETIC_TASKS))
+        sizes = ("train_length", "steps", "batch_size", "eval_samples", "d_model", "n_heads")
+        for name in (*sizes, "n_layers", "d_ff", "offset", "curve_every", "warmup_steps"):
+            check_int(name, getattr(self, name), low=0 if name == "warmup_steps" else 1)
         L = self.train_length
         if self.min_train_length is None:
             self.min_train_length = max(L // 2, 1)
-        if not 1 <= self.min_train_length <= L:
-            raise ValueError(
-                f"min_train_length must be in [1, train_length={L}], got {self.min_train_length}"
-            )
+        check_int("min_train_length", self.min_train_length, low=1, high=L)
         if self.eval_lengths is None:
             self.eval_lengths = [L, (3 * L) // 2, 2 * L]
-        if not self.eval_lengths or min(self.eval_lengths) < 1:
-            raise ValueError(f"eval_lengths must be positive integers, got {self.eval_lengths}")
-        if (
-            isinstance(self.vocab_size, bool)
-            or not isinstance(self.vocab_size, int)
-            or self.vocab_size < 2
-        ):
-            raise ValueError(f"vocab_size must be an integer >= 2, got {self.vocab_size!r}")
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
+        if not self.eval_lengths:
+            raise ValueError("eval_lengths must hold at least one length, got none")
+        for T in self.eval_lengths:
+            check_int("eval_lengths", T, low=1)
+        check_int("vocab_size", self.vocab_size, low=2)
+        check_float("lr", self.lr, low=0, low_open=True)
         if self.task == "copy_offset" and self.offset >= self.min_train_length:
             raise ValueError(
                 f"offset must be < min_train_length={self.min_train_length} (the shortest "
                 f"training sequence must hold a target), got offset={self.offset}"
             )
         for scheme, lr in self.scheme_lr.items():
-            if scheme not in SCHEMES:
-                raise ValueError(f"scheme_lr keys must be in {SCHEMES}, got {scheme!r}")
-            if not lr > 0:
-                raise ValueError(
-                    f"scheme_lr[{scheme!r}] must be a positive learning rate, got {lr}"
-                )
+            check_choice("scheme_lr keys", scheme, SCHEMES)
+            check_float(f"scheme_lr[{scheme!r}]", lr, low=0, low_open=True)
 
     def lr_for(self, scheme: str) -> float:
         """The peak learning rate for ``scheme``: ``scheme_lr[scheme]`` if given, else ``lr``."""
