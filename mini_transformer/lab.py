@@ -36,7 +36,8 @@ or split it over two processes and merge::
     python -m mini_transformer.lab --schemes memn2n rope alibi --out part2.json
     python -m mini_transformer.lab --merge part1.json part2.json --out book/data/extrapolation.json
 
-and a quick one with ``--steps 100 --seeds 0``. The JSON records the command, budget,
+and a quick one with ``--steps 100 --seeds 0``. ``--eval-lengths 32 48 64 128 256`` evaluates
+further out (up to ``8 L``); ``block_size`` is then the longest length. The JSON records the command, budget,
 device, torch version, per-scheme per-length accuracies (mean and per seed), learning
 rates, final losses and loss curves, and the cosine-similarity matrix of a trained learned
 position embedding.
@@ -483,6 +484,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--batch-size", type=int, default=LabConfig.batch_size)
     p.add_argument("--lr", type=float, default=LabConfig.lr)
     p.add_argument("--eval-samples", type=int, default=LabConfig.eval_samples)
+    p.add_argument("--eval-lengths", type=int, nargs="+", default=None, metavar="T",
+                   help="lengths to evaluate at (default: L, 1.5 L, 2 L); the model's "
+                   "block_size becomes the longest, so a learned table gets that many rows")
     p.add_argument("--scheme-lr", type=_scheme_lr, nargs="+", default=[], metavar="SCHEME=LR",
                    help="per-scheme peak learning rates, e.g. alibi=0.01 (others use --lr)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 = bit-stable)")
@@ -509,11 +513,14 @@ def main(argv: list[str] | None = None) -> dict:
     elif args.attach:
         raise ValueError("--attach only works together with --merge")
     else:
+        if args.eval_lengths is not None and min(args.eval_lengths) < 1:
+            p.error(f"--eval-lengths must be positive integers, got {args.eval_lengths}")
         torch.set_num_threads(args.threads)
         cfg = LabConfig(
             task=args.task, vocab_size=args.vocab_size, offset=args.offset,
             train_length=args.train_length, steps=args.steps, batch_size=args.batch_size,
             lr=args.lr, eval_samples=args.eval_samples, scheme_lr=dict(args.scheme_lr),
+            eval_lengths=args.eval_lengths,
         )
         argv_used = sys.argv[1:] if argv is None else argv
         result = {"command": "python -m mini_transformer.lab " + shlex.join(argv_used)}
