@@ -36,11 +36,11 @@ or split it over two processes and merge::
     python -m mini_transformer.lab --schemes memn2n rope alibi --out part2.json
     python -m mini_transformer.lab --merge part1.json part2.json --out book/data/extrapolation.json
 
-and a quick one with ``--steps 100 --seeds 0``. ``--eval-lengths 32 48 64 128 256`` evaluates
-further out (up to ``8 L``); ``block_size`` is then the longest length. The JSON records the command, budget,
-device, torch version, per-scheme per-length accuracies (mean and per seed), learning
-rates, final losses and loss curves, and the cosine-similarity matrix of a trained learned
-position embedding.
+and a quick one with ``--steps 100 --seeds 0``. ``--eval-lengths 32 48 64 128 256``
+evaluates further out (up to ``8 L``); ``block_size`` is then the longest length. The JSON
+records the command, budget, device, torch version, per-scheme per-length accuracies (mean
+and per seed), learning rates, final losses and loss curves, and the cosine-similarity
+matrix of a trained learned position embedding.
 """
 
 from __future__ import annotations

@@ -113,9 +113,10 @@ def normalized_index_encoding(n: int) -> np.ndarray:
     r"""The position divided by the sentence length: $PE_{pos} = pos / N$ with $N = n$.
 
     This follows the Korean blog post of chapter 1 ("I" -> 0/5, "love" -> 1/5 for a
-    five-word sentence), so values lie in $[0, 1 - 1/N]$ and the step between neighbours is $1/N$. (The other common choice,
-    $pos/(N-1)$, reaches exactly 1; both share the flaw the book shows: the same position
-    gets a different value, and neighbours a different step, in sentences of different length.)
+    five-word sentence), so values lie in $[0, 1 - 1/N]$ and the step between neighbours is
+    $1/N$. (The other common choice, $pos/(N-1)$, reaches exactly 1; both share the flaw the
+    book shows: the same position gets a different value, and neighbours a different step, in
+    sentences of different length.)
 
     Args:
         n: sentence length ``N >= 1``.
