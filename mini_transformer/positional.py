@@ -100,10 +100,11 @@ def index_encoding(n: int) -> np.ndarray:
 def normalized_index_encoding(n: int) -> np.ndarray:
     r"""The position divided by the sentence length: $PE_{pos} = pos / N$ with $N = n$.
 
-    This follows seed 01 ("I" -> 0/5, "love" -> 1/5 for a five-word sentence), so values lie
-    in $[0, 1 - 1/N]$ and the step between neighbours is $1/N$. (The other common choice,
-    $pos/(N-1)$, reaches exactly 1; both share the flaw the book shows: the same position
-    gets a different value, and neighbours a different step, in sentences of different length.)
+    This follows the Korean blog post of chapter 1 ("I" -> 0/5, "love" -> 1/5 for a
+    five-word sentence), so values lie in $[0, 1 - 1/N]$ and the step between neighbours is
+    $1/N$. (The other common choice, $pos/(N-1)$, reaches exactly 1; both share the flaw the
+    book shows: the same position gets a different value, and neighbours a different step, in
+    sentences of different length.)
 
     Args:
         n: sentence length ``N >= 1``.
@@ -171,8 +172,8 @@ def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0,
 
     - ``"interleaved"`` (the paper): sin in even columns, cos in odd columns,
       ``[sin w0, cos w0, sin w1, cos w1, ...]``.
-    - ``"concat"`` (the TensorFlow tutorial code quoted in seed 01): all sines, then all
-      cosines, ``[sin w0, sin w1, ..., cos w0, cos w1, ...]``.
+    - ``"concat"`` (the TensorFlow tutorial code quoted in the Korean blog post of chapter 1):
+      all sines, then all cosines, ``[sin w0, sin w1, ..., cos w0, cos w1, ...]``.
 
     Odd ``d_model``: the last frequency gets a sine column without its cosine partner
     (interleaved: the last column; concat: the sin block has one column more than the cos

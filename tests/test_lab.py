@@ -249,6 +249,25 @@ def test_command_line_writes_the_json_schema(tmp_path, capsys):
     check_schema(on_disk, ["none", "learned"], [0, 1], [6, 9, 12])
 
 
+def test_eval_lengths_flag_sets_the_lengths_and_the_block_size(tmp_path, capsys):
+    out = tmp_path / "lab.json"
+    result = lab.main(["--out", str(out), "--seeds", "0", "--steps", "2", "--train-length", "6",
+                       "--eval-samples", "4", "--batch-size", "4", "--schemes", "learned",
+                       "--eval-lengths", "6", "12", "24", "48"])
+    capsys.readouterr()
+    assert result["eval_lengths"] == [6, 12, 24, 48]
+    assert result["config"]["block_size"] == 48
+    assert result["learned_embedding"]["max_len"] == 48
+    check_schema(result, ["learned"], [0], [6, 12, 24, 48])
+
+
+def test_eval_lengths_flag_refuses_non_positive_lengths(capsys):
+    with pytest.raises(SystemExit) as exc:
+        lab.main(["--eval-lengths", "32", "0"])
+    assert exc.value.code == 2
+    assert "--eval-lengths must be positive integers" in capsys.readouterr().err
+
+
 def test_parts_run_on_disjoint_schemes_merge_into_one_result(tmp_path, capsys):
     common = [
         "--seeds",
@@ -367,7 +386,8 @@ def test_merging_nothing_is_an_error():
 def test_committed_results_follow_the_schema():
     result = json.loads(COMMITTED.read_text())
     check_schema(result, list(lab.SCHEMES), result["seeds"], result["eval_lengths"])
-    assert result["eval_lengths"] == [32, 48, 64]
+    assert result["eval_lengths"] == [32, 48, 64, 128, 256]   # L .. 8L (chapter 3)
+    assert result["config"]["block_size"] == 256                # learned table: a row per T
     assert len(result["seeds"]) >= 2
 
 
