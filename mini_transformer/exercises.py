@@ -25,9 +25,9 @@ In a chapter::
 
     from mini_transformer import exercises
 
-    def my_norm(pe):
+    def my_binary(n, n_bits):
         ...  # your code here
-    exercises.check("sinusoidal-norm", my_norm)
+    exercises.check("binary-encoding", my_binary)
 
 :func:`check` prints one line (``✓ ...`` or ``✗ ...``) and returns a :class:`Verdict`,
 true when the answer passed, which Jupyter does not echo; solution cells call
