@@ -402,16 +402,28 @@ def check(name: str, answer: Any, *, seed: int | None = None, time_limit: float 
 
 
 def _check_value(ex: Exercise, answer: Any, time_limit: float) -> tuple[bool, str]:
+    """A value is right or not; the message never shows the expected value (no spoiler)."""
     compare = ex.compare or close()
     if callable(answer):
         status, answer = _run_limited(answer, (), time_limit)
         if status != "ok":
             return False, _failure(status, answer, time_limit)
-    msg = compare(ex.reference(), answer)
+    if answer is None:
+        return False, "no answer yet (the value is None)."
+    expected = ex.reference()
+    msg = compare(expected, answer)
     if msg is None:
         return True, "correct."
+    if msg.startswith("expected an") or msg.startswith("expected shape"):
+        return False, msg + "."  # the kind of answer is wrong: saying so gives nothing away
+    side = ""
+    e, g = _array(expected), _array(answer)
+    if e is not None and g is not None and e.ndim == 0 and g.ndim == 0 and g.dtype.kind in "iuf":
+        side = " (too small)" if g < e else " (too large)"
     named = [m for m, wrong in ex.mistakes.items() if _same(wrong, answer)]
-    return False, msg + (f". This looks like: {named[0]}." if named else ".")
+    return False, f"{_describe(answer)} is not right{side}." + (
+        f" This looks like: {named[0]}." if named else ""
+    )
 
 
 def _failure(status: str, err: Any, time_limit: float) -> str:

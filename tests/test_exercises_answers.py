@@ -211,6 +211,8 @@ CASES = {
             "tolerance 0.05": (44, "0.05"),
             "one turn": (6, "one turn"),
             "a float": (333.0, "integer"),
+            "no answer": (None, "no answer yet"),
+            "a wrong position": (332, "too small"),
         },
     ),
     "position-share": (
