@@ -1229,7 +1229,7 @@ def _batch_norm_stats(x):
     return mean.to(x.dtype), (((rows - mean) ** 2).sum(0) / len(rows)).to(x.dtype)
 
 
-class _CausalSelfAttention(nn.Module):
+class CausalSelfAttention(nn.Module):
     """Causal multi-head self-attention built on PyTorch's own module: attn(h) -> (B, T, d)."""
 
     def __init__(self, d_model: int, n_heads: int):
@@ -1246,7 +1246,7 @@ def _block_inputs(rng: np.random.Generator) -> tuple:
     d, seed = 4 * int(rng.integers(1, 5)), int(rng.integers(2**31))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        attn = _CausalSelfAttention(d, 2)
+        attn = CausalSelfAttention(d, 2)
         ffn = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
         ln1, ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         with torch.no_grad():
