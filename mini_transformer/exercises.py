@@ -126,6 +126,8 @@ def exercise(
         raise ValueError(f"an exercise named {name!r} is already registered")
     if not isinstance(n_random, int) or n_random < 0:
         raise ValueError(f"n_random must be a non-negative integer, got {n_random!r}")
+    if inputs is not None and n_random == 0 and not edge_cases:
+        raise ValueError(f"exercise {name!r} would check nothing: give n_random > 0 or edge_cases")
 
     def register(reference: Callable[..., Any]) -> Callable[..., Any]:
         _REGISTRY[name] = Exercise(

@@ -288,3 +288,9 @@ def test_ln_jacobian_reference_agrees_with_autograd():
 def test_first_return_is_333_because_333_radians_is_just_short_of_53_turns():
     assert -0.01 < 333 - 53 * 2 * np.pi < 0
     assert exercises._first_return_answer() == 333
+
+
+def test_a_function_exercise_without_cases_is_refused():
+    with pytest.raises(ValueError, match="would check nothing"):
+        exercises.exercise("test-empty", "nothing", inputs=lambda rng: (), n_random=0)(lambda: 0)
+    assert "test-empty" not in exercises.available()
