@@ -511,7 +511,7 @@ CASES = {
                 ),
                 "standard deviation treated",
             ),
-            "transposed autograd of the wrong function": (
+            "the identity (the normalisation forgotten)": (
                 lambda x, e: torch.eye(len(x), dtype=x.dtype),
                 None,
             ),
