@@ -1487,7 +1487,7 @@ def _naive_ppl(z, t, per_token=False, no_exp=False, stable=False):
             z, t, no_exp=True, stable=True
         ),
     },
-    compare=close(rtol=1e-5, atol=0.0),
+    compare=close(rtol=1e-4, atol=0.0),  # float32 logits near 200: log-sum-exp error ~1e-5
 )
 def _perplexity(logits, targets):
     total, count = 0.0, 0
