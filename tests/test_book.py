@@ -61,8 +61,14 @@ def test_chapter_has_checked_exercises_with_hidden_executed_solutions(path):
                  and re.search(r"assert\s+exercises\.check\(", _text(c))]
     assert len(solutions) >= 2
     for c in solutions:
-        assert "hide-input" in c["metadata"].get("tags", []), "solutions are collapsed in the book"
+        # hide-cell folds the code AND its output in the book (hide-input left the output open)
+        assert "hide-cell" in c["metadata"].get("tags", []), "solutions are collapsed in the book"
         assert c["metadata"].get("jupyter", {}).get("source_hidden") is True
+        assert c["metadata"].get("jupyter", {}).get("outputs_hidden") is True
+    stubs = [c for c in cells if c["cell_type"] == "code" and c not in solutions
+             and re.search(r"exercises\.check\(", _text(c))]
+    for c in stubs:  # an unanswered exercise shows its ✗ line and no stray value (no `False`)
+        assert not any(o.get("output_type") == "execute_result" for o in c["outputs"])
 
 
 def test_mathjax_is_served_locally():

@@ -1,11 +1,15 @@
-"""Tests of the exercise checker (`register` / `check`) and of the chapters' checkers.
+"""Tests of the exercise machinery (`exercise` / `check` / `Verdict`).
 
-The mechanism is tested on throw-away exercises registered by a fixture (and removed
-afterwards, so the global registry is left as the chapters define it). Chapter checkers
-are tested by feeding them an answer written here independently and a typical wrong one.
+The mechanism is tested on throw-away exercises registered by fixtures (removed afterwards,
+so the registry is left as the chapters define it). The chapters' checkers are tested
+against right and wrong answers in tests/test_exercises_answers.py.
 """
 
 from __future__ import annotations
+
+import random
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -15,204 +19,278 @@ from mini_transformer import exercises
 
 
 @pytest.fixture
-def square_exercise():
-    """A function exercise: return x**2 elementwise for a random float vector x."""
+def square():
+    """A function exercise: x**2 for a float vector x, with one edge case and one named mistake."""
     name = "test-square"
-    exercises.register(
+    exercises.exercise(
         name,
-        lambda x: x**2,
-        lambda rng: (rng.standard_normal(int(rng.integers(2, 6))),),
         "Square every entry of x.",
-        n_cases=5,
-    )
+        inputs=lambda rng: (rng.standard_normal(int(rng.integers(2, 6))),),
+        edge_cases={"a zero": (np.array([0.0, -2.0]),)},
+        mistakes={"doubled instead of squared": lambda x: 2 * x},
+        n_random=5,
+    )(lambda x: x**2)
     yield name
     exercises._REGISTRY.pop(name)
 
 
 @pytest.fixture
-def value_exercise():
-    """A value exercise: the answer is the number 42."""
+def value():
+    """A value exercise: the answer is the integer 42."""
     name = "test-value"
-    exercises.register(name, lambda: 42, None, "The answer.")
+    exercises.exercise(
+        name, "The answer.", mistakes={"off by one": 41}, compare=exercises.exact_int
+    )(lambda: 42)
     yield name
     exercises._REGISTRY.pop(name)
 
 
-# --- the mechanism ------------------------------------------------------------------
+# --- verdicts -------------------------------------------------------------------------
 
 
-def test_correct_answer_passes_and_prints_a_check_mark(square_exercise, capsys):
-    assert exercises.check(square_exercise, lambda x: x * x) is True
+def test_right_answer_passes_with_a_check_mark(square, capsys):
+    verdict = exercises.check(square, lambda x: x * x)
+    assert verdict and verdict.passed
+    assert capsys.readouterr().out == "✓ test-square: all 1 edge cases and 5 random cases agree.\n"
+
+
+def test_verdict_is_not_echoed_by_jupyter(square, capsys):
+    verdict = exercises.check(square, lambda x: x)
+    assert hasattr(verdict, "_ipython_display_") and verdict._ipython_display_() is None
+
+
+def test_wrong_answer_fails_showing_inputs_expected_and_got(square, capsys):
+    assert not exercises.check(square, lambda x: x**3)
     out = capsys.readouterr().out
-    assert out.startswith("✓ test-square")
-    assert "all 5 random cases" in out
+    assert out.startswith("✗ test-square: edge case 'a zero', inputs (array float64 [ 0., -2.]")
+    assert "expected 4 at index (1,), got -8" in out
 
 
-def test_wrong_answer_fails_and_prints_the_first_mismatch(square_exercise, capsys):
-    assert exercises.check(square_exercise, lambda x: 2 * x) is False
+def test_a_recognised_mistake_is_named(square, capsys):
+    assert not exercises.check(square, lambda x: 2 * x)
+    assert "This looks like: doubled instead of squared." in capsys.readouterr().out
+
+
+def test_failure_on_a_random_case_names_the_seed_that_replays_it(square, capsys):
+    def right_only_for_short_inputs(x):
+        return x**2 if len(x) < 3 else x
+
+    verdict = exercises.check(square, right_only_for_short_inputs, seed=7)
     out = capsys.readouterr().out
-    assert out.startswith("✗ test-square: case 1")
-    assert "first mismatch at index (0,)" in out
-    assert "expected" in out and "got" in out
+    assert not verdict and verdict.seed == 7 and "(seed 7)" in out
+    assert exercises.check(square, right_only_for_short_inputs, seed=7).message == verdict.message
 
 
-def test_mismatch_message_shows_the_expected_and_the_given_value(square_exercise, capsys):
-    def off_by_one_at_index_1(x):
-        y = x**2
-        y[1] += 1.0
-        return y
+def test_every_call_draws_fresh_cases(square, capsys):
+    seen = []
 
-    exercises.check(square_exercise, off_by_one_at_index_1)
-    out = capsys.readouterr().out
-    assert "first mismatch at index (1,)" in out
-    assert "(1 of " in out  # exactly one entry differs
+    def recorder(x):
+        seen.append(x.tobytes())
+        return x**2
 
-
-def test_wrong_shape_is_reported(square_exercise, capsys):
-    assert exercises.check(square_exercise, lambda x: (x**2)[:, None]) is False
-    assert "expected shape" in capsys.readouterr().out
+    exercises.check(square, recorder)
+    first = set(seen[1:])  # after the fixed edge case
+    seen.clear()
+    exercises.check(square, recorder)
+    assert first.isdisjoint(seen[1:])
 
 
-def test_nan_in_answer_is_reported(square_exercise, capsys):
-    assert exercises.check(square_exercise, lambda x: x**2 * np.nan) is False
+def test_wrong_shape_and_nan_are_reported(square, capsys):
+    assert not exercises.check(square, lambda x: (x**2)[:, None])
+    assert "expected shape (2,), got shape (2, 1)" in capsys.readouterr().out
+    assert not exercises.check(square, lambda x: x**2 * np.nan)
     assert "NaN or inf" in capsys.readouterr().out
 
 
-def test_raising_answer_is_reported_not_raised(square_exercise, capsys):
+def test_torch_and_float32_answers_are_accepted(square):
+    assert exercises.check(square, lambda x: torch.from_numpy(x) ** 2)
+    assert exercises.check(square, lambda x: x.astype(np.float32) ** 2)
+
+
+# --- the reader's code cannot break the notebook ---------------------------------------
+
+
+def test_an_exception_is_reported_not_raised(square, capsys):
     def buggy(x):
         raise IndexError("index 7 is out of bounds")
 
-    assert exercises.check(square_exercise, buggy) is False  # no exception escapes
-    out = capsys.readouterr().out
-    assert "raised IndexError: index 7 is out of bounds" in out
+    assert not exercises.check(square, buggy)
+    assert "your code raised IndexError: index 7 is out of bounds" in capsys.readouterr().out
 
 
-def test_not_implemented_stub_is_reported_as_not_implemented(square_exercise, capsys):
+def test_a_stub_is_reported_as_not_implemented_with_no_inputs(square, capsys):
     def stub(x):
         raise NotImplementedError
 
-    assert exercises.check(square_exercise, stub) is False
-    assert "not implemented yet" in capsys.readouterr().out
+    assert not exercises.check(square, stub)
+    assert capsys.readouterr().out == (
+        "✗ test-square: not implemented yet (your function raised NotImplementedError).\n"
+    )
 
 
-def test_torch_tensor_answer_is_accepted(square_exercise, capsys):
-    assert exercises.check(square_exercise, lambda x: torch.from_numpy(x) ** 2) is True
+def test_an_endless_loop_is_stopped_with_a_clear_message(square, capsys):
+    def forever(x):
+        while True:
+            pass
+
+    start = time.monotonic()
+    assert not exercises.check(square, forever, time_limit=0.3)
+    assert time.monotonic() - start < 5
+    assert "did not finish within 0.3 s" in capsys.readouterr().out
 
 
-def test_float32_answer_is_accepted_within_float32_tolerance(square_exercise):
-    assert exercises.check(square_exercise, lambda x: (x.astype(np.float32)) ** 2) is True
+def test_an_endless_loop_that_catches_exception_is_still_stopped(square, capsys):
+    def stubborn(x):
+        while True:
+            try:
+                time.sleep(0.01)
+            except Exception:
+                pass
+
+    assert not exercises.check(square, stubborn, time_limit=0.2)
+    assert "did not finish" in capsys.readouterr().out
 
 
-def test_value_exercise_accepts_the_right_value(value_exercise, capsys):
-    assert exercises.check(value_exercise, 42) is True
-    assert capsys.readouterr().out.startswith("✓ test-value: correct")
+def test_time_limit_also_works_outside_the_main_thread(square):
+    box = {}
+
+    def run():
+        box["verdict"] = exercises.check(square, lambda x: time.sleep(5), time_limit=0.2)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(3)
+    assert not worker.is_alive() and not box["verdict"]
+    assert "did not finish" in box["verdict"].message
 
 
-def test_value_exercise_rejects_a_wrong_value(value_exercise, capsys):
-    assert exercises.check(value_exercise, 41) is False
+def test_an_input_modified_in_place_is_reported(square, capsys):
+    def squares_in_place(x):
+        x **= 2
+        return x
+
+    assert not exercises.check(square, squares_in_place)
+    assert "modified its argument 1 in place" in capsys.readouterr().out
+
+
+def test_global_random_states_are_left_untouched(square):
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+    expected = (torch.rand(1), np.random.rand(), random.random())
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+
+    def noisy(x):
+        torch.rand(100), np.random.rand(100), random.random()
+        return x**2
+
+    exercises.check(square, noisy)
+    assert (torch.rand(1), np.random.rand(), random.random()) == expected
+
+
+def test_a_module_input_is_described_by_its_class_not_its_repr():
+    text = exercises._describe(torch.nn.Sequential(torch.nn.Linear(3, 4)))
+    assert text == "a Sequential module"
+
+
+# --- value exercises ----------------------------------------------------------------------
+
+
+def test_value_exercise_accepts_the_value_or_a_function_returning_it(value, capsys):
+    assert exercises.check(value, 42)
+    assert exercises.check(value, lambda: 42)
+    assert capsys.readouterr().out.startswith("✓ test-value: correct.")
+
+
+def test_value_exercise_rejects_and_names_a_known_wrong_value(value, capsys):
+    assert not exercises.check(value, 41)
     out = capsys.readouterr().out
-    assert out.startswith("✗ test-value")
-    assert "expected" in out and "42" in out and "41" in out
+    assert out == "✗ test-value: 41 is not right (too small). This looks like: off by one.\n"
+    assert "42" not in out  # a value exercise never gives its answer away
 
 
-def test_value_exercise_accepts_a_function_returning_the_value(value_exercise):
-    assert exercises.check(value_exercise, lambda: 42) is True
+def test_value_exercise_rejects_a_non_integer_and_none(value, capsys):
+    assert not exercises.check(value, 42.0)
+    assert not exercises.check(value, None)
+    out = capsys.readouterr().out
+    assert "expected an integer, got 42.0" in out and "no answer yet (the value is None)" in out
 
 
-def test_function_exercise_rejects_a_non_callable_answer(square_exercise, capsys):
-    assert exercises.check(square_exercise, 3.0) is False
-    assert "expected a function" in capsys.readouterr().out
+def test_value_exercise_reports_a_raising_function(value, capsys):
+    assert not exercises.check(value, lambda: 1 / 0)
+    assert "raised ZeroDivisionError" in capsys.readouterr().out
 
 
-def test_unknown_name_raises_value_error_listing_available_names(square_exercise):
-    with pytest.raises(ValueError, match="unknown exercise 'no-such-exercise'") as info:
-        exercises.check("no-such-exercise", lambda x: x)
-    assert square_exercise in str(info.value)
-    assert "normalized-position" in str(info.value)
+def test_function_exercise_rejects_a_value(square, capsys):
+    assert not exercises.check(square, 3.0)
+    assert "expected a function, got 3.0" in capsys.readouterr().out
 
 
-def test_verdict_is_the_same_on_every_run(square_exercise, capsys):
-    def right_only_for_short_inputs(x):
-        return x**2 if len(x) < 4 else x
-
-    first = exercises.check(square_exercise, right_only_for_short_inputs)
-    out1 = capsys.readouterr().out
-    second = exercises.check(square_exercise, right_only_for_short_inputs)
-    out2 = capsys.readouterr().out
-    assert first == second and out1 == out2
+# --- the caller's own mistakes raise --------------------------------------------------
 
 
-def test_register_rejects_a_duplicate_name(square_exercise):
+def test_unknown_name_raises_listing_the_exercises(square):
+    with pytest.raises(ValueError, match="unknown exercise 'no-such'") as info:
+        exercises.check("no-such", lambda x: x)
+    assert square in str(info.value) and "binary-encoding" in str(info.value)
+
+
+@pytest.mark.parametrize("kwargs", [{"seed": -1}, {"seed": 1.5}, {"time_limit": 0}])
+def test_bad_seed_or_time_limit_raises(square, kwargs):
+    with pytest.raises(ValueError, match="seed|time_limit"):
+        exercises.check(square, lambda x: x**2, **kwargs)
+
+
+def test_registering_twice_or_without_a_name_raises(square):
     with pytest.raises(ValueError, match="already registered"):
-        exercises.register(square_exercise, lambda: 0, None, "dup")
+        exercises.exercise(square, "dup")(lambda: 0)
+    with pytest.raises(ValueError, match="non-empty string"):
+        exercises.exercise("", "empty")(lambda: 0)
 
 
-def test_register_rejects_an_empty_name():
-    with pytest.raises(ValueError, match="name must be a non-empty string"):
-        exercises.register("", lambda: 0, None, "empty")
+def test_describe_returns_the_task(square):
+    assert exercises.describe(square) == "Square every entry of x."
 
 
-def test_register_rejects_a_non_positive_n_cases():
-    with pytest.raises(ValueError, match="n_cases must be a positive integer"):
-        exercises.register("test-bad-n-cases", lambda: 0, None, "bad", n_cases=0)
-    assert "test-bad-n-cases" not in exercises.available()
+# --- references against independent statements -----------------------------------------
 
 
-def test_describe_returns_the_registered_sentence(square_exercise):
-    assert exercises.describe(square_exercise) == "Square every entry of x."
+def test_param_count_reference_agrees_with_the_package_model():
+    from mini_transformer.model import TransformerConfig, TransformerLM
+
+    for positional, bias in (("learned", True), ("rope", False), ("sinusoidal", True)):
+        cfg = TransformerConfig(
+            vocab_size=11,
+            block_size=16,
+            d_model=16,
+            n_heads=2,
+            n_layers=2,
+            d_ff=48,
+            positional=positional,
+            bias=bias,
+        )
+        expected = exercises._param_count(11, 16, 16, 2, 48, positional, bias)
+        assert TransformerLM(cfg).num_parameters() == expected
 
 
-# --- chapter 1 checkers -------------------------------------------------------------
+def test_ln_jacobian_reference_agrees_with_autograd():
+    x = torch.tensor([0.3, -1.2, 2.0, 0.7], dtype=torch.float64)
 
+    def ln(v):
+        return (v - v.mean()) / torch.sqrt(v.var(unbiased=False) + 0.1)
 
-def _bits_loop(n, n_bits):
-    out = np.zeros((n, n_bits))
-    for pos in range(n):
-        for k in range(n_bits):
-            out[pos, k] = (pos // 2**k) % 2
-    return out
-
-
-def _distances_loop(pe):
-    return np.array([np.sqrt(np.sum((pe[p + 1] - pe[p]) ** 2)) for p in range(len(pe) - 1)])
-
-
-CHAPTER_1 = {
-    # name: (a right answer written independently, a typical wrong answer)
-    "normalized-position": (
-        lambda n: np.array([[p / n] for p in range(n)]),
-        lambda n: np.linspace(0.0, 1.0, n)[:, None],  # pos / (N - 1)
-    ),
-    "binary-encoding": (
-        _bits_loop,
-        lambda n, n_bits: _bits_loop(n, n_bits)[:, ::-1],  # most significant bit first
-    ),
-    "neighbour-distances": (
-        _distances_loop,
-        lambda pe: _distances_loop(pe) ** 2,  # squared distances
-    ),
-    "first-return": (333, 44),  # 44 is the first return within 0.05
-}
-
-
-@pytest.mark.parametrize("name", sorted(CHAPTER_1))
-def test_chapter_1_checker_accepts_a_right_answer(name, capsys):
-    assert exercises.check(name, CHAPTER_1[name][0]) is True
-
-
-@pytest.mark.parametrize("name", sorted(CHAPTER_1))
-def test_chapter_1_checker_rejects_a_wrong_answer(name, capsys):
-    assert exercises.check(name, CHAPTER_1[name][1]) is False
-    assert capsys.readouterr().out.startswith(f"✗ {name}")
-
-
-def test_first_return_rejects_a_non_integer_answer(capsys):
-    assert exercises.check("first-return", 333.5) is False
-    assert "expected an integer position" in capsys.readouterr().out
+    auto = torch.autograd.functional.jacobian(ln, x)
+    assert torch.allclose(exercises._ln_jacobian(x, 0.1), auto, atol=1e-8)
 
 
 def test_first_return_is_333_because_333_radians_is_just_short_of_53_turns():
     assert -0.01 < 333 - 53 * 2 * np.pi < 0
-    closer = [p for p in range(1, 333) if np.hypot(np.sin(p), np.cos(p) - 1) < 0.01]
-    assert closer == []
-    assert exercises._ch1_first_return() == 333
+    assert exercises._first_return_answer() == 333
+
+
+def test_a_function_exercise_without_cases_is_refused():
+    with pytest.raises(ValueError, match="would check nothing"):
+        exercises.exercise("test-empty", "nothing", inputs=lambda rng: (), n_random=0)(lambda: 0)
+    assert "test-empty" not in exercises.available()
