@@ -66,7 +66,7 @@ def retrieval_batch(
 
 
 class ScoreModel(nn.Module):
-    """One attention layer's score function: ``kind`` in :data:`SCORE_KINDS`, width ``d_k``."""
+    """One attention layer's score function: ``kind`` in ``SCORE_KINDS``, width ``d_k``."""
 
     def __init__(self, kind: str, d_k: int, d_in: int = 32) -> None:
         super().__init__()
