@@ -24,7 +24,8 @@ PyTorch's default ``nn.Linear`` initialisation:
 - ``"additive"``: :math:`w^\\top \\tanh(W_q x_q + W_k x_j + b)`
   (:class:`~mini_transformer.attention.AdditiveAttention` with hidden width ``d_k``).
 
-Run (about 5 CPU-minutes on one thread; results committed for the book)::
+Run (29 minutes of wall time on a 2-core machine shared with other jobs, one thread; results
+committed for the book)::
 
     python -m mini_transformer.scoring --out book/data/04_score_functions.json
 """
