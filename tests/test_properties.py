@@ -717,6 +717,12 @@ def test_padding_mask_names_bad_lengths(lengths):
     rejects(lambda: A.padding_mask(lengths, 6), "length")
 
 
+@pytest.mark.parametrize("device", ["tpu", 1.5, "cuda:99"])
+def test_mask_builders_name_a_bad_device(device):
+    rejects(lambda: A.causal_mask(3, device=device), "device")
+    rejects(lambda: A.padding_mask([1, 2], 3, device=device), "device")
+
+
 def test_combine_masks_names_a_bad_mask():
     rejects(lambda: A.combine_masks(A.causal_mask(3), torch.ones(3, 3)), "mask")
     rejects(lambda: A.combine_masks(A.causal_mask(3), "mask"), "mask")
@@ -871,7 +877,7 @@ def test_get_batch_valid(B, T, seed):
 @given(data=st.data())
 def test_get_batch_names_a_bad_argument(data):
     args = {"data": torch.arange(20), "batch_size": 2, "block_size": 4}
-    which = data.draw(st.sampled_from(["data", "batch_size", "block_size", "generator"]))
+    which = data.draw(st.sampled_from(["data", "batch_size", "block_size", "generator", "device"]))
     args[which] = data.draw(
         {
             "data": st.sampled_from(
@@ -886,6 +892,7 @@ def test_get_batch_names_a_bad_argument(data):
             "batch_size": st.one_of(bad_int(), HUGE),
             "block_size": st.one_of(bad_int(), HUGE),
             "generator": st.sampled_from([0, "seed", np.random.default_rng(0)]),
+            "device": st.sampled_from(["tpu", "gpu", 0, 5.5, "cuda:99"]),
         }[which]
     )
     rejects(lambda: D.get_batch(**args), which)
