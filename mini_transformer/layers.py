@@ -59,10 +59,10 @@ NORM_POSITIONS = ("pre", "post")
 """The two LayerNorm placements, ``"pre"`` (x + F(LN(x))) and ``"post"`` (LN(x + F(x)))."""
 
 ACTIVATIONS = ("gelu", "relu")
+"""The feed-forward activations, exact GELU (erf form, as ``F.gelu``) or ReLU."""
 
 EPS_MIN = torch.finfo(torch.float32).tiny
 """The smallest LayerNorm ``eps``: float32's smallest normal number, about 1.18e-38."""
-"""The feed-forward activations, exact GELU (erf form, as ``F.gelu``) or ReLU."""
 
 
 # --------------------------------------------------------------------------- validation
