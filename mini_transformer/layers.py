@@ -140,7 +140,7 @@ class LayerNorm(nn.Module):
     Args:
         d_model: size of the last dimension, a positive integer.
         eps: constant added to the variance (avoids division by zero for a constant
-            vector), finite and at least :data:`EPS_MIN` (float32's smallest normal number).
+            vector), finite and at least ``EPS_MIN`` (float32's smallest normal number).
 
     Shape:
         ``(..., d_model) -> (..., d_model)``, typically ``(B, T, d_model)``.
