@@ -40,6 +40,7 @@ from torch import nn
 
 from .checks import (
     check_bool,
+    check_device,
     check_float,
     check_input_dtype,
     check_int,
@@ -237,6 +238,7 @@ def causal_mask(
     """
     T = check_int("T", T, low=1)
     T_k = T if T_k is None else check_int("T_k", T_k, low=1)
+    check_device("device", device)
     check_size("the mask (T, T_k)", (T, T_k), torch.bool)
     return torch.ones(T, T_k, dtype=torch.bool, device=device).tril()
 
@@ -265,6 +267,7 @@ def padding_mask(
                 [1, 1, 1]], dtype=torch.int32)
     """
     T = check_int("T", T, low=1)
+    check_device("device", device)
     if isinstance(lengths, torch.Tensor):
         if lengths.dtype == torch.bool or not (
             lengths.dtype.is_signed or lengths.dtype == torch.uint8
