@@ -40,6 +40,7 @@ from torch import nn
 
 from .checks import (
     check_bool,
+    check_device,
     check_float,
     check_input_dtype,
     check_int,
@@ -239,6 +240,7 @@ def causal_mask(
     """
     T = check_int("T", T, low=1)
     T_k = T if T_k is None else check_int("T_k", T_k, low=1)
+    check_device("device", device)
     check_size("the mask (T, T_k)", (T, T_k), torch.bool)
     return torch.ones(T, T_k, dtype=torch.bool, device=device).tril()
 
@@ -267,6 +269,7 @@ def padding_mask(
                 [1, 1, 1]], dtype=torch.int32)
     """
     T = check_int("T", T, low=1)
+    check_device("device", device)
     if isinstance(lengths, torch.Tensor):
         if lengths.dtype == torch.bool or not (
             lengths.dtype.is_signed or lengths.dtype == torch.uint8
@@ -343,6 +346,10 @@ class MultiHeadAttention(nn.Module):
             The two agree to float rounding (tested).
 
     Submodules ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj`` are ``nn.Linear(d_model, d_model)``.
+
+    Setting ``keep_weights = True`` makes every call compute the weights (from-scratch path)
+    and keep them, detached, in ``last_weights`` ``(B, n_heads, T_q, T_k)``: a model's
+    attention maps after one ordinary forward pass, for plotting.
     """
 
     def __init__(
@@ -369,6 +376,8 @@ class MultiHeadAttention(nn.Module):
         self.d_head = d_model // n_heads
         self.dropout = dropout
         self.fused = fused
+        self.keep_weights = False  # True: every call stores its weights in last_weights
+        self.last_weights: torch.Tensor | None = None
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -463,7 +472,7 @@ class MultiHeadAttention(nn.Module):
             q, k = rotary(q), rotary(k)
         p = self.dropout if self.training else 0.0
 
-        if self.fused and not need_weights:
+        if self.fused and not (need_weights or self.keep_weights):
             out = self._fused(q, k, v, mask, is_causal, attn_bias, p)
             weights = None
         else:
@@ -475,6 +484,8 @@ class MultiHeadAttention(nn.Module):
             )
             if weights.shape != target:
                 weights = weights.expand(target)
+        if self.keep_weights:  # for plotting: (B, n_heads, T_q, T_k), detached
+            self.last_weights = weights.detach()
         out = out.transpose(1, 2).reshape(B, T_q, self.d_model)  # concat heads: (B, T_q, d_model)
         return self.out_proj(out), (weights if need_weights else None)
 

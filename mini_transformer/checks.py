@@ -38,6 +38,7 @@ __all__ = [
     "check_bool",
     "check_choice",
     "check_instance",
+    "check_device",
     "check_tensor",
     "check_same_dtype",
     "check_same_device",
@@ -217,6 +218,35 @@ def check_instance(name: str, value: object, cls: type | tuple[type, ...], what:
     if not isinstance(value, cls):
         raise TypeError(f"{name} must be {what}, got {_given(value)}")
     return value
+
+
+def check_device(name: str, device: object) -> torch.device | None:
+    """``None``, a ``torch.device``, or a device string (``"cpu"``, ``"cuda:0"``) that exists here.
+
+    Returns the ``torch.device`` (or ``None``). An unknown device type (``"tpu"``) or one this
+    machine lacks (``"cuda"`` without a GPU) is a ``ValueError`` naming the argument, instead of
+    a RuntimeError or an AssertionError from inside torch.
+    """
+    if device is None or isinstance(device, torch.device):  # a device object exists (and is
+        return device  # what tensors report: this fast path keeps forward calls cheap)
+    if not isinstance(device, str):
+        raise TypeError(
+            f"{name} must be None, a device string such as 'cpu' or 'cuda', or a torch.device, "
+            f"got {_given(device)}"
+        )
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(
+            f"{name} must be a device such as 'cpu', 'cuda' or 'cuda:0', got {device!r}"
+        ) from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{name} is {device!r} but CUDA is not available on this machine")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(
+            f"{name} is {device!r} but this machine has {torch.cuda.device_count()} CUDA devices"
+        )
+    return dev
 
 
 # --------------------------------------------------------------------------- tensors

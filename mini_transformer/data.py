@@ -26,7 +26,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .checks import check_choice, check_instance, check_int, check_size, check_tensor
+from .checks import (
+    check_choice,
+    check_device,
+    check_instance,
+    check_int,
+    check_size,
+    check_tensor,
+)
 
 __all__ = [
     "ASSETS_DIR",
@@ -309,6 +316,7 @@ def get_batch(
         )
     if generator is not None:
         check_instance("generator", generator, torch.Generator, "a torch.Generator or None")
+    check_device("device", device)
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
     idx = starts[:, None] + torch.arange(block_size)[None, :]  # (B, T), on the CPU
     if data.device.type == "cuda":  # pinned + non_blocking: the copy does not stall the host

@@ -127,7 +127,7 @@ class LayerNorm(nn.Module):
     Args:
         d_model: size of the last dimension, a positive integer.
         eps: constant added to the variance (avoids division by zero for a constant
-            vector), finite and at least :data:`EPS_MIN` (float32's smallest normal number).
+            vector), finite and at least ``EPS_MIN`` (float32's smallest normal number).
         bias: learn ``beta``; ``False`` keeps ``.bias`` as a constant zero buffer (not a
             parameter, not in the state dict), as a model without biases wants.
 

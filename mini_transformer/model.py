@@ -124,7 +124,9 @@ class TransformerConfig:
             setattr(self, name, check_bool(name, getattr(self, name)))
         d, L = self.d_model, self.n_layers  # parameters, float32, before building the model
         n_params = self.vocab_size * d * 2 + L * (4 * d * d + 2 * d * self.d_ff)
-        check_size("the model's parameters (n_parameters,)", (n_params,), torch.float32)
+        check_size(
+            "the parameters (from vocab_size, d_model, d_ff, n_layers)", (n_params,), torch.float32
+        )
 
     @property
     def d_head(self) -> int:

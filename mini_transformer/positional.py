@@ -307,7 +307,7 @@ def encoding_properties(pe: np.ndarray, decimals: int = 12) -> dict:
         dict of Python floats, ints and a bool.
     """
     pe = check_array("pe", pe, nonempty=False)
-    decimals = _check_int("decimals", decimals, minimum=0)
+    decimals = check_int("decimals", decimals)
     if pe.ndim != 2 or pe.shape[0] < 2 or pe.shape[1] < 1:
         raise ValueError(f"pe must have shape (n_positions, dim) with n_positions >= 2, "
                          f"got shape {pe.shape}")

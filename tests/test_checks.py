@@ -271,3 +271,18 @@ def test_format_bytes():
     assert C.format_bytes(512) == "512 bytes"
     assert C.format_bytes(1536) == "1.5 KiB"
     assert C.format_bytes(3 * 2**30) == "3.0 GiB"
+
+
+def test_device():
+    assert C.check_device("device", None) is None
+    assert C.check_device("device", "cpu") == torch.device("cpu")
+    assert C.check_device("device", torch.device("cpu")) == torch.device("cpu")
+    with pytest.raises(ValueError, match="device must be a device such as 'cpu', .*got 'tpu'"):
+        C.check_device("device", "tpu")
+    with pytest.raises(TypeError, match="device must be None, a device string .*got 5.5"):
+        C.check_device("device", 5.5)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device is 'cuda' but CUDA is not available"):
+            C.check_device("device", "cuda")
+    with pytest.raises(TypeError, match="device must be None, a device string"):
+        C.check_device("device", 0)

@@ -450,3 +450,24 @@ def test_bias_false_leaves_no_bias_in_any_layer(cls):
     assert all(m.bias is None for m in block.modules() if isinstance(m, torch.nn.Linear))
     assert all(torch.equal(m.bias, torch.zeros(D)) for m in block.modules()
                if isinstance(m, LayerNorm))
+
+
+def test_attention_keeps_its_last_weights_when_asked():
+    from mini_transformer.model import TransformerConfig, TransformerLM
+
+    torch.manual_seed(0)
+    lm = TransformerLM(TransformerConfig(vocab_size=11, block_size=8, d_model=16, n_heads=2,
+                                         n_layers=2)).eval()
+    idx = torch.randint(11, (2, 6))
+    with torch.no_grad():
+        plain, _ = lm(idx)
+        for block in lm.blocks:
+            block.attn.keep_weights = True
+        kept, _ = lm(idx)
+    torch.testing.assert_close(kept, plain, rtol=0, atol=1e-5)  # scratch vs fused path
+    maps = [block.attn.last_weights for block in lm.blocks]
+    reference = lm.attention_weights(idx)  # the block-by-block recomputation
+    for got, want in zip(maps, reference, strict=True):
+        assert got.shape == (2, 2, 6, 6)
+        torch.testing.assert_close(got, want)
+        assert got.triu(1).abs().max() == 0  # causal

@@ -255,7 +255,8 @@ def test_config_wrong_types_are_type_errors():
 
 
 def test_config_refuses_a_model_that_would_not_fit_in_memory():
-    with pytest.raises(ValueError, match=r"the model's parameters .* would need .* TiB"):
+    msg = r"the parameters \(from vocab_size, d_model, d_ff, n_layers\) .* would need .* TiB"
+    with pytest.raises(ValueError, match=msg):
         TransformerConfig(vocab_size=10**9, block_size=8, d_model=4096, n_heads=4)
 
 

@@ -81,16 +81,21 @@ NOT_A_NUMBER = st.one_of(st.booleans(), st.text(max_size=2), st.none(), st.just(
 def bad_float(low: float | None = None, high: float | None = None) -> st.SearchStrategy:
     options = [NONFINITE, NOT_A_NUMBER]
     if low is not None:
-        options.append(st.floats(max_value=low, exclude_max=True, allow_nan=False,
-                                 allow_infinity=False))
+        options.append(
+            st.floats(max_value=low, exclude_max=True, allow_nan=False, allow_infinity=False)
+        )
     if high is not None:
         options.append(st.floats(min_value=high, allow_nan=False, allow_infinity=False))
     return st.one_of(*options)
 
 
 def bad_choice(choices) -> st.SearchStrategy:
-    return st.one_of(st.text(max_size=4).filter(lambda s: s not in choices), st.integers(),
-                     st.none(), st.booleans())
+    return st.one_of(
+        st.text(max_size=4).filter(lambda s: s not in choices),
+        st.integers(),
+        st.none(),
+        st.booleans(),
+    )
 
 
 BAD_BOOL = st.one_of(st.integers(0, 1), st.text(max_size=2), st.none(), st.floats(0, 1))
@@ -105,77 +110,147 @@ def _alibi_shape(a):
 
 
 SCALAR_FUNCTIONS = {
-    "index_encoding": (P.index_encoding, {"n": (st.integers(1, 40), bad_int())},
-                       lambda a: (a["n"], 1), np.float64),
-    "normalized_index_encoding": (P.normalized_index_encoding,
-                                  {"n": (st.integers(1, 40), bad_int())},
-                                  lambda a: (a["n"], 1), np.float64),
-    "binary_encoding": (P.binary_encoding,
-                        {"n": (st.integers(1, 40), bad_int()),
-                         "n_bits": (st.integers(1, 12), bad_int())},
-                        lambda a: (a["n"], a["n_bits"]), np.float64),
-    "sinusoidal_frequencies": (P.sinusoidal_frequencies,
-                               {"d_model": (st.integers(1, 32), bad_int()),
-                                "base": (st.floats(1.0, 1e6), BAD_BASE)},
-                               lambda a: ((a["d_model"] + 1) // 2,), np.float64),
-    "sinusoidal_encoding": (P.sinusoidal_encoding,
-                            {"n_positions": (st.integers(1, 40), bad_int()),
-                             "d_model": (st.integers(1, 32), bad_int()),
-                             "base": (st.floats(1.0, 1e6), BAD_BASE),
-                             "layout": (st.sampled_from(P.LAYOUTS), bad_choice(P.LAYOUTS))},
-                            lambda a: (a["n_positions"], a["d_model"]), np.float64),
-    "rotation_matrix": (P.rotation_matrix,
-                        {"offset": (st.floats(-1e4, 1e4), st.one_of(NONFINITE, NOT_A_NUMBER)),
-                         "d_model": (st.integers(1, 16).map(lambda h: 2 * h),
-                                     st.one_of(bad_int(), st.integers(0, 20).map(
-                                         lambda h: 2 * h + 1))),
-                         "base": (st.floats(1.0, 1e6), BAD_BASE)},
-                        lambda a: (a["d_model"], a["d_model"]), np.float64),
-    "memn2n_encoding": (P.memn2n_encoding,
-                        {"sentence_length": (st.integers(1, 20), bad_int()),
-                         "d_model": (st.integers(1, 20), bad_int())},
-                        lambda a: (a["sentence_length"], a["d_model"]), np.float64),
-    "alibi_slopes": (P.alibi_slopes, {"n_heads": (st.integers(1, 40), bad_int())},
-                     lambda a: (a["n_heads"],), torch.float32),
-    "alibi_bias": (P.alibi_bias,
-                   {"n_heads": (st.integers(1, 8), bad_int()),
-                    "T_q": (st.integers(1, 6), bad_int()),
-                    "T_k": (st.integers(6, 10), bad_optional_int())},
-                   _alibi_shape, torch.float32),
-    "causal_mask": (A.causal_mask,
-                    {"T": (st.integers(1, 20), bad_int()),
-                     "T_k": (st.integers(1, 20), bad_optional_int())},
-                    lambda a: (a["T"], a["T_k"]), torch.bool),
-    "residual_paths": (L.residual_paths, {"n_blocks": (st.integers(1, 8), bad_int(1, 20))},
-                       lambda a: (2 ** a["n_blocks"],), None),
-    "count_paths_by_length": (L.count_paths_by_length,
-                              {"n_blocks": (st.integers(1, 30), bad_int(1, 1000))},
-                              lambda a: (a["n_blocks"] + 1,), None),
-    "copy_offset_task": (D.copy_offset_task,
-                         {"n_samples": (st.integers(1, 4), bad_int()),
-                          "length": (st.integers(5, 12), bad_int(5)),
-                          "vocab_size": (st.integers(2, 20), bad_int(2)),
-                          "offset": (st.integers(1, 4), bad_int()),
-                          "generator": (st.integers(0, 99), st.one_of(
-                              st.integers(max_value=-1), st.booleans(), st.floats(),
-                              st.text(max_size=2)))},
-                         lambda a: (2, a["n_samples"], a["length"]), torch.long),
-    "reverse_task": (D.reverse_task,
-                     {"n_samples": (st.integers(1, 4), bad_int()),
-                      "length": (st.integers(1, 6).map(lambda n: 2 * n),
-                                 st.one_of(bad_int(2), st.integers(1, 9).map(lambda n: 2 * n + 1))),
-                      "vocab_size": (st.integers(3, 20), bad_int(3))},
-                     lambda a: (2, a["n_samples"], a["length"]), torch.long),
-    "sort_task": (D.sort_task,
-                  {"n_samples": (st.integers(1, 4), bad_int()),
-                   "length": (st.integers(1, 6).map(lambda n: 2 * n), bad_int(2)),
-                   "vocab_size": (st.integers(3, 20), bad_int(3))},
-                  lambda a: (2, a["n_samples"], a["length"]), torch.long),
-    "order_task": (D.order_task,
-                   {"n_samples": (st.integers(1, 4), bad_int()),
-                    "length": (st.integers(3, 12), bad_int(3)),
-                    "vocab_size": (st.integers(4, 20), bad_int(4))},
-                   lambda a: (2, a["n_samples"], a["length"]), torch.long),
+    "index_encoding": (
+        P.index_encoding,
+        {"n": (st.integers(1, 40), bad_int())},
+        lambda a: (a["n"], 1),
+        np.float64,
+    ),
+    "normalized_index_encoding": (
+        P.normalized_index_encoding,
+        {"n": (st.integers(1, 40), bad_int())},
+        lambda a: (a["n"], 1),
+        np.float64,
+    ),
+    "binary_encoding": (
+        P.binary_encoding,
+        {"n": (st.integers(1, 40), bad_int()), "n_bits": (st.integers(1, 12), bad_int())},
+        lambda a: (a["n"], a["n_bits"]),
+        np.float64,
+    ),
+    "sinusoidal_frequencies": (
+        P.sinusoidal_frequencies,
+        {"d_model": (st.integers(1, 32), bad_int()), "base": (st.floats(1.0, 1e6), BAD_BASE)},
+        lambda a: ((a["d_model"] + 1) // 2,),
+        np.float64,
+    ),
+    "sinusoidal_encoding": (
+        P.sinusoidal_encoding,
+        {
+            "n_positions": (st.integers(1, 40), bad_int()),
+            "d_model": (st.integers(1, 32), bad_int()),
+            "base": (st.floats(1.0, 1e6), BAD_BASE),
+            "layout": (st.sampled_from(P.LAYOUTS), bad_choice(P.LAYOUTS)),
+        },
+        lambda a: (a["n_positions"], a["d_model"]),
+        np.float64,
+    ),
+    "rotation_matrix": (
+        P.rotation_matrix,
+        {
+            "offset": (st.floats(-1e4, 1e4), st.one_of(NONFINITE, NOT_A_NUMBER)),
+            "d_model": (
+                st.integers(1, 16).map(lambda h: 2 * h),
+                st.one_of(bad_int(), st.integers(0, 20).map(lambda h: 2 * h + 1)),
+            ),
+            "base": (st.floats(1.0, 1e6), BAD_BASE),
+        },
+        lambda a: (a["d_model"], a["d_model"]),
+        np.float64,
+    ),
+    "memn2n_encoding": (
+        P.memn2n_encoding,
+        {
+            "sentence_length": (st.integers(1, 20), bad_int()),
+            "d_model": (st.integers(1, 20), bad_int()),
+        },
+        lambda a: (a["sentence_length"], a["d_model"]),
+        np.float64,
+    ),
+    "alibi_slopes": (
+        P.alibi_slopes,
+        {"n_heads": (st.integers(1, 40), bad_int())},
+        lambda a: (a["n_heads"],),
+        torch.float32,
+    ),
+    "alibi_bias": (
+        P.alibi_bias,
+        {
+            "n_heads": (st.integers(1, 8), bad_int()),
+            "T_q": (st.integers(1, 6), bad_int()),
+            "T_k": (st.integers(6, 10), bad_optional_int()),
+        },
+        _alibi_shape,
+        torch.float32,
+    ),
+    "causal_mask": (
+        A.causal_mask,
+        {"T": (st.integers(1, 20), bad_int()), "T_k": (st.integers(1, 20), bad_optional_int())},
+        lambda a: (a["T"], a["T_k"]),
+        torch.bool,
+    ),
+    "residual_paths": (
+        L.residual_paths,
+        {"n_blocks": (st.integers(1, 8), bad_int(1, 20))},
+        lambda a: (2 ** a["n_blocks"],),
+        None,
+    ),
+    "count_paths_by_length": (
+        L.count_paths_by_length,
+        {"n_blocks": (st.integers(1, 30), bad_int(1, 1000))},
+        lambda a: (a["n_blocks"] + 1,),
+        None,
+    ),
+    "copy_offset_task": (
+        D.copy_offset_task,
+        {
+            "n_samples": (st.integers(1, 4), bad_int()),
+            "length": (st.integers(5, 12), bad_int(5)),
+            "vocab_size": (st.integers(2, 20), bad_int(2)),
+            "offset": (st.integers(1, 4), bad_int()),
+            "generator": (
+                st.integers(0, 99),
+                st.one_of(
+                    st.integers(max_value=-1), st.booleans(), st.floats(), st.text(max_size=2)
+                ),
+            ),
+        },
+        lambda a: (2, a["n_samples"], a["length"]),
+        torch.long,
+    ),
+    "reverse_task": (
+        D.reverse_task,
+        {
+            "n_samples": (st.integers(1, 4), bad_int()),
+            "length": (
+                st.integers(1, 6).map(lambda n: 2 * n),
+                st.one_of(bad_int(2), st.integers(1, 9).map(lambda n: 2 * n + 1)),
+            ),
+            "vocab_size": (st.integers(3, 20), bad_int(3)),
+        },
+        lambda a: (2, a["n_samples"], a["length"]),
+        torch.long,
+    ),
+    "sort_task": (
+        D.sort_task,
+        {
+            "n_samples": (st.integers(1, 4), bad_int()),
+            "length": (st.integers(1, 6).map(lambda n: 2 * n), bad_int(2)),
+            "vocab_size": (st.integers(3, 20), bad_int(3)),
+        },
+        lambda a: (2, a["n_samples"], a["length"]),
+        torch.long,
+    ),
+    "order_task": (
+        D.order_task,
+        {
+            "n_samples": (st.integers(1, 4), bad_int()),
+            "length": (st.integers(3, 12), bad_int(3)),
+            "vocab_size": (st.integers(4, 20), bad_int(4)),
+        },
+        lambda a: (2, a["n_samples"], a["length"]),
+        torch.long,
+    ),
 }
 
 
@@ -240,55 +315,105 @@ def _mha_args():
 
 CONSTRUCTORS = {
     # name -> (class, {argument: (valid, invalid)}, constraint on valid arguments)
-    "SinusoidalPositionalEncoding": (P.SinusoidalPositionalEncoding, {
-        "d_model": (st.integers(1, 16), bad_int()),
-        "max_len": (st.integers(1, 64), st.one_of(bad_int(), HUGE)),
-        "base": (st.floats(1.0, 1e5), BAD_BASE),
-        "layout": (st.sampled_from(P.LAYOUTS), bad_choice(P.LAYOUTS))}),
-    "LearnedPositionalEmbedding": (P.LearnedPositionalEmbedding, {
-        "max_len": (st.integers(1, 64), st.one_of(bad_int(), HUGE)),
-        "d_model": (st.integers(1, 16), bad_int()),
-        "init_std": (st.floats(0.0, 1.0), bad_float(low=0.0))}),
-    "MemN2NPositionalEncoding": (P.MemN2NPositionalEncoding, {
-        "d_model": (st.integers(1, 16), bad_int())}),
-    "RotaryEmbedding": (P.RotaryEmbedding, {
-        "d_head": (st.integers(1, 8).map(lambda h: 2 * h),
-                   st.one_of(bad_int(), st.integers(0, 8).map(lambda h: 2 * h + 1))),
-        "base": (st.floats(1.0, 1e5), BAD_BASE),
-        "max_len": (st.integers(1, 64), st.one_of(bad_int(), HUGE))}),
-    "LayerNorm": (L.LayerNorm, {
-        "d_model": (st.integers(1, 16), bad_int()),
-        "eps": (st.floats(1e-12, 1.0), BAD_EPS)}),
-    "FeedForward": (L.FeedForward, {
-        "d_model": (st.integers(1, 16), bad_int()),
-        "d_ff": (st.integers(1, 16), bad_int()),
-        "dropout": (st.floats(0.0, 0.9), bad_float(0.0, 1.0)),
-        "activation": (st.sampled_from(L.ACTIVATIONS), bad_choice(L.ACTIVATIONS))}),
-    "CharTokenizer": (D.CharTokenizer, {
-        "chars": (st.text(min_size=1, max_size=10),
-                  st.one_of(st.just(""), st.lists(st.integers(), min_size=1, max_size=3),
-                            st.just(["ab"]), st.integers(), st.none()))}),
+    "SinusoidalPositionalEncoding": (
+        P.SinusoidalPositionalEncoding,
+        {
+            "d_model": (st.integers(1, 16), bad_int()),
+            "max_len": (st.integers(1, 64), st.one_of(bad_int(), HUGE)),
+            "base": (st.floats(1.0, 1e5), BAD_BASE),
+            "layout": (st.sampled_from(P.LAYOUTS), bad_choice(P.LAYOUTS)),
+        },
+    ),
+    "LearnedPositionalEmbedding": (
+        P.LearnedPositionalEmbedding,
+        {
+            "max_len": (st.integers(1, 64), st.one_of(bad_int(), HUGE)),
+            "d_model": (st.integers(1, 16), bad_int()),
+            "init_std": (st.floats(0.0, 1.0), bad_float(low=0.0)),
+        },
+    ),
+    "MemN2NPositionalEncoding": (
+        P.MemN2NPositionalEncoding,
+        {"d_model": (st.integers(1, 16), bad_int())},
+    ),
+    "RotaryEmbedding": (
+        P.RotaryEmbedding,
+        {
+            "d_head": (
+                st.integers(1, 8).map(lambda h: 2 * h),
+                st.one_of(bad_int(), st.integers(0, 8).map(lambda h: 2 * h + 1)),
+            ),
+            "base": (st.floats(1.0, 1e5), BAD_BASE),
+            "max_len": (st.integers(1, 64), st.one_of(bad_int(), HUGE)),
+        },
+    ),
+    "LayerNorm": (
+        L.LayerNorm,
+        {"d_model": (st.integers(1, 16), bad_int()), "eps": (st.floats(1e-12, 1.0), BAD_EPS)},
+    ),
+    "FeedForward": (
+        L.FeedForward,
+        {
+            "d_model": (st.integers(1, 16), bad_int()),
+            "d_ff": (st.integers(1, 16), bad_int()),
+            "dropout": (st.floats(0.0, 0.9), bad_float(0.0, 1.0)),
+            "activation": (st.sampled_from(L.ACTIVATIONS), bad_choice(L.ACTIVATIONS)),
+        },
+    ),
+    "CharTokenizer": (
+        D.CharTokenizer,
+        {
+            "chars": (
+                st.text(min_size=1, max_size=10),
+                st.one_of(
+                    st.just(""),
+                    st.lists(st.integers(), min_size=1, max_size=3),
+                    st.just(["ab"]),
+                    st.integers(),
+                    st.none(),
+                ),
+            )
+        },
+    ),
 }
 
 BLOCKS = {  # the blocks and the model config share (d_model, n_heads) divisibility
-    "MultiHeadAttention": (A.MultiHeadAttention, {
-        "dropout": (st.floats(0.0, 0.9), bad_float(0.0, 1.0)),
-        "bias": (st.booleans(), BAD_BOOL), "fused": (st.booleans(), BAD_BOOL)}),
-    "TransformerBlock": (L.TransformerBlock, {
-        "d_ff": (st.integers(1, 16), bad_int()),
-        "dropout": (st.floats(0.0, 0.9), bad_float(0.0, 1.0)),
-        "norm_position": (st.sampled_from(L.NORM_POSITIONS), bad_choice(L.NORM_POSITIONS)),
-        "causal": (st.booleans(), BAD_BOOL), "fused": (st.booleans(), BAD_BOOL),
-        "activation": (st.sampled_from(L.ACTIVATIONS), bad_choice(L.ACTIVATIONS)),
-        "eps": (st.floats(1e-12, 1.0), BAD_EPS)}),
-    "DecoderBlock": (L.DecoderBlock, {
-        "d_ff": (st.integers(1, 16), bad_int()),
-        "norm_position": (st.sampled_from(L.NORM_POSITIONS), bad_choice(L.NORM_POSITIONS)),
-        "eps": (st.floats(1e-12, 1.0), BAD_EPS)}),
-    "TransformerStack": (L.TransformerStack, {
-        "n_layers": (st.integers(1, 2), bad_int()),
-        "d_ff": (st.integers(1, 16), bad_int()),
-        "norm_position": (st.sampled_from(L.NORM_POSITIONS), bad_choice(L.NORM_POSITIONS))}),
+    "MultiHeadAttention": (
+        A.MultiHeadAttention,
+        {
+            "dropout": (st.floats(0.0, 0.9), bad_float(0.0, 1.0)),
+            "bias": (st.booleans(), BAD_BOOL),
+            "fused": (st.booleans(), BAD_BOOL),
+        },
+    ),
+    "TransformerBlock": (
+        L.TransformerBlock,
+        {
+            "d_ff": (st.integers(1, 16), bad_int()),
+            "dropout": (st.floats(0.0, 0.9), bad_float(0.0, 1.0)),
+            "norm_position": (st.sampled_from(L.NORM_POSITIONS), bad_choice(L.NORM_POSITIONS)),
+            "causal": (st.booleans(), BAD_BOOL),
+            "fused": (st.booleans(), BAD_BOOL),
+            "activation": (st.sampled_from(L.ACTIVATIONS), bad_choice(L.ACTIVATIONS)),
+            "eps": (st.floats(1e-12, 1.0), BAD_EPS),
+        },
+    ),
+    "DecoderBlock": (
+        L.DecoderBlock,
+        {
+            "d_ff": (st.integers(1, 16), bad_int()),
+            "norm_position": (st.sampled_from(L.NORM_POSITIONS), bad_choice(L.NORM_POSITIONS)),
+            "eps": (st.floats(1e-12, 1.0), BAD_EPS),
+        },
+    ),
+    "TransformerStack": (
+        L.TransformerStack,
+        {
+            "n_layers": (st.integers(1, 2), bad_int()),
+            "d_ff": (st.integers(1, 16), bad_int()),
+            "norm_position": (st.sampled_from(L.NORM_POSITIONS), bad_choice(L.NORM_POSITIONS)),
+        },
+    ),
 }
 
 
@@ -361,13 +486,21 @@ def test_modules_give_finite_output_of_the_input_shape(name, bt, dh, dtype):
 
 def _bad_inputs(d: int):
     good = torch.randn(2, 3, d)
-    return st.sampled_from([
-        good.long(), good.bool(), good.to(torch.complex64), good.int(),  # never silently cast
-        good[0, 0],  # too few dimensions
-        good[..., :-1],  # wrong last dimension
-        torch.randn(2, 3, d + 1),
-        good.numpy(), good.tolist(), None, 3.0,  # not a tensor
-    ])
+    return st.sampled_from(
+        [
+            good.long(),
+            good.bool(),
+            good.to(torch.complex64),
+            good.int(),  # never silently cast
+            good[0, 0],  # too few dimensions
+            good[..., :-1],  # wrong last dimension
+            torch.randn(2, 3, d + 1),
+            good.numpy(),
+            good.tolist(),
+            None,
+            3.0,  # not a tensor
+        ]
+    )
 
 
 @pytest.mark.parametrize("name", MODULE_NAMES)
@@ -392,8 +525,11 @@ def test_a_dtype_mismatch_with_the_weights_is_named(name):
 
 
 @FAST
-@given(dtype=st.sampled_from([torch.float16, torch.bfloat16]),
-       spike=st.floats(100.0, 6e4), d=st.integers(2, 32))
+@given(
+    dtype=st.sampled_from([torch.float16, torch.bfloat16]),
+    spike=st.floats(100.0, 6e4),
+    d=st.integers(2, 32),
+)
 def test_layernorm_half_precision_is_finite_and_matches_torch(dtype, spike, d):
     x = torch.zeros(3, d, dtype=dtype)
     x[:, 0] = spike  # (x - mu)^2 overflows float16 from ~256
@@ -412,19 +548,30 @@ def test_positional_offset_is_checked(offset):
 
 
 @FAST
-@given(x=st.one_of(
-    st.just(np.ones(3)), st.just(np.ones((2, 3)) * 1j), st.just(np.ones((2, 2), dtype=bool)),
-    st.just([["a", "b"]]), st.just(np.zeros((0, 3))), st.just([[1.0, math.nan]]),
-    st.just([[1.0], [1.0, 2.0]])))
+@given(
+    x=st.one_of(
+        st.just(np.ones(3)),
+        st.just(np.ones((2, 3)) * 1j),
+        st.just(np.ones((2, 2), dtype=bool)),
+        st.just([["a", "b"]]),
+        st.just(np.zeros((0, 3))),
+        st.just([[1.0, math.nan]]),
+        st.just([[1.0], [1.0, 2.0]]),
+    )
+)
 def test_array_functions_name_a_bad_array(x):
     rejects(lambda: P.memn2n_sentence(x), "x")
     rejects(lambda: P.encoding_properties(x), "pe")
 
 
 @FAST
-@given(x=st.integers(2, 6).flatmap(
-    lambda n: st.lists(st.lists(st.floats(-10, 10), min_size=3, max_size=3), min_size=n,
-                       max_size=n)))
+@given(
+    x=st.integers(2, 6).flatmap(
+        lambda n: st.lists(
+            st.lists(st.floats(-10, 10), min_size=3, max_size=3), min_size=n, max_size=n
+        )
+    )
+)
 def test_array_functions_valid(x):
     assert P.memn2n_sentence(x).shape == (3,)
     props = P.encoding_properties(x)
@@ -483,21 +630,42 @@ def test_fused_and_scratch_paths_agree_even_on_fully_masked_rows(inputs, is_caus
 
 def _bad_attention_call(draw):
     q = torch.randn(2, 3, 4)
-    which = draw(st.sampled_from(["q", "k", "v", "mask", "bias", "scale", "dropout_p",
-                                  "return_weights"]))
+    which = draw(
+        st.sampled_from(["q", "k", "v", "mask", "bias", "scale", "dropout_p", "return_weights"])
+    )
     args = {"q": q, "k": q, "v": q}
-    tensors = [q.long(), q.bool(), q.to(torch.complex64), q.double(), q[0, 0], q[..., :0],
-               q.numpy(), None, "q"]
+    tensors = [
+        q.long(),
+        q.bool(),
+        q.to(torch.complex64),
+        q.double(),
+        q[0, 0],
+        q[..., :0],
+        q.numpy(),
+        None,
+        "q",
+    ]
     if which in ("q", "k", "v"):
         args[which] = draw(st.sampled_from(tensors[:-2] + ["q"]))
         if which == "q" and isinstance(args["q"], torch.Tensor) and args["q"].dim() == 1:
             args["q"] = args["q"].long()
     elif which == "mask":
-        args["mask"] = draw(st.sampled_from([torch.ones(3, 3), torch.ones(3, 3).long(),
-                                             torch.ones(4, 4, dtype=torch.bool), "all"]))
+        args["mask"] = draw(
+            st.sampled_from(
+                [
+                    torch.ones(3, 3),
+                    torch.ones(3, 3).long(),
+                    torch.ones(4, 4, dtype=torch.bool),
+                    "all",
+                ]
+            )
+        )
     elif which == "bias":
-        args["bias"] = draw(st.sampled_from([torch.ones(3, 3, dtype=torch.bool),
-                                             torch.ones(3, 3).long(), torch.ones(5, 5), 1.0]))
+        args["bias"] = draw(
+            st.sampled_from(
+                [torch.ones(3, 3, dtype=torch.bool), torch.ones(3, 3).long(), torch.ones(5, 5), 1.0]
+            )
+        )
     elif which == "scale":
         # None is valid (the default 1/sqrt(d_k)); 0 and below are not
         args["scale"] = draw(bad_float(low=0.0).filter(lambda s: s is not None) | st.just(0.0))
@@ -516,8 +684,11 @@ def test_attention_names_a_bad_argument(data):
 
 
 @FAST
-@given(lengths=st.lists(st.integers(0, 6), min_size=1, max_size=4), T=st.integers(6, 9),
-       as_tensor=st.booleans())
+@given(
+    lengths=st.lists(st.integers(0, 6), min_size=1, max_size=4),
+    T=st.integers(6, 9),
+    as_tensor=st.booleans(),
+)
 def test_padding_mask_valid(lengths, T, as_tensor):
     arg = torch.tensor(lengths) if as_tensor else lengths
     m = A.padding_mask(arg, T)
@@ -526,16 +697,30 @@ def test_padding_mask_valid(lengths, T, as_tensor):
 
 
 @FAST
-@given(lengths=st.one_of(
-    st.lists(st.floats(0, 5), min_size=1, max_size=3).filter(
-        lambda v: any(not float(x).is_integer() for x in v)),
-    st.lists(st.booleans(), min_size=1, max_size=3),
-    st.lists(st.integers(7, 100), min_size=1, max_size=3),
-    st.lists(st.integers(-100, -1), min_size=1, max_size=3),
-    st.just([]), st.just(torch.tensor([1.0, 2.0])), st.just(torch.tensor([True])),
-    st.just(torch.tensor([9])), st.just(3), st.just("12")))
+@given(
+    lengths=st.one_of(
+        st.lists(st.floats(0, 5), min_size=1, max_size=3).filter(
+            lambda v: any(not float(x).is_integer() for x in v)
+        ),
+        st.lists(st.booleans(), min_size=1, max_size=3),
+        st.lists(st.integers(7, 100), min_size=1, max_size=3),
+        st.lists(st.integers(-100, -1), min_size=1, max_size=3),
+        st.just([]),
+        st.just(torch.tensor([1.0, 2.0])),
+        st.just(torch.tensor([True])),
+        st.just(torch.tensor([9])),
+        st.just(3),
+        st.just("12"),
+    )
+)
 def test_padding_mask_names_bad_lengths(lengths):
     rejects(lambda: A.padding_mask(lengths, 6), "length")
+
+
+@pytest.mark.parametrize("device", ["tpu", 1.5, "cuda:99"])
+def test_mask_builders_name_a_bad_device(device):
+    rejects(lambda: A.causal_mask(3, device=device), "device")
+    rejects(lambda: A.padding_mask([1, 2], 3, device=device), "device")
 
 
 def test_combine_masks_names_a_bad_mask():
@@ -551,11 +736,16 @@ SCHEMES = M.POSITIONAL_SCHEMES
 def configs(draw):
     h = draw(st.sampled_from([1, 2]))
     return M.TransformerConfig(
-        vocab_size=draw(st.integers(2, 12)), block_size=draw(st.integers(2, 8)),
-        d_model=2 * h * draw(st.integers(1, 3)), n_heads=h, n_layers=1,
+        vocab_size=draw(st.integers(2, 12)),
+        block_size=draw(st.integers(2, 8)),
+        d_model=2 * h * draw(st.integers(1, 3)),
+        n_heads=h,
+        n_layers=1,
         positional=draw(st.sampled_from(SCHEMES)),
         norm_position=draw(st.sampled_from(["pre", "post"])),
-        bias=draw(st.booleans()), tie_weights=draw(st.booleans()))
+        bias=draw(st.booleans()),
+        tie_weights=draw(st.booleans()),
+    )
 
 
 @FAST
@@ -576,11 +766,18 @@ def test_model_forward_and_generate(cfg, B, data):
 
 
 CONFIG_ARGS = {
-    "vocab_size": bad_int(), "block_size": bad_int(), "d_model": bad_int(),
-    "n_heads": bad_int(), "n_layers": bad_int(), "d_ff": bad_optional_int(),
-    "dropout": bad_float(0.0, 1.0), "positional": bad_choice(SCHEMES),
-    "norm_position": bad_choice(("pre", "post")), "bias": BAD_BOOL,
-    "fused_attention": BAD_BOOL, "tie_weights": BAD_BOOL,
+    "vocab_size": bad_int(),
+    "block_size": bad_int(),
+    "d_model": bad_int(),
+    "n_heads": bad_int(),
+    "n_layers": bad_int(),
+    "d_ff": bad_optional_int(),
+    "dropout": bad_float(0.0, 1.0),
+    "positional": bad_choice(SCHEMES),
+    "norm_position": bad_choice(("pre", "post")),
+    "bias": BAD_BOOL,
+    "fused_attention": BAD_BOOL,
+    "tie_weights": BAD_BOOL,
 }
 
 
@@ -602,8 +799,9 @@ def test_config_refuses_a_model_too_big_for_memory(vocab, d):
 
 def _tiny_model():
     torch.manual_seed(0)
-    return M.TransformerLM(M.TransformerConfig(vocab_size=10, block_size=8, d_model=8,
-                                               n_heads=2, n_layers=1))
+    return M.TransformerLM(
+        M.TransformerConfig(vocab_size=10, block_size=8, d_model=8, n_heads=2, n_layers=1)
+    )
 
 
 @FAST
@@ -611,10 +809,14 @@ def _tiny_model():
 def test_model_names_bad_ids_and_generate_arguments(data):
     model = _tiny_model()
     good = torch.randint(10, (2, 4))
-    which = data.draw(st.sampled_from(["idx", "targets", "max_new_tokens", "temperature",
-                                       "top_k", "generator", "T"]))
-    bad_ids = st.sampled_from([good.float(), good.bool(), good + 10, good - 11, good[0],
-                               good[:, :0], good.numpy(), None])
+    which = data.draw(
+        st.sampled_from(
+            ["idx", "targets", "max_new_tokens", "temperature", "top_k", "generator", "T"]
+        )
+    )
+    bad_ids = st.sampled_from(
+        [good.float(), good.bool(), good + 10, good - 11, good[0], good[:, :0], good.numpy(), None]
+    )
     if which == "idx":
         rejects(lambda: model(data.draw(bad_ids)), "idx")
     elif which == "targets":
@@ -623,9 +825,12 @@ def test_model_names_bad_ids_and_generate_arguments(data):
     elif which == "T":
         rejects(lambda: model.flops_per_token(data.draw(bad_optional_int())), "T")
     else:
-        bad = {"max_new_tokens": bad_int(0), "temperature": bad_float(low=0.0),
-               "top_k": bad_int(1, 10).filter(lambda v: v is not None),
-               "generator": st.sampled_from([0, "g", np.random.default_rng(0)])}[which]
+        bad = {
+            "max_new_tokens": bad_int(0),
+            "temperature": bad_float(low=0.0),
+            "top_k": bad_int(1, 10).filter(lambda v: v is not None),
+            "generator": st.sampled_from([0, "g", np.random.default_rng(0)]),
+        }[which]
         kwargs = {"max_new_tokens": 2, which: data.draw(bad)}
         rejects(lambda: model.generate(good, **kwargs), which)
 
@@ -640,11 +845,16 @@ def test_tokenizer_round_trip(text):
 
 
 @FAST
-@given(ids=st.one_of(st.lists(st.integers(8, 100), min_size=1, max_size=3),
-                     st.lists(st.integers(-100, -1), min_size=1, max_size=3),
-                     st.lists(st.floats(0, 5), min_size=1, max_size=3),
-                     st.lists(st.booleans(), min_size=1, max_size=3),
-                     st.just(torch.zeros(2, 2, dtype=torch.long)), st.just(torch.zeros(3))))
+@given(
+    ids=st.one_of(
+        st.lists(st.integers(8, 100), min_size=1, max_size=3),
+        st.lists(st.integers(-100, -1), min_size=1, max_size=3),
+        st.lists(st.floats(0, 5), min_size=1, max_size=3),
+        st.lists(st.booleans(), min_size=1, max_size=3),
+        st.just(torch.zeros(2, 2, dtype=torch.long)),
+        st.just(torch.zeros(3)),
+    )
+)
 def test_tokenizer_names_bad_ids(ids):
     rejects(lambda: D.CharTokenizer("abcdef \n").decode(ids), "ids")
 
@@ -667,13 +877,24 @@ def test_get_batch_valid(B, T, seed):
 @given(data=st.data())
 def test_get_batch_names_a_bad_argument(data):
     args = {"data": torch.arange(20), "batch_size": 2, "block_size": 4}
-    which = data.draw(st.sampled_from(["data", "batch_size", "block_size", "generator"]))
-    args[which] = data.draw({
-        "data": st.sampled_from([torch.arange(20).float(), torch.ones(4, 5, dtype=torch.long),
-                                 torch.arange(3), list(range(20)), None]),
-        "batch_size": st.one_of(bad_int(), HUGE), "block_size": st.one_of(bad_int(), HUGE),
-        "generator": st.sampled_from([0, "seed", np.random.default_rng(0)]),
-    }[which])
+    which = data.draw(st.sampled_from(["data", "batch_size", "block_size", "generator", "device"]))
+    args[which] = data.draw(
+        {
+            "data": st.sampled_from(
+                [
+                    torch.arange(20).float(),
+                    torch.ones(4, 5, dtype=torch.long),
+                    torch.arange(3),
+                    list(range(20)),
+                    None,
+                ]
+            ),
+            "batch_size": st.one_of(bad_int(), HUGE),
+            "block_size": st.one_of(bad_int(), HUGE),
+            "generator": st.sampled_from([0, "seed", np.random.default_rng(0)]),
+            "device": st.sampled_from(["tpu", "gpu", 0, 5.5, "cuda:99"]),
+        }[which]
+    )
     rejects(lambda: D.get_batch(**args), which)
 
 
@@ -684,14 +905,27 @@ def test_load_corpus_names_a_bad_split():
 
 # --------------------------------------------------------------------------- coverage
 COVERED = (
-    set(SCALAR_FUNCTIONS) | set(CONSTRUCTORS) | set(BLOCKS) | set(MODULE_NAMES)
-    | {"sinusoidal_frequencies", "memn2n_sentence", "encoding_properties",
-       "scaled_dot_product_attention", "padding_mask", "combine_masks", "TransformerConfig",
-       "TransformerLM", "get_batch", "load_corpus",
-       "evaluate"}  # model.evaluate: tests/test_train.py::test_evaluate_names_a_bad_argument
+    set(SCALAR_FUNCTIONS)
+    | set(CONSTRUCTORS)
+    | set(BLOCKS)
+    | set(MODULE_NAMES)
+    | {
+        "sinusoidal_frequencies",
+        "memn2n_sentence",
+        "encoding_properties",
+        "scaled_dot_product_attention",
+        "padding_mask",
+        "combine_masks",
+        "TransformerConfig",
+        "TransformerLM",
+        "get_batch",
+        "load_corpus",
+        "evaluate",  # model.evaluate: tests/test_train.py::test_evaluate_names_a_bad_argument
+    }
 )
 NOT_COVERED = {  # public callables without arguments to get wrong
-    "load_works": "no arguments", "load_metadata": "no arguments",
+    "load_works": "no arguments",
+    "load_metadata": "no arguments",
 }
 
 
