@@ -57,6 +57,7 @@ from tqdm import tqdm
 
 from .data import ASSETS_DIR, CharTokenizer, get_batch, load_corpus
 from .model import POSITIONAL_SCHEMES, TransformerConfig, TransformerLM
+from .precision import PRECISIONS, autocast, describe, physical_cores, resolve_precision
 
 __all__ = [
     "PRESETS",
@@ -152,7 +153,11 @@ class TrainConfig:
         progress: show a tqdm progress bar.
         peak_flops: the device's peak FLOP/s for MFU; ``None``: the GPU table, or a quick
             matmul benchmark on the CPU.
-        threads: ``torch.set_num_threads`` (``None``: leave it).
+        threads: ``torch.set_num_threads`` (``None``: leave it; the command line passes
+            one thread per physical core).
+        precision: ``"auto"`` (bf16 autocast where the device multiplies bf16 natively and
+            the model is wide enough for it to pay, see :mod:`mini_transformer.precision`),
+            ``"fp32"`` or ``"bf16"``.
     """
 
     preset: str = "custom"
@@ -174,8 +179,11 @@ class TrainConfig:
     progress: bool = True
     peak_flops: float | None = None
     threads: int | None = None
+    precision: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         unknown = sorted(set(self.model) - set(MODEL_KEYS))
         if unknown:
             raise ValueError(f"unknown model settings {unknown}; known: {list(MODEL_KEYS)}")
@@ -664,13 +672,6 @@ def _train(cfg, out_dir, resume, overwrite, argv, setup_hook, rank, local_rank, 
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    use_bf16 = is_cuda and torch.cuda.is_bf16_supported()
-
-    def amp():
-        if use_bf16:
-            return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
-
     last_path, best_path = out_dir / "last.pt", out_dir / "best.pt"
     if not resume and last_path.exists() and not overwrite:
         raise ValueError(
@@ -684,6 +685,11 @@ def _train(cfg, out_dir, resume, overwrite, argv, setup_hook, rank, local_rank, 
         train_ids, val_ids = train_ids.to(device), val_ids.to(device)
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
     model = TransformerLM(cfg.model_config(tok.vocab_size))
+    precision = resolve_precision(cfg.precision, device, d_model=model.config.d_model)
+
+    def amp():
+        return autocast(precision, device)
+
     if is_cuda and not model.config.fused_attention:
         print("note: fused_attention=False; the fused kernel is faster on CUDA", file=sys.stderr)
     model.to(device)
@@ -733,7 +739,8 @@ def _train(cfg, out_dir, resume, overwrite, argv, setup_hook, rank, local_rank, 
             "device_type": device.type,
             "world_size": world,
             "threads": torch.get_num_threads(),
-            "dtype": "bfloat16 autocast" if use_bf16 else "float32",
+            "dtype": describe(precision, device),
+            "precision": precision,
             "compile": cfg.compile,
             "torch": torch.__version__,
             "python": platform.python_version(),
@@ -897,7 +904,10 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--positional", choices=POSITIONAL_SCHEMES)
     p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
-    p.add_argument("--threads", type=_positive_int, help="torch.set_num_threads")
+    p.add_argument("--threads", type=_positive_int,
+                   help="torch.set_num_threads (default: one per physical core)")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="auto (default: bf16 where native and it pays), fp32 or bf16")
     p.add_argument("--peak-tflops", type=_positive_float, help="device peak for MFU (TFLOP/s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -909,7 +919,9 @@ def _main_train(argv: list[str]) -> int:
     overrides = dict(
         steps=args.steps, batch_size=args.batch_size, lr=args.lr,
         eval_interval=args.eval_interval, eval_batches=args.eval_batches, seed=args.seed,
-        positional=args.positional, device=args.device, threads=args.threads,
+        positional=args.positional, device=args.device, precision=args.precision,
+        threads=args.threads or (None if args.resume  # else one per core, per process
+                                 else max(1, physical_cores() // _distributed()[2])),
         peak_flops=args.peak_tflops * 1e12 if args.peak_tflops else None,
     )
     if args.compile:
