@@ -1,28 +1,41 @@
-"""How close does one training step come to this machine's matmul ceiling?
+"""How fast is one training step on this CPU, in float32 and in bf16, against the matmul ceiling?
 
-Times a full training step (forward, backward, gradient clipping, AdamW update) of the
-``gpu`` preset's model (d_model 384, 6 layers, 6 heads, context 256, ~10.7M parameters)
-at batch size 8 on the CPU, and in the same run measures the fp32 matmul ceiling (the
-best rate of a large square matmul, the most efficient thing the CPU does). The step's
-useful work is ``flops_per_token * tokens`` (6N + attention, see
-``TransformerLM.flops_per_token``), so
+Times a full training step (forward, backward, gradient clipping, AdamW update: the loop of
+``mini_transformer.train``) of two shapes, each in float32 and under bf16 autocast:
 
-    fraction of ceiling = (step FLOPs / step time) / ceiling FLOP/s.
+- ``gpu``: the ``gpu`` preset's model (d_model 384, 6 layers, 6 heads, context 256,
+  ~10.7M parameters, dropout 0.2) at batch size 8;
+- ``cpu``: the ``cpu`` preset's model and batch, as shipped.
+
+In the same run it measures the fp32 (and bf16) matmul ceiling: the best rate of a large
+square matmul, the most efficient thing the CPU does. The step's useful work is
+``flops_per_token * tokens`` (6N + attention, ``TransformerLM.flops_per_token``), so
+
+    fraction of ceiling = (step FLOPs / step time) / fp32 ceiling FLOP/s
+
+(for a bf16 step this can exceed 1: it is measured against the float32 ceiling).
+
+Timings on a shared machine are inflated by whatever else runs: the fp32 and bf16 steps
+and the ceiling are measured in interleaved rounds and the *minimum* over rounds is
+reported (the least disturbed), with the median beside it and the load average before and
+after. Compare numbers only from one run. On a machine too busy for that, ``--clock cpu``
+(one thread only) times with the thread's CPU time instead of the wall clock: it counts
+only the time the step actually ran, so it is far less sensitive to other processes
+(cache sharing still inflates it a little); it cannot show what a second thread buys.
 
 Usage::
 
-    python benchmarks/train_step.py                # 1 thread (the project's rule for timings)
-    python benchmarks/train_step.py --dropout 0    # without the dropout masks
-    python benchmarks/train_step.py --threads 2 --steps 10 --json out.json
-
-Timings depend on what else runs on the machine: both numbers are taken in the same
-run, with the same thread count, so their ratio is less sensitive than either alone.
+    python benchmarks/train_step.py                       # one thread per physical core
+    python benchmarks/train_step.py --threads 1 --rounds 5 --json out.json
+    python benchmarks/train_step.py --shapes gpu --dropout 0
+    python benchmarks/train_step.py --threads 1 --clock cpu   # on a loaded machine
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -30,74 +43,137 @@ import time
 import torch
 
 from mini_transformer.model import TransformerLM
-from mini_transformer.train import configure_optimizer, get_preset, measure_matmul_flops
+from mini_transformer.precision import autocast, cpu_bf16_features, physical_cores
+from mini_transformer.train import configure_optimizer, get_preset
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+SHAPES = {"gpu": dict(preset="gpu", batch_size=8), "cpu": dict(preset="cpu")}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--steps", type=int, default=6, help="timed steps (after 2 warm-up steps)")
-    p.add_argument("--positional", default=None, help="override the preset's scheme")
-    p.add_argument("--dropout", type=float, default=None,
-                   help="override the preset's dropout (0.2); on a CPU, drawing the dropout "
-                   "masks costs a sixth of the step")
-    p.add_argument("--matmul-n", type=int, default=2048, help="size of the ceiling matmul")
-    p.add_argument("--json", help="also write the results to this file")
-    args = p.parse_args()
+def matmul_ceiling(clock, n: int, dtype: torch.dtype, repeats: int = 3) -> float:
+    """Best FLOP/s of an ``n x n`` matmul (as ``train.measure_matmul_flops``, on ``clock``)."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = clock()
+        a @ b
+        best = min(best, clock() - t0)
+    return 2 * n**3 / best
 
-    torch.set_num_threads(args.threads)
+
+def build(shape: str, dropout: float | None, clock):
+    spec = dict(SHAPES[shape])
     torch.manual_seed(0)
-    cfg = get_preset("gpu", batch_size=args.batch_size, positional=args.positional,
-                     dropout=args.dropout)
+    cfg = get_preset(spec.pop("preset"), dropout=dropout, **spec)
     model = TransformerLM(cfg.model_config(vocab_size=84))
     opt = configure_optimizer(model, cfg)
-    B, T = cfg.batch_size, model.config.block_size
     g = torch.Generator().manual_seed(0)
-    x = torch.randint(84, (B, T), generator=g)
-    y = torch.randint(84, (B, T), generator=g)
+    x = torch.randint(84, (cfg.batch_size, model.config.block_size), generator=g)
+    y = torch.randint(84, x.shape, generator=g)
 
-    def step() -> float:
-        t0 = time.perf_counter()
-        _, loss = model(x, y)
+    def step(precision: str) -> float:
+        t0 = clock()
+        with autocast(precision, "cpu"):
+            _, loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return time.perf_counter() - t0
+        loss.item()
+        return clock() - t0
 
-    for _ in range(2):
-        step()
-    times = [step() for _ in range(args.steps)]
-    ceiling = measure_matmul_flops(n=args.matmul_n, repeats=5)
+    return model, x, step
 
-    step_time = statistics.median(times)
-    tokens = B * T
-    flops = model.flops_per_token() * tokens
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: one per physical core)"
+    )
+    p.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["gpu", "cpu"])
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    p.add_argument("--steps", type=int, default=3, help="timed steps per precision per round")
+    p.add_argument("--dropout", type=float, default=None, help="override the presets' dropout")
+    p.add_argument("--matmul-n", type=int, default=2048, help="size of the ceiling matmul")
+    p.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="wall clock, or the thread's CPU time (--threads 1 only)",
+    )
+    p.add_argument("--json", help="also write the results to this file")
+    args = p.parse_args()
+
+    threads = args.threads or physical_cores()
+    if args.clock == "cpu" and threads != 1:
+        p.error("--clock cpu needs --threads 1 (a second thread's time is not counted)")
+    clock = CLOCKS[args.clock]
+    torch.set_num_threads(threads)
+    load_before = os.getloadavg()
+    built = {s: build(s, args.dropout, clock) for s in args.shapes}
+    times = {(s, pr): [] for s in args.shapes for pr in ("fp32", "bf16")}
+    ceilings = {"fp32": [], "bf16": []}
+    for _ in range(args.rounds):
+        for dtype, key in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+            ceilings[key].append(matmul_ceiling(clock, args.matmul_n, dtype))
+        for s, (_, _, step) in built.items():
+            for pr in ("fp32", "bf16"):
+                step(pr)  # warm-up (allocator, autocast caches)
+                times[(s, pr)] += [step(pr) for _ in range(args.steps)]
+    ceiling = max(ceilings["fp32"])
     result = {
         "device": platform.processor() or platform.machine(),
-        "threads": args.threads,
+        "cpu_bf16": cpu_bf16_features(),
+        "threads": threads,
+        "clock": args.clock,
         "torch": torch.__version__,
-        "config": model.config.to_dict(),
-        "n_parameters": model.num_parameters(),
-        "batch_size": B,
-        "tokens_per_step": tokens,
-        "step_time_s": {"median": step_time, "min": min(times), "max": max(times)},
-        "tokens_per_s": tokens / step_time,
-        "step_flops": flops,
-        "achieved_flops_per_s": flops / step_time,
-        "matmul_ceiling_flops_per_s": ceiling,
-        "fraction_of_ceiling": flops / step_time / ceiling,
+        "loadavg_before_after": [load_before, os.getloadavg()],
+        "matmul_ceiling_flops_per_s": {"fp32": ceiling, "bf16": max(ceilings["bf16"])},
+        "shapes": {},
     }
-    print(f"gpu-preset model ({result['n_parameters'] / 1e6:.2f}M parameters, "
-          f"{model.config.positional}, dropout {model.config.dropout}), batch {B} x {T} tokens, "
-          f"{args.threads} thread(s)")
-    print(f"  step time      {step_time * 1e3:8.0f} ms  (median of {args.steps}; "
-          f"min {min(times) * 1e3:.0f}, max {max(times) * 1e3:.0f})")
-    print(f"  tokens/s       {result['tokens_per_s']:8.0f}")
-    print(f"  achieved       {flops / step_time / 1e9:8.1f} GFLOP/s  (6N + attention per token)")
-    print(f"  fp32 ceiling   {ceiling / 1e9:8.1f} GFLOP/s  ({args.matmul_n}^2 matmul)")
-    print(f"  fraction       {result['fraction_of_ceiling']:8.1%}")
+    print(
+        f"{threads} thread(s), {args.clock} clock, "
+        f"load average {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}; "
+        f"native bf16: {result['cpu_bf16']}"
+    )
+    print(
+        f"matmul ceiling ({args.matmul_n}^2): fp32 {ceiling / 1e9:.0f} GFLOP/s, "
+        f"bf16 {max(ceilings['bf16']) / 1e9:.0f} GFLOP/s"
+    )
+    for s, (model, x, _) in built.items():
+        tokens = x.numel()
+        flops = model.flops_per_token() * tokens
+        rec = {
+            "config": model.config.to_dict(),
+            "batch_size": x.shape[0],
+            "n_parameters": model.num_parameters(),
+            "tokens_per_step": tokens,
+            "step_flops": flops,
+        }
+        c = model.config
+        print(
+            f"{s} shape: d_model {c.d_model}, {c.n_layers} layers, context {c.block_size}, "
+            f"batch {x.shape[0]}, dropout {c.dropout} ({rec['n_parameters'] / 1e6:.2f}M params)"
+        )
+        for pr in ("fp32", "bf16"):
+            t = times[(s, pr)]
+            best = min(t)
+            rec[pr] = {
+                "step_time_s": {"min": best, "median": statistics.median(t), "n": len(t)},
+                "tokens_per_s": tokens / best,
+                "achieved_flops_per_s": flops / best,
+                "fraction_of_fp32_ceiling": flops / best / ceiling,
+            }
+            print(
+                f"  {pr}: step {best * 1e3:7.1f} ms (median {statistics.median(t) * 1e3:.1f}), "
+                f"{tokens / best:8.0f} tok/s, {flops / best / 1e9:6.1f} GFLOP/s = "
+                f"{flops / best / ceiling:6.1%} of the fp32 ceiling"
+            )
+        rec["bf16_speedup"] = rec["fp32"]["step_time_s"]["min"] / rec["bf16"]["step_time_s"]["min"]
+        print(f"  bf16 speed-up {rec['bf16_speedup']:.2f}x")
+        result["shapes"][s] = rec
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

@@ -9,14 +9,15 @@ Two choices, made once per run by :mod:`mini_transformer.train`:
   exponent, so unlike float16 it needs no loss scaling). It pays only where the hardware
   multiplies bfloat16 natively: tensor cores on a CUDA GPU (Ampere and later); on x86
   CPUs the AVX-512 BF16 instructions (``vdpbf16ps``, Intel Cooper Lake / Sapphire Rapids,
-  AMD Zen 4 and later) or AMX tiles (Intel Sapphire Rapids and later). Without them PyTorch
-  emulates bf16 with conversions and is slower than float32. ``"auto"`` picks bf16 where
-  it is native *and* the matrices are large enough for the faster multiply to outweigh the
-  casts (see :data:`CPU_BF16_MIN_D_MODEL`), float32 elsewhere.
-- **Threads.** :func:`physical_cores`: a training step on a CPU gains nothing from a
-  second hardware thread of the same core (both share one set of vector units), so the
-  command line uses one thread per physical core. The notebooks keep one thread, because
-  large float32 reductions round differently with 1 and 2 threads and their stored outputs
+  AMD Zen 4 and later) or AMX tiles (Intel Sapphire Rapids and later). Without them the
+  bf16 products are computed through software conversions, so float32 is the safe choice
+  there. ``"auto"`` picks bf16 where it is native *and* the matrices are large enough for
+  the faster multiply to outweigh the casts (see :data:`CPU_BF16_MIN_D_MODEL`), float32
+  elsewhere.
+- **Threads.** The command line uses one thread per physical core
+  (:func:`physical_cores`): the hardware threads of one core share its vector units, the
+  resource a training step is limited by. The notebooks keep one thread, because large
+  float32 reductions round differently with 1 and 2 threads and their stored outputs
   must be bit-stable.
 
 Example::
@@ -49,11 +50,13 @@ __all__ = [
 #: Accepted values of ``--precision`` / ``TrainConfig.precision``.
 PRECISIONS = ("auto", "fp32", "bf16")
 
-#: ``"auto"`` on a CPU with native bf16 picks bf16 from this width up. Measured with
-#: ``benchmarks/train_step.py`` on an AMD EPYC (Zen 5, AVX-512 BF16, 2 threads): bf16 made
-#: the step of the ``gpu`` preset's shape (d_model 384) about 1.4x faster, and gave no gain
-#: at the ``cpu`` preset's (d_model 128), where the casts around each small matmul cost
-#: as much as the faster multiply saves.
+#: ``"auto"`` on a CPU with native bf16 picks bf16 from this width up. On an AMD EPYC
+#: (Zen 5, AVX-512 BF16, no AMX), 2 threads, issue 16 measured bf16 making the step of the
+#: ``gpu`` preset's shape (d_model 384, batch 8) 1.45x faster and the step of the ``cpu``
+#: preset's shape (d_model 128) no faster (136 vs 135 ms): there the casts around each
+#: small matmul cost about what the faster multiply saves. On one thread, timed by CPU
+#: time, ``benchmarks/train_step.py`` measured 1.86x and 1.23x
+#: (``benchmarks/results/train_step_1thread_cpuclock.json``).
 CPU_BF16_MIN_D_MODEL = 256
 
 
