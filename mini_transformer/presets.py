@@ -47,16 +47,20 @@ PRESETS: dict[str, dict] = {
         eval_interval=20,
         eval_batches=2,
     ),
-    # About 12 minutes on a shared 2-core CPU (1 thread): the committed model when no GPU
-    # is at hand. 1000 steps x 2048 tokens = 2M tokens, about half an epoch.
+    # About a minute on a quiet 2-core CPU (2 threads, bf16 where native): the committed
+    # model when no GPU is at hand. 1360 steps x 2048 tokens = 2.8M tokens, 0.6 epoch.
+    # Two layers: at an equal compute budget (7.9 TFLOP) a shallower model seeing more
+    # text reached a lower held-out loss (benchmarks/results/cpu_recipe_sweep.json:
+    # 2 layers x 1360 steps 1.72, 3 x 910 1.77, 4 x 690 1.82), and on 2 threads a step's
+    # time was proportional to its FLOPs (benchmarks/results/cpu_step_ab_2threads.json).
     "cpu": dict(
-        model=dict(block_size=128, d_model=128, n_heads=4, n_layers=4, dropout=0.0),
+        model=dict(block_size=128, d_model=128, n_heads=4, n_layers=2, dropout=0.0),
         batch_size=16,
-        steps=1000,
+        steps=1360,
         lr=3e-3,
         min_lr=3e-4,
         warmup_steps=50,
-        eval_interval=100,
+        eval_interval=170,
         eval_batches=8,
     ),
     # nanoGPT's shakespeare-char configuration (~10.7M parameters); minutes on one GPU.
