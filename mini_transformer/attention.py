@@ -105,9 +105,7 @@ def _known_all(t: torch.Tensor) -> bool:
     return bool(t.all())
 
 
-def _split_bias(
-    bias: torch.Tensor, mask: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _split_bias(bias: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Read ``-inf`` entries of an additive bias as "may not attend" (no data read, no sync).
 
     ``softmax`` of a row that is ``-inf`` everywhere is ``0/0 = NaN``. Turning each ``-inf``
@@ -271,9 +269,12 @@ def padding_mask(
     T = check_int("T", T, low=1)
     check_device("device", device)
     if isinstance(lengths, torch.Tensor):
-        if lengths.dtype == torch.bool or not (
-            lengths.dtype.is_signed or lengths.dtype == torch.uint8
-        ) or lengths.is_floating_point() or lengths.is_complex():
+        if (
+            lengths.dtype == torch.bool
+            or not (lengths.dtype.is_signed or lengths.dtype == torch.uint8)
+            or lengths.is_floating_point()
+            or lengths.is_complex()
+        ):
             raise TypeError(f"lengths must hold integers, got dtype {lengths.dtype}")
         device = lengths.device if device is None else device
         lengths = lengths.to(device=device, dtype=torch.long)
@@ -543,16 +544,24 @@ def additive_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.
         scores ``(..., T_q, T_k)``; each lies in :math:`[-\\lVert w \\rVert_1, \\lVert w
         \\rVert_1]` because :math:`\\tanh` is bounded by 1.
     """
-    for name, t in (("q", q), ("k", k)):
-        if not isinstance(t, torch.Tensor) or t.dim() < 2:
-            raise ValueError(f"{name} must be a tensor of shape (..., T, d_a) with at least 2 dims")
-    if not isinstance(w, torch.Tensor) or w.dim() != 1:
-        raise ValueError("w must be a 1-D tensor of shape (d_a,)")
+    check_tensor("q", q, floating=True, min_ndim=2, dims="(..., T_q, d_a)", nonempty=True)
+    check_tensor("k", k, floating=True, min_ndim=2, dims="(..., T_k, d_a)", nonempty=True)
+    check_tensor("w", w, floating=True, ndim=1, dims="(d_a,)", nonempty=True)
+    check_same_dtype(q=q, k=k, w=w)
     if not q.shape[-1] == k.shape[-1] == w.shape[0]:
         raise ValueError(
             "q, k and w must share the attention width d_a, got "
             f"{q.shape[-1]}, {k.shape[-1]} and {w.shape[0]}"
         )
+    try:
+        lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"the leading dimensions of q {tuple(q.shape)} and k {tuple(k.shape)} must broadcast"
+        ) from None
+    check_size(
+        "the (..., T_q, T_k, d_a) sums", (*lead, q.shape[-2], k.shape[-2], w.shape[0]), q.dtype
+    )
     hidden = torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3))  # (..., T_q, T_k, d_a)
     return hidden @ w  # (..., T_q, T_k)
 
@@ -594,8 +603,7 @@ class AdditiveAttention(nn.Module):
     def __init__(self, d_query: int, d_key: int, d_attn: int) -> None:
         super().__init__()
         for name, n in (("d_query", d_query), ("d_key", d_key), ("d_attn", d_attn)):
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise ValueError(f"{name} must be a positive integer, got {n!r}")
+            check_int(name, n, low=1)
         self.d_attn = d_attn
         self.q_proj = nn.Linear(d_query, d_attn, bias=False)
         self.k_proj = nn.Linear(d_key, d_attn, bias=True)
@@ -625,7 +633,21 @@ class AdditiveAttention(nn.Module):
         Returns:
             ``out`` ``(..., T_q, d_v)``, or ``(out, weights)``.
         """
+        check_tensor("x", x, floating=True, min_ndim=2, dims="(..., T_q, d_query)")
+        check_tensor("context", context, floating=True, min_ndim=2, dims="(..., T_k, d_key)")
+        for name, t, width in (
+            ("x", x, self.q_proj.in_features),
+            ("context", context, self.k_proj.in_features),
+        ):
+            if t.shape[-1] != width:
+                raise ValueError(
+                    f"{name} must have {width} features in its last dimension, got shape {tuple(t.shape)}"
+                )
+        check_input_dtype("x", x, self.q_proj.weight)
+        check_input_dtype("context", context, self.k_proj.weight)
+        check_bool("return_weights", return_weights)
         value = context if value is None else value
+        check_tensor("value", value, floating=True, min_ndim=2, dims="(..., T_k, d_v)")
         if value.shape[-2] != context.shape[-2]:
             raise ValueError(
                 "value and context must have the same number of keys T_k, got "

@@ -728,6 +728,82 @@ def test_combine_masks_names_a_bad_mask():
     rejects(lambda: A.combine_masks(A.causal_mask(3), "mask"), "mask")
 
 
+# --------------------------------------------------------------------------- additive attention
+@FAST
+@given(
+    lead=st.lists(st.integers(1, 2), max_size=2),
+    tq=st.integers(1, 4),
+    tk=st.integers(1, 4),
+    d=st.integers(1, 6),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
+def test_additive_scores_valid(lead, tq, tk, d, dtype):
+    q = torch.randn(*lead, tq, d, dtype=dtype)
+    k = torch.randn(*lead, tk, d, dtype=dtype)
+    w = torch.randn(d, dtype=dtype)
+    s = A.additive_scores(q, k, w)
+    assert s.shape == (*lead, tq, tk) and s.dtype == dtype
+    assert torch.isfinite(s).all()
+    assert (s.abs() <= w.abs().sum() + 1e-6).all()  # |tanh| <= 1
+
+
+@FAST
+@given(
+    case=st.sampled_from(
+        [
+            ("q", lambda q, k, w: (q.long(), k, w)),
+            ("q", lambda q, k, w: (q.to(torch.complex64), k, w)),
+            ("k", lambda q, k, w: (q, "k", w)),
+            ("w", lambda q, k, w: (q, k, w[None])),
+            ("w", lambda q, k, w: (q, k, torch.randn(5))),
+            ("q", lambda q, k, w: (q[0], k, w)),
+            ("dtype", lambda q, k, w: (q.double(), k, w)),
+            ("broadcast", lambda q, k, w: (torch.randn(2, 3, 4), torch.randn(3, 3, 4), w)),
+        ]
+    )
+)
+def test_additive_scores_names_a_bad_argument(case):
+    name, make = case
+    q, k, w = torch.randn(3, 4), torch.randn(5, 4), torch.randn(4)
+    rejects(lambda: A.additive_scores(*make(q, k, w)), name)
+
+
+@FAST
+@given(
+    dq=st.integers(1, 5),
+    dk=st.integers(1, 5),
+    da=st.integers(1, 5),
+    tq=st.integers(1, 3),
+    tk=st.integers(1, 3),
+    masked=st.booleans(),
+)
+def test_additive_attention_valid(dq, dk, da, tq, tk, masked):
+    layer = A.AdditiveAttention(dq, dk, da)
+    x, c = torch.randn(2, tq, dq), torch.randn(2, tk, dk)
+    mask = torch.rand(tq, tk) > 0.5 if masked else None
+    out, weights = layer(x, c, mask=mask, return_weights=True)
+    assert out.shape == (2, tq, dk) and weights.shape == (2, tq, tk)
+    assert torch.isfinite(out).all() and torch.isfinite(weights).all()
+
+
+@FAST
+@given(arg=st.sampled_from(["d_query", "d_key", "d_attn"]), bad=bad_int())
+def test_additive_attention_names_a_bad_size(arg, bad):
+    sizes = {"d_query": 3, "d_key": 3, "d_attn": 3} | {arg: bad}
+    rejects(lambda: A.AdditiveAttention(**sizes), arg)
+
+
+def test_additive_attention_names_bad_inputs():
+    layer = A.AdditiveAttention(3, 4, 5)
+    x, c = torch.randn(2, 3), torch.randn(6, 4)
+    rejects(lambda: layer(x.long(), c), "x")
+    rejects(lambda: layer(torch.randn(2, 7), c), "x")
+    rejects(lambda: layer(x, torch.randn(6, 2)), "context")
+    rejects(lambda: layer(x.double(), c), "x")
+    rejects(lambda: layer(x, c, value=torch.randn(5, 4)), "value")
+    rejects(lambda: layer(x, c, return_weights=1), "return_weights")
+
+
 # --------------------------------------------------------------------------- model and data
 SCHEMES = M.POSITIONAL_SCHEMES
 
@@ -920,6 +996,8 @@ COVERED = (
         "TransformerLM",
         "get_batch",
         "load_corpus",
+        "additive_scores",
+        "AdditiveAttention",
         "evaluate",  # model.evaluate: tests/test_train.py::test_evaluate_names_a_bad_argument
     }
 )
