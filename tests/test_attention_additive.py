@@ -114,8 +114,8 @@ def test_constant_scores_reduce_to_averaging_like_dot_product_attention():
     "kwargs, error, text",
     [
         (dict(d_query=0, d_key=4, d_attn=4), ValueError, "d_query must be a positive integer"),
-        (dict(d_query=4, d_key=4.0, d_attn=4), ValueError, "d_key must be a positive integer"),
-        (dict(d_query=4, d_key=4, d_attn=True), ValueError, "d_attn must be a positive integer"),
+        (dict(d_query=4, d_key=4.0, d_attn=4), TypeError, "d_key must be a positive integer"),
+        (dict(d_query=4, d_key=4, d_attn=True), TypeError, "d_attn must be a positive integer"),
     ],
 )
 def test_bad_sizes_are_refused(kwargs, error, text):
@@ -134,5 +134,5 @@ def test_bad_inputs_are_refused():
         layer(x, x, value=torch.randn(5, 4))
     with pytest.raises(ValueError, match="share the attention width"):
         additive_scores(torch.randn(3, 4), torch.randn(3, 5), torch.randn(4))
-    with pytest.raises(ValueError, match="1-D"):
+    with pytest.raises(ValueError, match="w must have 1 dimensions"):
         additive_scores(torch.randn(3, 4), torch.randn(3, 4), torch.randn(4, 1))
