@@ -31,7 +31,8 @@ from pathlib import Path
 
 import torch
 
-from mini_transformer.train import _encoded_corpus, evaluate, load_model, read_log
+from mini_transformer.loop import _encoded_corpus
+from mini_transformer.train import evaluate, load_model, read_log
 
 
 def held_out_loss(ckpt: Path) -> float:

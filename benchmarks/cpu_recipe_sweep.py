@@ -35,8 +35,8 @@ from pathlib import Path
 
 import torch
 
+from mini_transformer.loop import _encoded_corpus
 from mini_transformer.train import (
-    _encoded_corpus,
     evaluate,
     get_preset,
     load_model,
