@@ -20,7 +20,8 @@ One module per idea:
 - :mod:`mini_transformer.stability`: the Post-LN vs Pre-LN experiments of chapter 5.
 - :mod:`mini_transformer.experiments` and :mod:`mini_transformer.cli`: the lab's and the
   sweep's command lines and the rules every command line follows (repository tooling).
-- :mod:`mini_transformer.exercises`: the checkers behind the chapters' exercises.
+- :mod:`mini_transformer.exercises`: the checkers behind the chapters' exercises (the
+  machinery in ``exercises/checking.py``, each chapter's exercises in a module of their own).
 - :mod:`mini_transformer.plotting`: notebook set-up and figure defaults.
 """
 
