@@ -57,14 +57,9 @@ execute: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab book/
 
-# One formatter: `ruff format` (checked here on the modules formatted so far; FORMATTED grows
-# as the remaining modules are formatted).
-FORMATTED := mini_transformer/__init__.py mini_transformer/checkpoints.py mini_transformer/cli.py \
-	mini_transformer/core.py mini_transformer/devices.py mini_transformer/lab.py \
-	mini_transformer/loop.py mini_transformer/presets.py mini_transformer/stability.py \
-	mini_transformer/train.py mini_transformer/plotting.py benchmarks/gpu_step.py \
-	tests/test_core.py tests/test_faults.py tests/test_cli.py tests/test_lab.py \
-	tests/test_gpu_step.py
+# One formatter: `ruff format`, checked on every Python file of the package, tests, tools
+# and benchmarks.
+FORMATTED := mini_transformer tests tools benchmarks
 
 lint: $(STAMP)
 	$(BIN)/ruff check mini_transformer tests tools benchmarks book

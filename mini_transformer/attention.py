@@ -641,7 +641,8 @@ class AdditiveAttention(nn.Module):
         ):
             if t.shape[-1] != width:
                 raise ValueError(
-                    f"{name} must have {width} features in its last dimension, got shape {tuple(t.shape)}"
+                    f"{name} must have {width} features in its last dimension, "
+                    f"got shape {tuple(t.shape)}"
                 )
         check_input_dtype("x", x, self.q_proj.weight)
         check_input_dtype("context", context, self.k_proj.weight)

@@ -86,7 +86,9 @@ def _read_archive() -> tuple[dict[str, str], str]:
 
 
 def load_metadata() -> dict[str, dict[str, str]]:
-    """The archive's ``metadata.txt``: ``{file stem: {"title", "creator", "source_url", "bytes"}}``.
+    """The archive's ``metadata.txt``.
+
+    Returns ``{file stem: {"title", "creator", "source_url", "bytes"}}``.
     """
     _, text = _read_archive()
     meta: dict[str, dict[str, str]] = {}
@@ -153,8 +155,9 @@ class CharTokenizer:
 
     def __init__(self, chars: str | Iterable[str]):
         if not isinstance(chars, (str, Iterable)):
-            raise TypeError(f"chars must be a str or an iterable of characters, got "
-                            f"{type(chars).__name__}")
+            raise TypeError(
+                f"chars must be a str or an iterable of characters, got {type(chars).__name__}"
+            )
         chars = list(chars)
         for c in chars:
             if not isinstance(c, str):

@@ -187,8 +187,14 @@ class TransformerLM(nn.Module):
         self.drop = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(
-                c.d_model, c.n_heads, c.d_ff, dropout=c.dropout, norm_position=c.norm_position,
-                causal=True, fused=c.fused_attention, bias=c.bias,
+                c.d_model,
+                c.n_heads,
+                c.d_ff,
+                dropout=c.dropout,
+                norm_position=c.norm_position,
+                causal=True,
+                fused=c.fused_attention,
+                bias=c.bias,
             )
             for _ in range(c.n_layers)
         )
@@ -320,8 +326,9 @@ class TransformerLM(nn.Module):
             maps = []
             for block in self.blocks:
                 h = block.ln1(x) if block.norm_position == "pre" else x
-                _, w = block.attn(h, is_causal=True, attn_bias=attn_bias, rotary=self.rotary,
-                                  need_weights=True)
+                _, w = block.attn(
+                    h, is_causal=True, attn_bias=attn_bias, rotary=self.rotary, need_weights=True
+                )
                 maps.append(w)  # (B, n_heads, T, T)
                 x = block(x, attn_bias=attn_bias, rotary=self.rotary)
         finally:
@@ -364,8 +371,11 @@ class TransformerLM(nn.Module):
                     "generator must be a CPU torch.Generator (sampling runs on the CPU), "
                     f"got one on {generator.device}"
                 )
-        check_size("the output (B, T + max_new_tokens)",
-                   (idx.shape[0], idx.shape[1] + max_new_tokens), torch.long)
+        check_size(
+            "the output (B, T + max_new_tokens)",
+            (idx.shape[0], idx.shape[1] + max_new_tokens),
+            torch.long,
+        )
         was_training = self.training
         self.eval()
         try:
@@ -417,9 +427,7 @@ class TransformerLM(nn.Module):
         "norms", "head", "total"}`` (``head`` is 0 when tied; only ``"learned"`` has
         positional parameters).
         """
-        counts = dict.fromkeys(
-            ("embeddings", "positional", "attention", "ffn", "norms", "head"), 0
-        )
+        counts = dict.fromkeys(("embeddings", "positional", "attention", "ffn", "norms", "head"), 0)
         for name, p in self.named_parameters():  # shared parameters are yielded once
             counts[self._component(name)] = counts.get(self._component(name), 0) + p.numel()
         total = sum(counts.values())

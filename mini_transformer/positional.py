@@ -51,8 +51,9 @@ LAYOUTS = ("interleaved", "concat")
 
 
 # --------------------------------------------------------------------------- validation
-def _check_int(name: str, value: object, minimum: int = 1, even: bool = False,
-               why: str = "") -> int:
+def _check_int(
+    name: str, value: object, minimum: int = 1, even: bool = False, why: str = ""
+) -> int:
     """A positive (or ``>= minimum``) integer, via :func:`~mini_transformer.checks.check_int`."""
     return check_int(name, value, low=minimum, even=even, why=why)
 
@@ -76,8 +77,9 @@ def _check_offset(offset: object, allow_negative: bool = True) -> int | float:
 def _check_input(x: object, name: str, ndim: int, last: int, last_name: str) -> None:
     check_tensor(name, x, floating=True, ndim=ndim, dims=f"(B, T, {last_name})")
     if x.shape[-1] != last:  # type: ignore[union-attr]
-        raise ValueError(f"the last dimension of {name} must be {last_name}={last}, "
-                         f"got shape {tuple(x.shape)}")  # type: ignore[union-attr]
+        raise ValueError(
+            f"the last dimension of {name} must be {last_name}={last}, got shape {tuple(x.shape)}"
+        )  # type: ignore[union-attr]
 
 
 # --------------------------------------------------------------------------- scalar encodings
@@ -161,8 +163,9 @@ def sinusoidal_frequencies(d_model: int, base: float = 10000.0) -> np.ndarray:
     return base ** (-2.0 * i / d_model)
 
 
-def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0,
-                        layout: str = "interleaved") -> np.ndarray:
+def sinusoidal_encoding(
+    n_positions: int, d_model: int, base: float = 10000.0, layout: str = "interleaved"
+) -> np.ndarray:
     r"""The sinusoidal encoding of Vaswani et al. (2017).
 
     $$PE_{(pos, 2i)} = \sin(pos\,\omega_i), \quad PE_{(pos, 2i+1)} = \cos(pos\,\omega_i),
@@ -196,7 +199,7 @@ def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0,
     check_choice("layout", layout, LAYOUTS)
     d_model = _check_int("d_model", d_model)
     check_size("the encoding (n_positions, d_model)", (n_positions, d_model), np.float64)
-    omega = sinusoidal_frequencies(d_model, base)                      # (ceil(d/2),)
+    omega = sinusoidal_frequencies(d_model, base)  # (ceil(d/2),)
     angles = np.arange(n_positions, dtype=np.float64)[:, None] * omega  # (n, ceil(d/2))
     sin, cos = np.sin(angles), np.cos(angles[:, : d_model // 2])
     if layout == "concat":
@@ -232,7 +235,7 @@ def rotation_matrix(offset: float, d_model: int, base: float = 10000.0) -> np.nd
     d_model = _check_int("d_model", d_model, even=True, why=" for a rotation")
     offset = _check_offset(offset)
     check_size("the rotation (d_model, d_model)", (d_model, d_model), np.float64)
-    theta = float(offset) * sinusoidal_frequencies(d_model, base)     # (d/2,)
+    theta = float(offset) * sinusoidal_frequencies(d_model, base)  # (d/2,)
     c, s = np.cos(theta), np.sin(theta)
     R = np.zeros((d_model, d_model), dtype=np.float64)
     idx = np.arange(0, d_model, 2)
@@ -309,8 +312,9 @@ def encoding_properties(pe: np.ndarray, decimals: int = 12) -> dict:
     pe = check_array("pe", pe, nonempty=False)
     decimals = check_int("decimals", decimals)
     if pe.ndim != 2 or pe.shape[0] < 2 or pe.shape[1] < 1:
-        raise ValueError(f"pe must have shape (n_positions, dim) with n_positions >= 2, "
-                         f"got shape {pe.shape}")
+        raise ValueError(
+            f"pe must have shape (n_positions, dim) with n_positions >= 2, got shape {pe.shape}"
+        )
     norms = np.linalg.norm(pe, axis=1)
     dist = np.linalg.norm(pe[1:] - pe[:-1], axis=1)
     ok = (norms[:-1] > 0) & (norms[1:] > 0)
@@ -321,8 +325,11 @@ def encoding_properties(pe: np.ndarray, decimals: int = 12) -> dict:
     def stats(name: str, v: np.ndarray) -> dict:
         if v.size == 0:
             return {f"{name}_min": math.nan, f"{name}_max": math.nan, f"{name}_spread": math.nan}
-        return {f"{name}_min": float(v.min()), f"{name}_max": float(v.max()),
-                f"{name}_spread": float(v.max() - v.min())}
+        return {
+            f"{name}_min": float(v.min()),
+            f"{name}_max": float(v.max()),
+            f"{name}_spread": float(v.max() - v.min()),
+        }
 
     return {
         "n_positions": int(pe.shape[0]),
@@ -388,17 +395,20 @@ def alibi_bias(n_heads: int, T_q: int, T_k: int | None = None) -> torch.Tensor:
     T_q = _check_int("T_q", T_q)
     T_k = T_q if T_k is None else _check_int("T_k", T_k)
     if T_k < T_q:
-        raise ValueError(f"T_k must be >= T_q (queries are the last T_q of T_k positions), "
-                         f"got T_q={T_q}, T_k={T_k}")
+        raise ValueError(
+            f"T_k must be >= T_q (queries are the last T_q of T_k positions), "
+            f"got T_q={T_q}, T_k={T_k}"
+        )
     n_heads = _check_int("n_heads", n_heads)
     check_size("the bias (n_heads, T_q, T_k)", (n_heads, T_q, T_k), torch.float32)
-    slopes = alibi_slopes(n_heads)                                          # (h,)
-    i = torch.arange(T_k - T_q, T_k, dtype=torch.float32)[:, None]          # (T_q, 1)
-    j = torch.arange(T_k, dtype=torch.float32)[None, :]                     # (1, T_k)
-    return -slopes[:, None, None] * (i - j).abs()                           # (h, T_q, T_k)
+    slopes = alibi_slopes(n_heads)  # (h,)
+    i = torch.arange(T_k - T_q, T_k, dtype=torch.float32)[:, None]  # (T_q, 1)
+    j = torch.arange(T_k, dtype=torch.float32)[None, :]  # (1, T_k)
+    return -slopes[:, None, None] * (i - j).abs()  # (h, T_q, T_k)
 
 
 # --------------------------------------------------------------------------- torch modules
+
 
 def _check_positions(x: torch.Tensor, offset: int, d_model: int, max_len: int, hint: str) -> int:
     """Check ``x`` is ``(B, T, d_model)`` and positions ``offset .. offset+T-1`` exist; return T."""
@@ -408,7 +418,8 @@ def _check_positions(x: torch.Tensor, offset: int, d_model: int, max_len: int, h
     if offset + T > max_len:
         raise ValueError(
             f"positions up to {offset + T - 1} requested (offset={offset}, T={T}) but "
-            f"max_len={max_len}{hint}")
+            f"max_len={max_len}{hint}"
+        )
     return T
 
 
@@ -430,8 +441,9 @@ class SinusoidalPositionalEncoding(nn.Module):
         ``(B, T, d_model) -> (B, T, d_model)``.
     """
 
-    def __init__(self, d_model: int, max_len: int = 4096, base: float = 10000.0,
-                 layout: str = "interleaved") -> None:
+    def __init__(
+        self, d_model: int, max_len: int = 4096, base: float = 10000.0, layout: str = "interleaved"
+    ) -> None:
         super().__init__()
         self.d_model = _check_int("d_model", d_model)
         self.max_len = _check_int("max_len", max_len)
@@ -442,13 +454,20 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.register_buffer("pe", torch.from_numpy(pe).float(), persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        T = _check_positions(x, offset, self.d_model, self.max_len,
-                             "; build SinusoidalPositionalEncoding with a larger max_len")
-        return x + self.pe[offset:offset + T].to(dtype=x.dtype)    # (B, T, d) + (T, d)
+        T = _check_positions(
+            x,
+            offset,
+            self.d_model,
+            self.max_len,
+            "; build SinusoidalPositionalEncoding with a larger max_len",
+        )
+        return x + self.pe[offset : offset + T].to(dtype=x.dtype)  # (B, T, d) + (T, d)
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, max_len={self.max_len}, base={self.base}, " \
-               f"layout={self.layout!r}"
+        return (
+            f"d_model={self.d_model}, max_len={self.max_len}, base={self.base}, "
+            f"layout={self.layout!r}"
+        )
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -480,9 +499,14 @@ class LearnedPositionalEmbedding(nn.Module):
         nn.init.normal_(self.weight, mean=0.0, std=self.init_std)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        T = _check_positions(x, offset, self.d_model, self.max_len,
-                             ": a learned embedding has no row for unseen positions")
-        return x + self.weight[offset:offset + T].to(dtype=x.dtype)
+        T = _check_positions(
+            x,
+            offset,
+            self.d_model,
+            self.max_len,
+            ": a learned embedding has no row for unseen positions",
+        )
+        return x + self.weight[offset : offset + T].to(dtype=x.dtype)
 
     def extra_repr(self) -> str:
         return f"max_len={self.max_len}, d_model={self.d_model}, init_std={self.init_std}"
@@ -511,7 +535,7 @@ class MemN2NPositionalEncoding(nn.Module):
         J, d = x.shape[1], self.d_model
         j = torch.arange(1, J + 1, dtype=torch.float64, device=x.device)[:, None]
         k = torch.arange(1, d + 1, dtype=torch.float64, device=x.device)[None, :]
-        l = (1 - j / J) - (k / d) * (1 - 2 * j / J)                  # (J, d), the paper's l_kj
+        l = (1 - j / J) - (k / d) * (1 - 2 * j / J)  # (J, d), the paper's l_kj
         return x * l.to(dtype=x.dtype)
 
     def extra_repr(self) -> str:
@@ -554,13 +578,17 @@ class RotaryEmbedding(nn.Module):
         self.max_len = _check_int("max_len", max_len)
         omega = torch.from_numpy(sinusoidal_frequencies(self.d_head, self.base))  # (d/2,) f64
         self.register_buffer("omega", omega, persistent=False)
-        check_size("the rotary cache (max_len, d_head / 2)", (self.max_len, self.d_head // 2),
-                   torch.float64)
+        check_size(
+            "the rotary cache (max_len, d_head / 2)",
+            (self.max_len, self.d_head // 2),
+            torch.float64,
+        )
         self._build_cache(self.max_len, device=None)
 
     def _build_cache(self, length: int, device: torch.device | None) -> None:
-        check_size("the rotary cache (offset + T, d_head / 2)", (length, self.d_head // 2),
-                   torch.float64)
+        check_size(
+            "the rotary cache (offset + T, d_head / 2)", (length, self.d_head // 2), torch.float64
+        )
         omega = self.omega if device is None else self.omega.to(device)
         angles = torch.arange(length, dtype=torch.float64, device=omega.device)[:, None] * omega
         self.register_buffer("cos_cached", angles.cos().float(), persistent=False)  # (L, d/2)
@@ -569,28 +597,31 @@ class RotaryEmbedding(nn.Module):
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         check_tensor("x", x, floating=True)
         if x.ndim < 2:
-            raise ValueError(f"x must have shape (B, n_heads, T, d_head), got shape "
-                             f"{tuple(x.shape)}")
+            raise ValueError(
+                f"x must have shape (B, n_heads, T, d_head), got shape {tuple(x.shape)}"
+            )
         if x.shape[-1] != self.d_head:
-            raise ValueError(f"the last dimension of x must be d_head={self.d_head}, "
-                             f"got shape {tuple(x.shape)}")
+            raise ValueError(
+                f"the last dimension of x must be d_head={self.d_head}, got shape {tuple(x.shape)}"
+            )
         offset = _check_int("offset", offset, minimum=0)
         T = x.shape[-2]
         if offset + T > self.cos_cached.shape[0] or self.cos_cached.device != x.device:
             self._build_cache(max(offset + T, self.cos_cached.shape[0]), device=x.device)
         if x.dtype == torch.float64:  # exact tables for float64 checks
-            angles = torch.arange(offset, offset + T, dtype=torch.float64,
-                                  device=x.device)[:, None] * self.omega.to(x.device)
-            cos, sin = angles.cos(), angles.sin()                     # (T, d/2)
+            angles = torch.arange(offset, offset + T, dtype=torch.float64, device=x.device)[
+                :, None
+            ] * self.omega.to(x.device)
+            cos, sin = angles.cos(), angles.sin()  # (T, d/2)
             xf = x
         else:  # float32 tables; float16/bfloat16 inputs are rotated in float32
-            cos = self.cos_cached[offset:offset + T]                  # (T, d/2)
-            sin = self.sin_cached[offset:offset + T]
+            cos = self.cos_cached[offset : offset + T]  # (T, d/2)
+            sin = self.sin_cached[offset : offset + T]
             xf = x.float()
-        x_even, x_odd = xf[..., 0::2], xf[..., 1::2]                 # (..., T, d/2)
+        x_even, x_odd = xf[..., 0::2], xf[..., 1::2]  # (..., T, d/2)
         out_even = x_even * cos + x_odd * sin
         out_odd = -x_even * sin + x_odd * cos
-        out = torch.stack((out_even, out_odd), dim=-1).flatten(-2)   # (..., T, d_head)
+        out = torch.stack((out_even, out_odd), dim=-1).flatten(-2)  # (..., T, d_head)
         return out.to(dtype=x.dtype)
 
     def extra_repr(self) -> str:

@@ -578,8 +578,11 @@ def test_error_sdpa_refuses_terabyte_scores_before_allocating():
 
 def test_error_mha_input_dtype_differs_from_weights():
     mha = MultiHeadAttention(8, 2)
-    with pytest.raises(TypeError, match=r"x must have the dtype of the layer's weights "
-                                        r"\(torch.float32\), got dtype torch.float64"):
+    with pytest.raises(
+        TypeError,
+        match=r"x must have the dtype of the layer's weights "
+        r"\(torch.float32\), got dtype torch.float64",
+    ):
         mha(torch.randn(1, 5, 8, dtype=torch.float64))
     with pytest.raises(TypeError, match="x must be a floating-point tensor"):
         mha(torch.ones(1, 5, 8, dtype=torch.long))

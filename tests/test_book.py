@@ -54,19 +54,31 @@ def test_chapter_has_goals_summary_exercises_references(path):
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_chapter_has_checked_exercises_with_hidden_executed_solutions(path):
     cells = _cells(path)
-    checked = {m for c in cells if c["cell_type"] == "code"
-               for m in re.findall(r'exercises\.check\(\s*"([\w-]+)"', _text(c))}
+    checked = {
+        m
+        for c in cells
+        if c["cell_type"] == "code"
+        for m in re.findall(r'exercises\.check\(\s*"([\w-]+)"', _text(c))
+    }
     assert len(checked) >= 2, "at least two exercises are checked by mini_transformer.exercises"
-    solutions = [c for c in cells if c["cell_type"] == "code"
-                 and re.search(r"assert\s+exercises\.check\(", _text(c))]
+    solutions = [
+        c
+        for c in cells
+        if c["cell_type"] == "code" and re.search(r"assert\s+exercises\.check\(", _text(c))
+    ]
     assert len(solutions) >= 2
     for c in solutions:
         # hide-cell folds the code AND its output in the book (hide-input left the output open)
         assert "hide-cell" in c["metadata"].get("tags", []), "solutions are collapsed in the book"
         assert c["metadata"].get("jupyter", {}).get("source_hidden") is True
         assert c["metadata"].get("jupyter", {}).get("outputs_hidden") is True
-    stubs = [c for c in cells if c["cell_type"] == "code" and c not in solutions
-             and re.search(r"exercises\.check\(", _text(c))]
+    stubs = [
+        c
+        for c in cells
+        if c["cell_type"] == "code"
+        and c not in solutions
+        and re.search(r"exercises\.check\(", _text(c))
+    ]
     for c in stubs:  # an unanswered exercise shows its ✗ line and no stray value (no `False`)
         assert not any(o.get("output_type") == "execute_result" for o in c["outputs"])
 
@@ -79,7 +91,8 @@ def test_mathjax_is_served_locally():
 
 def test_requirements_pin_the_toolchain():
     pins = dict(
-        line.split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
+        line.split("==")
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
         if "==" in line and not line.startswith("#")
     )
     assert pins["jupyter-book"].startswith("1."), "jupyter-book 2.x is a different tool"

@@ -110,8 +110,8 @@ def test_targets_are_the_inputs_shifted_by_one():
     assert x.shape == y.shape == (4, 16) and x.dtype == torch.long
     for row_x, row_y in zip(x, y, strict=True):
         start = int(row_x[0])
-        assert torch.equal(row_x, ids[start:start + 16])  # a contiguous window
-        assert torch.equal(row_y, ids[start + 1:start + 17])
+        assert torch.equal(row_x, ids[start : start + 16])  # a contiguous window
+        assert torch.equal(row_y, ids[start + 1 : start + 17])
 
 
 def test_a_seeded_generator_gives_the_same_batch():

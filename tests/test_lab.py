@@ -251,9 +251,31 @@ def test_command_line_writes_the_json_schema(tmp_path, capsys):
 
 def test_eval_lengths_flag_sets_the_lengths_and_the_block_size(tmp_path, capsys):
     out = tmp_path / "lab.json"
-    result = experiments.lab_main(["--out", str(out), "--seeds", "0", "--steps", "2", "--train-length", "6", "--offset", "2",
-                       "--eval-samples", "4", "--batch-size", "4", "--schemes", "learned",
-                       "--eval-lengths", "6", "12", "24", "48"])
+    result = experiments.lab_main(
+        [
+            "--out",
+            str(out),
+            "--seeds",
+            "0",
+            "--steps",
+            "2",
+            "--train-length",
+            "6",
+            "--offset",
+            "2",
+            "--eval-samples",
+            "4",
+            "--batch-size",
+            "4",
+            "--schemes",
+            "learned",
+            "--eval-lengths",
+            "6",
+            "12",
+            "24",
+            "48",
+        ]
+    )
     capsys.readouterr()
     assert result["eval_lengths"] == [6, 12, 24, 48]
     assert result["config"]["block_size"] == 48
@@ -387,8 +409,8 @@ def test_merging_nothing_is_an_error():
 def test_committed_results_follow_the_schema():
     result = json.loads(COMMITTED.read_text())
     check_schema(result, list(lab.SCHEMES), result["seeds"], result["eval_lengths"])
-    assert result["eval_lengths"] == [32, 48, 64, 128, 256]   # L .. 8L (chapter 3)
-    assert result["config"]["block_size"] == 256                # learned table: a row per T
+    assert result["eval_lengths"] == [32, 48, 64, 128, 256]  # L .. 8L (chapter 3)
+    assert result["config"]["block_size"] == 256  # learned table: a row per T
     assert len(result["seeds"]) >= 2
 
 

@@ -156,7 +156,12 @@ def test_pre_and_post_placements_differ_with_the_same_weights():
 def test_block_matches_torch_transformer_encoder_layer(norm_position):
     ours = TransformerBlock(D, H, DFF, norm_position=norm_position, activation="relu").eval()
     ref = nn.TransformerEncoderLayer(
-        D, H, DFF, dropout=0.0, activation="relu", batch_first=True,
+        D,
+        H,
+        DFF,
+        dropout=0.0,
+        activation="relu",
+        batch_first=True,
         norm_first=norm_position == "pre",
     ).eval()
     a = ours.attn
@@ -296,9 +301,7 @@ def test_residual_stack_unrolls_into_two_to_the_n_paths():
     for n in range(1, 7):
         paths = residual_paths(n)
         assert len(paths) == len(set(paths)) == 2**n
-        assert count_paths_by_length(n) == [
-            sum(len(p) == k for p in paths) for k in range(n + 1)
-        ]
+        assert count_paths_by_length(n) == [sum(len(p) == k for p in paths) for k in range(n + 1)]
     # numerically: with linear blocks x -> x + A_i x, the output is the sum over paths
     n, d = 3, 5
     A = [torch.randn(d, d, dtype=torch.float64) * 0.3 for _ in range(n)]
@@ -448,16 +451,18 @@ def test_bias_false_leaves_no_bias_in_any_layer(cls):
     block = cls(D, H, DFF, bias=False)
     assert not [n for n, _ in block.named_parameters() if n.endswith("bias")]
     assert all(m.bias is None for m in block.modules() if isinstance(m, torch.nn.Linear))
-    assert all(torch.equal(m.bias, torch.zeros(D)) for m in block.modules()
-               if isinstance(m, LayerNorm))
+    assert all(
+        torch.equal(m.bias, torch.zeros(D)) for m in block.modules() if isinstance(m, LayerNorm)
+    )
 
 
 def test_attention_keeps_its_last_weights_when_asked():
     from mini_transformer.model import TransformerConfig, TransformerLM
 
     torch.manual_seed(0)
-    lm = TransformerLM(TransformerConfig(vocab_size=11, block_size=8, d_model=16, n_heads=2,
-                                         n_layers=2)).eval()
+    lm = TransformerLM(
+        TransformerConfig(vocab_size=11, block_size=8, d_model=16, n_heads=2, n_layers=2)
+    ).eval()
     idx = torch.randint(11, (2, 6))
     with torch.no_grad():
         plain, _ = lm(idx)

@@ -263,8 +263,9 @@ def test_config_refuses_a_model_that_would_not_fit_in_memory():
 def test_generate_crops_a_prompt_longer_than_block_size():
     """The docstring says every scheme is cropped, a learned one too: a long prompt is fine."""
     torch.manual_seed(0)
-    cfg = TransformerConfig(vocab_size=5, block_size=4, d_model=8, n_heads=2, n_layers=1,
-                            positional="learned")
+    cfg = TransformerConfig(
+        vocab_size=5, block_size=4, d_model=8, n_heads=2, n_layers=1, positional="learned"
+    )
     model = TransformerLM(cfg)
     out = model.generate(torch.zeros(1, 6, dtype=torch.long), 3, temperature=0)
     assert out.shape == (1, 9) and torch.equal(out[:, :6], torch.zeros(1, 6, dtype=torch.long))

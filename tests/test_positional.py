@@ -41,7 +41,8 @@ def tensorflow_tutorial_pe(n_positions: int, d_model: int) -> np.ndarray:
         for col in range(d_model):
             angle = pos / 10000 ** ((2 * (col // 2)) / d_model)
             (row_s if col % 2 == 0 else row_c).append(
-                math.sin(angle) if col % 2 == 0 else math.cos(angle))
+                math.sin(angle) if col % 2 == 0 else math.cos(angle)
+            )
         sines.append(row_s)
         cosines.append(row_c)
     return np.concatenate([np.array(sines), np.array(cosines).reshape(n_positions, -1)], axis=1)
@@ -53,18 +54,20 @@ def block_rotation(offset: float, d_model: int, base: float = 10000.0) -> np.nda
     for i in range(d_model // 2):
         w = base ** (-2 * i / d_model)
         c, s = math.cos(w * offset), math.sin(w * offset)
-        R[2 * i: 2 * i + 2, 2 * i: 2 * i + 2] = [[c, s], [-s, c]]
+        R[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = [[c, s], [-s, c]]
     return R
 
 
 # Seed 01: print(positional_encoding(5, 6).round(3)) and its distance/norm/dot printout.
-SEED01_TABLE = np.array([
-    [0.0, 0.0, 0.0, 1.0, 1.0, 1.0],
-    [0.841, 0.046, 0.002, 0.54, 0.999, 1.0],
-    [0.909, 0.093, 0.004, -0.416, 0.996, 1.0],
-    [0.141, 0.139, 0.006, -0.99, 0.99, 1.0],
-    [-0.757, 0.185, 0.009, -0.654, 0.983, 1.0],
-])
+SEED01_TABLE = np.array(
+    [
+        [0.0, 0.0, 0.0, 1.0, 1.0, 1.0],
+        [0.841, 0.046, 0.002, 0.54, 0.999, 1.0],
+        [0.909, 0.093, 0.004, -0.416, 0.996, 1.0],
+        [0.141, 0.139, 0.006, -0.99, 0.99, 1.0],
+        [-0.757, 0.185, 0.009, -0.654, 0.983, 1.0],
+    ]
+)
 SEED01_DISTANCE, SEED01_NORM, SEED01_DOT = 0.9600, 1.7321, 2.5392
 
 
@@ -75,8 +78,9 @@ def test_index_encoding_is_the_position():
 
 def test_normalized_index_divides_by_sentence_length_as_in_seed01():
     # "I love you so much": I -> 0/5, love -> 1/5, ...
-    assert np.allclose(P.normalized_index_encoding(5)[:, 0], [0, 1 / 5, 2 / 5, 3 / 5, 4 / 5],
-                       atol=1e-15)
+    assert np.allclose(
+        P.normalized_index_encoding(5)[:, 0], [0, 1 / 5, 2 / 5, 3 / 5, 4 / 5], atol=1e-15
+    )
 
 
 def test_binary_encoding_matches_python_bin():
@@ -90,12 +94,14 @@ def test_binary_encoding_matches_python_bin():
 def test_binary_bit_k_flips_every_2_to_the_k_positions(k):
     col = P.binary_encoding(64, 5)[:, k]
     flips = np.flatnonzero(np.diff(col)) + 1
-    assert np.array_equal(flips, np.arange(2 ** k, 64, 2 ** k))
+    assert np.array_equal(flips, np.arange(2**k, 64, 2**k))
 
 
 # --------------------------------------------------------------------------- sinusoidal values
-@pytest.mark.parametrize("n,d,base", [(7, 4, 10000.0), (20, 6, 10000.0), (9, 7, 10000.0),
-                                      (5, 1, 10000.0), (12, 10, 100.0)])
+@pytest.mark.parametrize(
+    "n,d,base",
+    [(7, 4, 10000.0), (20, 6, 10000.0), (9, 7, 10000.0), (5, 1, 10000.0), (12, 10, 100.0)],
+)
 def test_interleaved_layout_matches_paper_formula_loop(n, d, base):
     assert np.allclose(P.sinusoidal_encoding(n, d, base=base), paper_pe(n, d, base), atol=1e-12)
 
@@ -147,7 +153,7 @@ def test_dot_product_depends_only_on_offset_and_equals_sum_of_cosines(d, p, q, k
     pe = P.sinusoidal_encoding(max(p, q) + abs(k) + 1, d)
     omega = [10000.0 ** (-2 * i / d) for i in range(d // 2)]
     expected = sum(math.cos(w * k) for w in omega)
-    p0, q0 = p + max(0, -k), q + max(0, -k)   # both p0 + k and q0 + k stay >= 0
+    p0, q0 = p + max(0, -k), q + max(0, -k)  # both p0 + k and q0 + k stay >= 0
     assert math.isclose(pe[p0] @ pe[p0 + k], expected, abs_tol=1e-9)
     assert math.isclose(pe[q0] @ pe[q0 + k], expected, abs_tol=1e-9)
 
@@ -201,9 +207,9 @@ def test_rope_applies_rotation_matrix_of_each_position():
 def test_rope_of_pe0_is_the_sinusoidal_encoding():
     d, T = 16, 50
     x = torch.zeros(1, 1, T, d)
-    x[..., 1::2] = 1.0                                     # PE_0 = (sin 0, cos 0, ...)
+    x[..., 1::2] = 1.0  # PE_0 = (sin 0, cos 0, ...)
     got = P.RotaryEmbedding(d)(x)[0, 0].double().numpy()
-    assert np.allclose(got, P.sinusoidal_encoding(T, d), atol=1e-6)   # float32 tables
+    assert np.allclose(got, P.sinusoidal_encoding(T, d), atol=1e-6)  # float32 tables
 
 
 ROPE16 = P.RotaryEmbedding(16, max_len=1024)
@@ -214,8 +220,11 @@ ROPE16 = P.RotaryEmbedding(16, max_len=1024)
 def test_rope_score_depends_only_on_offset(m, n, shift):
     gen = torch.Generator().manual_seed(m * 1000 + n)
     d = 16
-    q, k = torch.randn(d, generator=gen, dtype=torch.float64), torch.randn(
-        d, generator=gen, dtype=torch.float64)
+    q, k = (
+        torch.randn(d, generator=gen, dtype=torch.float64),
+        torch.randn(d, generator=gen, dtype=torch.float64),
+    )
+
     def at(v, pos):
         return ROPE16(v.view(1, 1, 1, d), offset=pos).view(d)
 
@@ -228,7 +237,7 @@ def test_rope_offset_equals_slice_of_longer_sequence_and_cache_regrows():
     torch.manual_seed(0)
     rope = P.RotaryEmbedding(8, max_len=4)
     x = torch.randn(1, 2, 10, 8)
-    full = rope(x)                                        # T = 10 > max_len = 4: cache regrows
+    full = rope(x)  # T = 10 > max_len = 4: cache regrows
     assert rope.cos_cached.shape[0] >= 10
     assert torch.allclose(rope(x[:, :, 6:], offset=6), full[:, :, 6:], atol=1e-6)
 
@@ -240,7 +249,7 @@ def test_rope_low_precision_inputs_keep_dtype_and_agree_with_float32(dtype):
     x = torch.randn(2, 4, 20, 32)
     out = rope(x.to(dtype))
     assert out.dtype == dtype
-    tol = 1e-2 if dtype == torch.float16 else 6e-2       # rounding of the input and the output
+    tol = 1e-2 if dtype == torch.float16 else 6e-2  # rounding of the input and the output
     assert torch.allclose(out.float(), rope(x.to(dtype).float()), atol=tol)
 
 
@@ -257,8 +266,9 @@ def test_memn2n_matches_paper_formula_loop(J, d):
     assert got.shape == (J, d)
     for j in range(1, J + 1):
         for k in range(1, d + 1):
-            assert math.isclose(got[j - 1, k - 1], (1 - j / J) - (k / d) * (1 - 2 * j / J),
-                                abs_tol=1e-15)
+            assert math.isclose(
+                got[j - 1, k - 1], (1 - j / J) - (k / d) * (1 - 2 * j / J), abs_tol=1e-15
+            )
 
 
 def test_memn2n_sentence_is_weighted_sum_of_words():
@@ -308,18 +318,18 @@ def test_learned_embedding_adds_rows_and_has_gradient():
 
 # --------------------------------------------------------------------------- ALiBi
 def test_alibi_slopes_for_8_heads_are_powers_of_one_half():
-    assert torch.equal(P.alibi_slopes(8), torch.tensor([1 / 2 ** h for h in range(1, 9)]))
+    assert torch.equal(P.alibi_slopes(8), torch.tensor([1 / 2**h for h in range(1, 9)]))
 
 
 def test_alibi_slopes_geometric_for_power_of_two_heads():
     s = P.alibi_slopes(16)
     start = 2 ** (-8 / 16)
-    assert torch.allclose(s, torch.tensor([start ** h for h in range(1, 17)]), rtol=1e-6)
+    assert torch.allclose(s, torch.tensor([start**h for h in range(1, 17)]), rtol=1e-6)
 
 
 def test_alibi_slopes_for_6_heads_follow_the_papers_interpolation():
     # closest power of two 4: 2^-2, 2^-4, 2^-6, 2^-8; then every other slope of 8 heads.
-    expected = torch.tensor([2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3])
+    expected = torch.tensor([2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3])
     assert torch.equal(P.alibi_slopes(6), expected)
 
 
@@ -333,8 +343,9 @@ def test_alibi_bias_matches_loop(h, T_q, T_k):
         for i in range(T_q):
             pos_i = i + Tk - T_q
             for j in range(Tk):
-                assert math.isclose(got[a, i, j].item(), -slopes[a] * abs(pos_i - j),
-                                    rel_tol=1e-6, abs_tol=1e-7)
+                assert math.isclose(
+                    got[a, i, j].item(), -slopes[a] * abs(pos_i - j), rel_tol=1e-6, abs_tol=1e-7
+                )
 
 
 # --------------------------------------------------------------------------- properties
@@ -350,77 +361,161 @@ def test_encoding_properties_of_index_and_binary():
     idx = P.encoding_properties(P.index_encoding(10))
     assert idx["norm_spread"] == 9.0 and idx["neighbour_distance_spread"] == 0.0
     assert idx["value_max"] == 9.0 and idx["unique"]
-    binary = P.encoding_properties(P.binary_encoding(20, 4))       # wraps after 16
+    binary = P.encoding_properties(P.binary_encoding(20, 4))  # wraps after 16
     assert not binary["unique"] and binary["n_unique"] == 16
 
 
 # --------------------------------------------------------------------------- errors
-@pytest.mark.parametrize("call,exc,match", [
-    (lambda: P.index_encoding(0), ValueError, "n must be a positive integer, got 0"),
-    (lambda: P.normalized_index_encoding(-3), ValueError, "n must be a positive integer"),
-    (lambda: P.binary_encoding(4, 0), ValueError, "n_bits must be a positive integer"),
-    (lambda: P.sinusoidal_encoding(0, 4), ValueError, "n_positions must be a positive integer"),
-    (lambda: P.sinusoidal_encoding(3, 0), ValueError, "d_model must be a positive integer"),
-    (lambda: P.sinusoidal_encoding(2.5, 4), TypeError, "n_positions must be a positive integer"),
-    (lambda: P.sinusoidal_encoding(3, True), TypeError, "d_model must be a positive integer"),
-    (lambda: P.sinusoidal_encoding(3, 4, layout="stacked"), ValueError,
-     "layout must be one of 'interleaved', 'concat', got 'stacked'"),
-    (lambda: P.sinusoidal_encoding(3, 4, base=0.0), ValueError,
-     r"base must be a finite number >= 1 \(10000 in the paper\), got 0.0"),
-    (lambda: P.sinusoidal_encoding(3, 4, base=-2), ValueError,
-     "base must be a finite number >= 1 .*got -2.0"),
-    (lambda: P.sinusoidal_encoding(3, 4, base="10000"), TypeError,
-     "base must be a finite number >= 1 .*got '10000'"),
-    (lambda: P.sinusoidal_encoding(3, 64, base=1e-320), ValueError,
-     "base must be a finite number >= 1 .*got 1e-320"),
-    (lambda: P.rotation_matrix(1, 4, base=float("inf")), ValueError,
-     "base must be a finite number >= 1 .*got inf"),
-    (lambda: P.RotaryEmbedding(8, base=0.5), ValueError, "base must be a finite number >= 1"),
-    (lambda: P.rotation_matrix(1, 7), ValueError,
-     "d_model must be a positive even integer for a rotation, got 7"),
-    (lambda: P.rotation_matrix(float("nan"), 4), ValueError,
-     "offset must be a finite real number, got nan"),
-    (lambda: P.memn2n_encoding(0, 4), ValueError, "sentence_length must be a positive integer"),
-    (lambda: P.memn2n_sentence(np.ones(3)), ValueError,
-     r"x must have at least 2 dimensions \(\.\.\., J, d\), got shape \(3,\)"),
-    (lambda: P.memn2n_sentence(np.ones((2, 3)) * 1j), TypeError, "x must hold real numbers"),
-    (lambda: P.encoding_properties(np.ones((1, 3))), ValueError, "n_positions >= 2"),
-    (lambda: P.alibi_slopes(0), ValueError, "n_heads must be a positive integer"),
-    (lambda: P.alibi_bias(4, 5, 3), ValueError, "T_k must be >= T_q"),
-    (lambda: P.RotaryEmbedding(7), ValueError,
-     "d_head must be a positive even integer for a rotation, got 7"),
-    (lambda: P.RotaryEmbedding(8)(torch.zeros(1, 1, 4, 6)), ValueError,
-     "last dimension of x must be d_head=8"),
-    (lambda: P.RotaryEmbedding(8)(torch.zeros(8)), ValueError, r"x must have shape \(B, n_heads"),
-    (lambda: P.RotaryEmbedding(8)(torch.zeros(1, 1, 4, 8), offset=-1), ValueError,
-     "offset must be a non-negative integer, got -1"),
-    (lambda: P.SinusoidalPositionalEncoding(8, max_len=4)(torch.zeros(1, 5, 8)), ValueError,
-     "max_len=4"),
-    (lambda: P.SinusoidalPositionalEncoding(8)(torch.zeros(5, 8)), ValueError,
-     r"x must have 3 dimensions \(B, T, d_model\)"),
-    (lambda: P.SinusoidalPositionalEncoding(8)(torch.zeros(1, 5, 6)), ValueError,
-     "last dimension of x must be d_model=8"),
-    (lambda: P.LearnedPositionalEmbedding(4, 8)(torch.zeros(1, 5, 8)), ValueError, "max_len=4"),
-    (lambda: P.LearnedPositionalEmbedding(4, 8, init_std=-1.0), ValueError,
-     "init_std must be a finite number >= 0"),
-    (lambda: P.LearnedPositionalEmbedding(0, 8), ValueError, "max_len must be a positive integer"),
-    (lambda: P.MemN2NPositionalEncoding(8)(np.zeros((1, 2, 8))), TypeError,
-     "x must be a torch.Tensor"),
-    # integer, bool and complex inputs were silently cast (issue 15)
-    (lambda: P.SinusoidalPositionalEncoding(8)(torch.ones(1, 3, 8, dtype=torch.long)), TypeError,
-     "x must be a floating-point tensor .*got dtype torch.int64"),
-    (lambda: P.LearnedPositionalEmbedding(8, 8)(torch.ones(1, 3, 8, dtype=torch.bool)), TypeError,
-     "x must be a floating-point tensor .*got dtype torch.bool"),
-    (lambda: P.MemN2NPositionalEncoding(8)(torch.ones(1, 3, 8, dtype=torch.complex64)), TypeError,
-     "x must be a floating-point tensor .*got dtype torch.complex64"),
-    (lambda: P.RotaryEmbedding(8)(torch.ones(1, 1, 3, 8, dtype=torch.int32)), TypeError,
-     "x must be a floating-point tensor .*got dtype torch.int32"),
-    # sizes are refused before allocating, with the estimate
-    (lambda: P.LearnedPositionalEmbedding(10**9, 1024), ValueError,
-     r"the table \(max_len, d_model\) of shape \(1000000000, 1024\) would need 3.7 TiB"),
-    (lambda: P.RotaryEmbedding(8)(torch.ones(1, 1, 3, 8), offset=10**12), ValueError,
-     r"the rotary cache \(offset \+ T, d_head / 2\) .* would need 29.1 TiB"),
-])
+@pytest.mark.parametrize(
+    "call,exc,match",
+    [
+        (lambda: P.index_encoding(0), ValueError, "n must be a positive integer, got 0"),
+        (lambda: P.normalized_index_encoding(-3), ValueError, "n must be a positive integer"),
+        (lambda: P.binary_encoding(4, 0), ValueError, "n_bits must be a positive integer"),
+        (lambda: P.sinusoidal_encoding(0, 4), ValueError, "n_positions must be a positive integer"),
+        (lambda: P.sinusoidal_encoding(3, 0), ValueError, "d_model must be a positive integer"),
+        (
+            lambda: P.sinusoidal_encoding(2.5, 4),
+            TypeError,
+            "n_positions must be a positive integer",
+        ),
+        (lambda: P.sinusoidal_encoding(3, True), TypeError, "d_model must be a positive integer"),
+        (
+            lambda: P.sinusoidal_encoding(3, 4, layout="stacked"),
+            ValueError,
+            "layout must be one of 'interleaved', 'concat', got 'stacked'",
+        ),
+        (
+            lambda: P.sinusoidal_encoding(3, 4, base=0.0),
+            ValueError,
+            r"base must be a finite number >= 1 \(10000 in the paper\), got 0.0",
+        ),
+        (
+            lambda: P.sinusoidal_encoding(3, 4, base=-2),
+            ValueError,
+            "base must be a finite number >= 1 .*got -2.0",
+        ),
+        (
+            lambda: P.sinusoidal_encoding(3, 4, base="10000"),
+            TypeError,
+            "base must be a finite number >= 1 .*got '10000'",
+        ),
+        (
+            lambda: P.sinusoidal_encoding(3, 64, base=1e-320),
+            ValueError,
+            "base must be a finite number >= 1 .*got 1e-320",
+        ),
+        (
+            lambda: P.rotation_matrix(1, 4, base=float("inf")),
+            ValueError,
+            "base must be a finite number >= 1 .*got inf",
+        ),
+        (lambda: P.RotaryEmbedding(8, base=0.5), ValueError, "base must be a finite number >= 1"),
+        (
+            lambda: P.rotation_matrix(1, 7),
+            ValueError,
+            "d_model must be a positive even integer for a rotation, got 7",
+        ),
+        (
+            lambda: P.rotation_matrix(float("nan"), 4),
+            ValueError,
+            "offset must be a finite real number, got nan",
+        ),
+        (lambda: P.memn2n_encoding(0, 4), ValueError, "sentence_length must be a positive integer"),
+        (
+            lambda: P.memn2n_sentence(np.ones(3)),
+            ValueError,
+            r"x must have at least 2 dimensions \(\.\.\., J, d\), got shape \(3,\)",
+        ),
+        (lambda: P.memn2n_sentence(np.ones((2, 3)) * 1j), TypeError, "x must hold real numbers"),
+        (lambda: P.encoding_properties(np.ones((1, 3))), ValueError, "n_positions >= 2"),
+        (lambda: P.alibi_slopes(0), ValueError, "n_heads must be a positive integer"),
+        (lambda: P.alibi_bias(4, 5, 3), ValueError, "T_k must be >= T_q"),
+        (
+            lambda: P.RotaryEmbedding(7),
+            ValueError,
+            "d_head must be a positive even integer for a rotation, got 7",
+        ),
+        (
+            lambda: P.RotaryEmbedding(8)(torch.zeros(1, 1, 4, 6)),
+            ValueError,
+            "last dimension of x must be d_head=8",
+        ),
+        (
+            lambda: P.RotaryEmbedding(8)(torch.zeros(8)),
+            ValueError,
+            r"x must have shape \(B, n_heads",
+        ),
+        (
+            lambda: P.RotaryEmbedding(8)(torch.zeros(1, 1, 4, 8), offset=-1),
+            ValueError,
+            "offset must be a non-negative integer, got -1",
+        ),
+        (
+            lambda: P.SinusoidalPositionalEncoding(8, max_len=4)(torch.zeros(1, 5, 8)),
+            ValueError,
+            "max_len=4",
+        ),
+        (
+            lambda: P.SinusoidalPositionalEncoding(8)(torch.zeros(5, 8)),
+            ValueError,
+            r"x must have 3 dimensions \(B, T, d_model\)",
+        ),
+        (
+            lambda: P.SinusoidalPositionalEncoding(8)(torch.zeros(1, 5, 6)),
+            ValueError,
+            "last dimension of x must be d_model=8",
+        ),
+        (lambda: P.LearnedPositionalEmbedding(4, 8)(torch.zeros(1, 5, 8)), ValueError, "max_len=4"),
+        (
+            lambda: P.LearnedPositionalEmbedding(4, 8, init_std=-1.0),
+            ValueError,
+            "init_std must be a finite number >= 0",
+        ),
+        (
+            lambda: P.LearnedPositionalEmbedding(0, 8),
+            ValueError,
+            "max_len must be a positive integer",
+        ),
+        (
+            lambda: P.MemN2NPositionalEncoding(8)(np.zeros((1, 2, 8))),
+            TypeError,
+            "x must be a torch.Tensor",
+        ),
+        # integer, bool and complex inputs were silently cast (issue 15)
+        (
+            lambda: P.SinusoidalPositionalEncoding(8)(torch.ones(1, 3, 8, dtype=torch.long)),
+            TypeError,
+            "x must be a floating-point tensor .*got dtype torch.int64",
+        ),
+        (
+            lambda: P.LearnedPositionalEmbedding(8, 8)(torch.ones(1, 3, 8, dtype=torch.bool)),
+            TypeError,
+            "x must be a floating-point tensor .*got dtype torch.bool",
+        ),
+        (
+            lambda: P.MemN2NPositionalEncoding(8)(torch.ones(1, 3, 8, dtype=torch.complex64)),
+            TypeError,
+            "x must be a floating-point tensor .*got dtype torch.complex64",
+        ),
+        (
+            lambda: P.RotaryEmbedding(8)(torch.ones(1, 1, 3, 8, dtype=torch.int32)),
+            TypeError,
+            "x must be a floating-point tensor .*got dtype torch.int32",
+        ),
+        # sizes are refused before allocating, with the estimate
+        (
+            lambda: P.LearnedPositionalEmbedding(10**9, 1024),
+            ValueError,
+            r"the table \(max_len, d_model\) of shape \(1000000000, 1024\) would need 3.7 TiB",
+        ),
+        (
+            lambda: P.RotaryEmbedding(8)(torch.ones(1, 1, 3, 8), offset=10**12),
+            ValueError,
+            r"the rotary cache \(offset \+ T, d_head / 2\) .* would need 29.1 TiB",
+        ),
+    ],
+)
 def test_error_messages_name_the_argument(call, exc, match):
     with pytest.raises(exc, match=match):
         call()

@@ -188,8 +188,9 @@ def test_transformer_lm_loss_accepts_the_tasks_targets_directly():
     from mini_transformer.model import TransformerConfig, TransformerLM
 
     torch.manual_seed(0)
-    model = TransformerLM(TransformerConfig(vocab_size=16, block_size=12, d_model=16,
-                                            n_heads=2, n_layers=1))
+    model = TransformerLM(
+        TransformerConfig(vocab_size=16, block_size=12, d_model=16, n_heads=2, n_layers=1)
+    )
     idx, targets = copy_offset_task(3, 12, vocab_size=16, offset=2, generator=0)
     logits, loss = model(idx, targets)
     expected = F.cross_entropy(logits.reshape(-1, 16), targets.reshape(-1))
@@ -199,8 +200,9 @@ def test_transformer_lm_loss_accepts_the_tasks_targets_directly():
 def test_transformer_lm_rejects_targets_that_are_all_ignored():
     from mini_transformer.model import TransformerConfig, TransformerLM
 
-    model = TransformerLM(TransformerConfig(vocab_size=16, block_size=12, d_model=16,
-                                            n_heads=2, n_layers=1))
+    model = TransformerLM(
+        TransformerConfig(vocab_size=16, block_size=12, d_model=16, n_heads=2, n_layers=1)
+    )
     idx = torch.zeros(1, 4, dtype=torch.long)
     with pytest.raises(ValueError, match="every entry of targets is -100"):
         model(idx, torch.full((1, 4), -100))

@@ -26,8 +26,9 @@ def tiny(**overrides):
 
 def small_model(**kw):
     torch.manual_seed(0)
-    return TransformerLM(TransformerConfig(vocab_size=84, block_size=8, d_model=16, n_heads=2,
-                                           n_layers=1, **kw))
+    return TransformerLM(
+        TransformerConfig(vocab_size=84, block_size=8, d_model=16, n_heads=2, n_layers=1, **kw)
+    )
 
 
 # ------------------------------------------------------------------ configuration
@@ -66,8 +67,9 @@ def test_only_linear_weight_matrices_are_decayed():
     decay, other = opt.param_groups
     assert decay["weight_decay"] == 0.1 and other["weight_decay"] == 0.0
     ids = lambda ps: {id(p) for p in ps}  # noqa: E731
-    assert ids(decay["params"]) == {id(m.weight) for m in model.blocks.modules()
-                                    if isinstance(m, torch.nn.Linear)}
+    assert ids(decay["params"]) == {
+        id(m.weight) for m in model.blocks.modules() if isinstance(m, torch.nn.Linear)
+    }
     assert id(model.tok_emb.weight) in ids(other["params"])
     assert id(model.pos_emb.weight) in ids(other["params"])
     assert len(decay["params"]) + len(other["params"]) == len(list(model.parameters()))
@@ -111,6 +113,7 @@ def test_a_new_run_refuses_a_folder_with_a_checkpoint(tmp_path):
 
 def _interrupt_at(step):
     """A setup hook raising KeyboardInterrupt at the start of training step ``step``."""
+
     def hook(model):
         calls = {"n": 0}
 
@@ -119,7 +122,9 @@ def _interrupt_at(step):
                 if calls["n"] == step:
                     raise KeyboardInterrupt
                 calls["n"] += 1
+
         model.register_forward_pre_hook(pre)
+
     return hook
 
 
@@ -188,8 +193,9 @@ def test_loading_into_a_model_of_another_config_lists_the_difference(tmp_path):
 
 def test_exported_weights_are_half_precision_and_load_back(tmp_path):
     T.train(tiny(steps=2, eval_interval=2), tmp_path / "run")
-    out = T.export_weights(tmp_path / "run" / "best.pt", tmp_path / "w.pt",
-                           log_path=tmp_path / "run" / "metrics.jsonl")
+    out = T.export_weights(
+        tmp_path / "run" / "best.pt", tmp_path / "w.pt", log_path=tmp_path / "run" / "metrics.jsonl"
+    )
     raw = torch.load(out, weights_only=True)
     assert raw["format"] == "mini_transformer.weights" and "optimizer" not in raw
     assert raw["model"]["tok_emb.weight"].dtype == torch.float16
@@ -215,8 +221,14 @@ def test_evaluate_is_deterministic_and_near_log_vocab_untrained():
 
 def _run(*args, timeout=120):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "mini_transformer.train", *args],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "mini_transformer.train", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def test_cli_rejects_an_unknown_preset_in_a_subprocess():
@@ -258,10 +270,32 @@ def test_cli_samples_reproducibly_from_a_checkpoint(tmp_path, capsys):
 
 def test_ddp_with_two_cpu_processes(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "mini_transformer.train", "--preset", "tiny", "--steps", "2",
-           "--eval-interval", "2", "--eval-batches", "1", "--device", "cpu", "--threads", "1",
-           "--no-progress", "--peak-tflops", "0.1", "--out", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "mini_transformer.train",
+        "--preset",
+        "tiny",
+        "--steps",
+        "2",
+        "--eval-interval",
+        "2",
+        "--eval-batches",
+        "1",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--no-progress",
+        "--peak-tflops",
+        "0.1",
+        "--out",
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     log = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -303,24 +337,33 @@ def test_the_log_records_the_precision_the_run_used(tmp_path):
     assert start["precision"] == "fp32" and start["dtype"] == "float32"
 
 
-@pytest.mark.parametrize("kwargs,name,error", [
-    ({"ids": [1, 2, 3]}, "ids", TypeError),
-    ({"ids": torch.arange(50).float()}, "ids", TypeError),
-    ({"block_size": 0}, "block_size", ValueError),
-    ({"batch_size": 2.5}, "batch_size", TypeError),
-    ({"max_batches": 0}, "max_batches", ValueError),
-])
+@pytest.mark.parametrize(
+    "kwargs,name,error",
+    [
+        ({"ids": [1, 2, 3]}, "ids", TypeError),
+        ({"ids": torch.arange(50).float()}, "ids", TypeError),
+        ({"block_size": 0}, "block_size", ValueError),
+        ({"batch_size": 2.5}, "batch_size", TypeError),
+        ({"max_batches": 0}, "max_batches", ValueError),
+    ],
+)
 def test_evaluate_names_a_bad_argument(kwargs, name, error):
     args = {"model": small_model(), "ids": torch.arange(50)} | kwargs
     with pytest.raises(error, match=name):
         T.evaluate(**args)
 
 
-@pytest.mark.parametrize("kwargs,error", [
-    ({"device": "tpu"}, ValueError), ({"threads": True}, TypeError),
-    ({"steps": 2.0}, TypeError), ({"lr": float("nan")}, ValueError),
-    ({"compile_mode": "fast"}, ValueError), ({"precision": "fp8"}, ValueError),
-])
+@pytest.mark.parametrize(
+    "kwargs,error",
+    [
+        ({"device": "tpu"}, ValueError),
+        ({"threads": True}, TypeError),
+        ({"steps": 2.0}, TypeError),
+        ({"lr": float("nan")}, ValueError),
+        ({"compile_mode": "fast"}, ValueError),
+        ({"precision": "fp8"}, ValueError),
+    ],
+)
 def test_train_config_names_a_bad_setting(kwargs, error):
     with pytest.raises(error, match=next(iter(kwargs))):
         T.TrainConfig(**kwargs)

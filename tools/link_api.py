@@ -21,8 +21,18 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = ["positional", "attention", "layers", "model", "data", "train", "exercises", "lab",
-           "stability", "plotting"]
+MODULES = [
+    "positional",
+    "attention",
+    "layers",
+    "model",
+    "data",
+    "train",
+    "exercises",
+    "lab",
+    "stability",
+    "plotting",
+]
 # Names that are also ordinary words in the prose (a split called "train", ...).
 SKIP = {"train", "data", "model", "setup", "main", "check_mask"}
 # Prefixes that name other libraries' objects with the same names as ours.
@@ -49,8 +59,12 @@ def public_names() -> dict[str, str]:
 
 def link_notebook(path: Path, targets: dict[str, str]) -> int:
     nb = nbformat.read(path, as_version=4)
-    linked = set(re.findall(r"<mini_transformer\.\w+\.(\w+)>", "".join(
-        c.source for c in nb.cells if c.cell_type == "markdown")))
+    linked = set(
+        re.findall(
+            r"<mini_transformer\.\w+\.(\w+)>",
+            "".join(c.source for c in nb.cells if c.cell_type == "markdown"),
+        )
+    )
     # `name`, `module.name`, `P.name`, `name(...)` or `name()` in backticks, not already a role
     pattern = re.compile(r"(?<![`}\w])`((?:mini_transformer\.)?\w+\.)?(\w+)(\([^`]*\))?`")
     changes = 0
@@ -59,6 +73,7 @@ def link_notebook(path: Path, targets: dict[str, str]) -> int:
             continue
         parts = re.split(r"(```.*?```)", cell.source, flags=re.S)  # keep fenced code as is
         for i in range(0, len(parts), 2):
+
             def repl(m: re.Match) -> str:
                 nonlocal changes
                 prefix, name = (m.group(1) or "").rstrip("."), m.group(2)
@@ -70,6 +85,7 @@ def link_notebook(path: Path, targets: dict[str, str]) -> int:
                 changes += 1
                 shown = m.group(0)[1:-1]
                 return f"{{py:obj}}`{shown} <{targets[name]}>`"
+
             parts[i] = pattern.sub(repl, parts[i])
         cell.source = "".join(parts)
     if changes:
