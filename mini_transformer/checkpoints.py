@@ -77,7 +77,7 @@ PRETRAINED_WEIGHTS = PRETRAINED["cpu"]
 #: checksum (``version`` 1), so their whole file is checked against these digests instead
 #: (re-exporting them would add their size to the repository's history again).
 PRETRAINED_SHA256 = {
-    "cpu": "2a5ccc344c0f29b004eae4a5d0920ccb3582c587450dcca9a030c84a37a05c3f",
+    "cpu": "bcc3de75e0761840a58a1784683300a292a20aed88436a993f1b8d50e3d02e2c",
     "gpu": "020299bf96ae8dd595555eecdbab296db4f72dca78ebbba112d872638912e071",
 }
 
