@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 import torch.nn.functional as F
 
-from .checks import check_choice, check_float, check_int
+from .checks import check_choice, check_float, check_int, check_tensor
 from .core import Schedule, train_step
 from .data import IGNORE_INDEX, SYNTHETIC_TASKS
 from .devices import where_it_ran
@@ -233,6 +233,9 @@ def accuracy(logits: torch.Tensor, targets: torch.Tensor, from_position: int = 0
     ``logits`` is ``(B, T, V)`` and ``targets`` ``(B, T)``. Returns NaN when no target is
     scored in that range.
     """
+    check_tensor("logits", logits, floating=True)
+    check_tensor("targets", targets, integer=True)
+    check_int("from_position", from_position, low=0)
     if logits.dim() != 3 or targets.shape != logits.shape[:2]:
         raise ValueError(
             f"logits must be (B, T, V) and targets (B, T) with the same B and T, got "

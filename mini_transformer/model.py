@@ -427,6 +427,7 @@ class TransformerLM(nn.Module):
         "norms", "head", "total"}`` (``head`` is 0 when tied; only ``"learned"`` has
         positional parameters).
         """
+        check_bool("by_component", by_component)
         counts = dict.fromkeys(("embeddings", "positional", "attention", "ffn", "norms", "head"), 0)
         for name, p in self.named_parameters():  # shared parameters are yielded once
             counts[self._component(name)] = counts.get(self._component(name), 0) + p.numel()
@@ -454,9 +455,7 @@ class TransformerLM(nn.Module):
         Args:
             T: sequence length (default ``block_size``).
         """
-        T = self.config.block_size if T is None else T
-        if isinstance(T, bool) or not isinstance(T, int) or T < 1:
-            raise ValueError(f"T must be a positive integer, got {T!r}")
+        T = self.config.block_size if T is None else check_int("T", T, low=1)
         parts = self.num_parameters(by_component=True)
         n = parts["total"] - parts["positional"]
         if not self.config.tie_weights:

@@ -42,9 +42,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .checks import check_choice, check_float, check_int
 from .core import Schedule, train_step
 from .devices import where_it_ran
-from .layers import TransformerStack
+from .layers import ACTIVATIONS, TransformerStack
 
 LEARNED_BELOW = 0.5
 """A run "learned the copy" if its held-out copy loss ends below this many nats.
@@ -77,6 +78,17 @@ class StabilityConfig:
     n_layers: int = 6
     activation: str = "relu"  # as in the original Transformer and Xiong et al.
     batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        check_int("vocab_size", self.vocab_size, low=2)
+        for name in ("copy_len", "d_model", "n_heads", "d_ff", "n_layers", "batch_size"):
+            check_int(name, getattr(self, name), low=1)
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model must be divisible by n_heads, got d_model={self.d_model}, "
+                f"n_heads={self.n_heads}"
+            )
+        check_choice("activation", self.activation, ACTIVATIONS)
 
     @property
     def block_size(self) -> int:
@@ -201,6 +213,13 @@ def train_run(
         (held-out copy loss after training, on ``eval_batches`` fresh batches),
         ``diverged`` (non-finite loss), ``steps_run``.
     """
+    check_choice("norm_position", norm_position, ("pre", "post"))
+    check_float("lr", lr, low=0, low_open=True)
+    check_int("warmup_steps", warmup_steps, low=0)
+    check_int("steps", steps, low=1)
+    check_int("seed", seed, low=0)
+    check_int("log_every", log_every, low=1)
+    check_int("eval_batches", eval_batches, low=1)
     cfg = cfg or StabilityConfig()
     torch.manual_seed(seed)
     model = TinyCausalLM(cfg, norm_position)

@@ -1022,3 +1022,34 @@ def test_every_public_entry_point_is_covered():
     missing = public - COVERED - set(NOT_COVERED)
     assert not missing, f"public entry points without a property test: {sorted(missing)}"
     assert len(public & COVERED) >= 36
+
+
+# --------------------------------------------------------------------------- experiments' configs
+def test_stability_config_and_run_name_bad_arguments():
+    from mini_transformer import stability as S
+
+    rejects(lambda: S.StabilityConfig(n_layers=0), "n_layers")
+    rejects(lambda: S.StabilityConfig(n_layers=2.5), "n_layers")
+    rejects(lambda: S.StabilityConfig(vocab_size=1), "vocab_size")
+    rejects(lambda: S.StabilityConfig(d_model=30, n_heads=4), "d_model")
+    rejects(lambda: S.StabilityConfig(activation="tanh"), "activation")
+    run = S.train_run
+    rejects(lambda: run("post", lr=-1.0, warmup_steps=0, steps=1), "lr")
+    rejects(lambda: run("post", lr=math.nan, warmup_steps=0, steps=1), "lr")
+    rejects(lambda: run("post", lr=1e-3, warmup_steps=0, steps=0), "steps")
+    rejects(lambda: run("post", lr=1e-3, warmup_steps=-1, steps=1), "warmup_steps")
+    rejects(lambda: run("mid", lr=1e-3, warmup_steps=0, steps=1), "norm_position")
+
+
+def test_lab_accuracy_and_model_counts_name_bad_arguments():
+    from mini_transformer import lab
+
+    logits, targets = torch.randn(2, 3, 5), torch.randint(0, 5, (2, 3))
+    rejects(lambda: lab.accuracy(logits.long(), targets), "logits")
+    rejects(lambda: lab.accuracy(logits, targets.float()), "targets")
+    rejects(lambda: lab.accuracy(logits, targets, from_position=-1), "from_position")
+    rejects(lambda: lab.accuracy(logits, targets[:, :2]), "targets")
+    cfg = M.TransformerConfig(vocab_size=5, block_size=4, d_model=4, n_heads=1, n_layers=1)
+    m = M.TransformerLM(cfg)
+    rejects(lambda: m.flops_per_token(T=2.5), "T")
+    rejects(lambda: m.num_parameters(by_component="yes"), "by_component")
