@@ -49,6 +49,7 @@ from .checks import (
     check_size,
     check_tensor,
 )
+from .positional import ALiBi
 
 __all__ = [
     "scaled_dot_product_attention",
@@ -345,6 +346,13 @@ class MultiHeadAttention(nn.Module):
         fused: ``True`` computes attention with ``torch.nn.functional.scaled_dot_product_attention``
             (unless ``need_weights``); ``False`` with :func:`scaled_dot_product_attention`.
             The two agree to float rounding (tested).
+        rotary: a module with ``forward(t)`` (e.g. ``RotaryEmbedding``) applied to ``q`` and
+            ``k`` of shape ``(B, n_heads, T, d_head)`` on every call (positions ``0..T-1``).
+        alibi: an :class:`~mini_transformer.positional.ALiBi` whose ``(n_heads, T_q, T_k)``
+            bias is added to the scaled scores on every call.
+
+    The positional schemes that act inside attention are given here, once, so no caller
+    threads them through every forward; a model shares one instance across its layers.
 
     Submodules ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj`` are ``nn.Linear(d_model, d_model)``.
 
@@ -360,6 +368,8 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         fused: bool = True,
+        rotary: torch.nn.Module | None = None,
+        alibi: torch.nn.Module | None = None,
     ) -> None:
         super().__init__()
         d_model = check_int("d_model", d_model, low=1)
@@ -383,6 +393,12 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        if rotary is not None and not isinstance(rotary, nn.Module):
+            raise TypeError(f"rotary must be an nn.Module or None, got {type(rotary).__name__}")
+        if alibi is not None and not (isinstance(alibi, ALiBi) and alibi.n_heads == n_heads):
+            raise ValueError(f"alibi must be None or an ALiBi with n_heads={n_heads}, got {alibi}")
+        self.rotary = rotary  # shared module (no parameters): its buffers are not persistent
+        self.alibi = alibi
 
     def extra_repr(self) -> str:
         return (
@@ -425,7 +441,6 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         is_causal: bool = False,
         attn_bias: torch.Tensor | None = None,
-        rotary: nn.Module | None = None,
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``x`` to ``context`` (or to ``x`` itself).
@@ -438,9 +453,8 @@ class MultiHeadAttention(nn.Module):
                 (e.g. :func:`padding_mask`, :func:`causal_mask`).
             is_causal: also apply :func:`causal_mask` ``(T_q, T_k)``.
             attn_bias: float, broadcastable to ``(B, n_heads, T_q, T_k)`` (e.g. ALiBi's
-                ``(n_heads, T_q, T_k)``), added to the scaled scores.
-            rotary: a module with ``forward(t, offset=0)`` (e.g. ``RotaryEmbedding``) applied
-                to ``q`` and ``k`` of shape ``(B, n_heads, T, d_head)``; positions ``0..T-1``.
+                ``(n_heads, T_q, T_k)``), added to the scaled scores (and to the ``alibi``
+                given at construction, if any).
             need_weights: also return the per-head weights ``(B, n_heads, T_q, T_k)``
                 (computed with the from-scratch path).
 
@@ -467,10 +481,13 @@ class MultiHeadAttention(nn.Module):
         check_bool("is_causal", is_causal)
         check_bool("need_weights", need_weights)
         check_size("the attention scores (B, n_heads, T_q, T_k)", target, x.dtype)
+        if self.alibi is not None:  # (n_heads, T_q, T_k)
+            alibi = self.alibi(T_q, T_k)
+            attn_bias = alibi if attn_bias is None else attn_bias + alibi
 
         q, k, v = self._project(x, context)  # (B, h, T, d_head)
-        if rotary is not None:
-            q, k = rotary(q), rotary(k)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
         p = self.dropout if self.training else 0.0
 
         if self.fused and not (need_weights or self.keep_weights):

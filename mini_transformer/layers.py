@@ -261,6 +261,8 @@ class TransformerBlock(nn.Module):
         activation: FFN activation, ``"gelu"`` or ``"relu"``.
         eps: LayerNorm epsilon.
         bias: biases in every linear layer and LayerNorm of the block (``False``: none).
+        rotary, alibi: positional schemes inside the self-attention, as
+            :class:`~mini_transformer.attention.MultiHeadAttention` (``None``: none).
 
     Attributes:
         attn: the :class:`~mini_transformer.attention.MultiHeadAttention` sub-layer.
@@ -285,49 +287,42 @@ class TransformerBlock(nn.Module):
         activation: str = "gelu",
         eps: float = 1e-5,
         bias: bool = True,
+        rotary: torch.nn.Module | None = None,
+        alibi: torch.nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.d_model, self.norm_position, p = _check_block_args(
             d_model, n_heads, d_ff, norm_position, dropout
         )
         self.causal = check_bool("causal", causal)
-        self.attn = MultiHeadAttention(d_model, n_heads, dropout=p, bias=bias, fused=fused)
+        self.attn = MultiHeadAttention(
+            d_model, n_heads, dropout=p, bias=bias, fused=fused, rotary=rotary, alibi=alibi
+        )
         self.ffn = FeedForward(d_model, d_ff, dropout=p, activation=activation, bias=bias)
         self.ln1 = LayerNorm(d_model, eps=eps, bias=bias)
         self.ln2 = LayerNorm(d_model, eps=eps, bias=bias)
         self.dropout = nn.Dropout(p)
 
-    def _self_attn(
-        self, x: Tensor, mask: Tensor | None, attn_bias: Tensor | None, rotary: nn.Module | None
-    ) -> Tensor:
-        out, _ = self.attn(x, mask=mask, is_causal=self.causal, attn_bias=attn_bias, rotary=rotary)
-        return out
+    def _self_attn(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        return self.attn(x, mask=mask, is_causal=self.causal)[0]
 
-    def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None = None,
-        attn_bias: Tensor | None = None,
-        rotary: nn.Module | None = None,
-    ) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """Apply the block.
 
         Args:
             x: ``(B, T, d_model)``.
             mask: optional boolean attention mask, ``True`` = may attend, broadcastable to
                 ``(B, n_heads, T, T)``; combined with the causal mask when ``causal=True``.
-            attn_bias: optional float bias added to the attention scores (ALiBi).
-            rotary: optional :class:`~mini_transformer.positional.RotaryEmbedding`.
 
         Returns:
             ``(B, T, d_model)``.
         """
         _check_sequence(x, self.d_model)
         if self.norm_position == "pre":
-            x = x + self.dropout(self._self_attn(self.ln1(x), mask, attn_bias, rotary))
+            x = x + self.dropout(self._self_attn(self.ln1(x), mask))
             x = x + self.dropout(self.ffn(self.ln2(x)))
         else:
-            x = self.ln1(x + self.dropout(self._self_attn(x, mask, attn_bias, rotary)))
+            x = self.ln1(x + self.dropout(self._self_attn(x, mask)))
             x = self.ln2(x + self.dropout(self.ffn(x)))
         return x
 
@@ -349,7 +344,8 @@ class DecoderBlock(TransformerBlock):
         x \leftarrow x + \mathrm{Drop}(\mathrm{FFN}(\mathrm{LN}_2(x))),
 
     and Post-LN puts each LayerNorm after its residual sum instead. Arguments as
-    :class:`TransformerBlock` (self-attention is always causal).
+    :class:`TransformerBlock` (self-attention is always causal; ``rotary`` and ``alibi`` act
+    on it only, since source and target positions are not comparable).
 
     Attributes:
         cross_attn: :class:`~mini_transformer.attention.MultiHeadAttention` from ``x`` to
@@ -371,9 +367,22 @@ class DecoderBlock(TransformerBlock):
         activation: str = "gelu",
         eps: float = 1e-5,
         bias: bool = True,
+        rotary: torch.nn.Module | None = None,
+        alibi: torch.nn.Module | None = None,
     ) -> None:
         super().__init__(
-            d_model, n_heads, d_ff, dropout, norm_position, True, fused, activation, eps, bias
+            d_model,
+            n_heads,
+            d_ff,
+            dropout,
+            norm_position,
+            True,
+            fused,
+            activation,
+            eps,
+            bias,
+            rotary,
+            alibi,
         )
         p = self.dropout.p
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=p, bias=bias, fused=fused)
@@ -390,8 +399,6 @@ class DecoderBlock(TransformerBlock):
         memory: Tensor,
         mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
-        attn_bias: Tensor | None = None,
-        rotary: nn.Module | None = None,
     ) -> Tensor:
         """Apply the block.
 
@@ -402,8 +409,6 @@ class DecoderBlock(TransformerBlock):
                 attend), combined with the causal mask.
             memory_mask: optional boolean mask ``(B or 1, 1, T or 1, S)`` for the
                 cross-attention, e.g. padding of the source.
-            attn_bias, rotary: for the self-attention only (source and target positions
-                are not comparable).
 
         Returns:
             ``(B, T, d_model)``.
@@ -419,11 +424,11 @@ class DecoderBlock(TransformerBlock):
             return self.cross_attn(h, context=memory, mask=memory_mask)[0]
 
         if self.norm_position == "pre":
-            x = x + self.dropout(self._self_attn(self.ln1(x), mask, attn_bias, rotary))
+            x = x + self.dropout(self._self_attn(self.ln1(x), mask))
             x = x + self.dropout(cross(self.ln_cross(x)))
             x = x + self.dropout(self.ffn(self.ln2(x)))
         else:
-            x = self.ln1(x + self.dropout(self._self_attn(x, mask, attn_bias, rotary)))
+            x = self.ln1(x + self.dropout(self._self_attn(x, mask)))
             x = self.ln_cross(x + self.dropout(cross(x)))
             x = self.ln2(x + self.dropout(self.ffn(x)))
         return x
@@ -445,6 +450,7 @@ class TransformerStack(nn.Module):
         n_layers: number of blocks, a positive integer.
         d_model, n_heads, d_ff, dropout, norm_position, causal, fused, activation, eps, bias:
             as :class:`TransformerBlock`.
+        rotary, alibi: as :class:`TransformerBlock`, one instance shared by every block.
 
     Attributes:
         blocks: ``nn.ModuleList`` of :class:`TransformerBlock`.
@@ -467,27 +473,23 @@ class TransformerStack(nn.Module):
         activation: str = "gelu",
         eps: float = 1e-5,
         bias: bool = True,
+        rotary: torch.nn.Module | None = None,
+        alibi: torch.nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.n_layers = check_int("n_layers", n_layers, low=1)
         self.d_model = check_int("d_model", d_model, low=1)
         self.norm_position = check_choice("norm_position", norm_position, NORM_POSITIONS)
         args = (d_model, n_heads, d_ff, dropout, norm_position, causal, fused, activation, eps)
-        args += (bias,)
+        args += (bias, rotary, alibi)
         self.blocks = nn.ModuleList(TransformerBlock(*args) for _ in range(n_layers))
         self.ln_f = LayerNorm(d_model, eps=eps, bias=bias) if norm_position == "pre" else None
 
-    def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None = None,
-        attn_bias: Tensor | None = None,
-        rotary: nn.Module | None = None,
-    ) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """Apply every block in turn, then ``ln_f`` for Pre-LN. ``(B, T, d_model)`` in and out."""
         _check_sequence(x, self.d_model)
         for block in self.blocks:
-            x = block(x, mask=mask, attn_bias=attn_bias, rotary=rotary)
+            x = block(x, mask=mask)
         if self.ln_f is not None:
             x = self.ln_f(x)
         return x

@@ -22,6 +22,10 @@ The positional schemes (``TransformerConfig.positional``):
 - ``"rope"``: rotary embedding applied to queries and keys in every attention layer.
 - ``"alibi"``: a per-head linear distance penalty added to the attention scores.
 
+The first four act on the input (the table ``INPUT_SCHEMES``); the last two inside attention,
+so the model builds one ``RotaryEmbedding`` or ``ALiBi`` and gives it to every attention
+layer when it is constructed (nothing positional is passed on a forward call).
+
 Initialisation follows GPT-2 (Radford et al. 2019, as in nanoGPT): every linear and
 embedding weight :math:`\sim \mathcal{N}(0, 0.02^2)`, biases zero, and the two projections
 that write into the residual stream in each block (``attn.out_proj`` and ``ffn.linear2``)
@@ -50,11 +54,11 @@ from .checks import (
 from .data import IGNORE_INDEX  # -100: targets the loss skips (unscored positions)
 from .layers import LayerNorm, TransformerBlock
 from .positional import (
+    ALiBi,
     LearnedPositionalEmbedding,
     MemN2NPositionalEncoding,
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
-    alibi_bias,
 )
 
 __all__ = ["POSITIONAL_SCHEMES", "TransformerConfig", "TransformerLM", "evaluate"]
@@ -67,6 +71,17 @@ EXTRAPOLATING_SCHEMES = ("none", "sinusoidal", "memn2n", "rope", "alibi")
 
 #: Longest sequence a sinusoidal table is built for (at least ``block_size``).
 MAX_LEN = 4096
+
+#: The input-side schemes: config -> the module applied to the token embeddings before the
+#: first block (``None``: nothing). ``"rope"`` and ``"alibi"`` act inside attention instead.
+INPUT_SCHEMES = {
+    "none": lambda c: None,
+    "learned": lambda c: LearnedPositionalEmbedding(c.block_size, c.d_model, init_std=0.02),
+    "sinusoidal": lambda c: SinusoidalPositionalEncoding(
+        c.d_model, max_len=max(MAX_LEN, c.block_size)
+    ),
+    "memn2n": lambda c: MemN2NPositionalEncoding(c.d_model),
+}
 
 
 @dataclass
@@ -171,19 +186,12 @@ class TransformerLM(nn.Module):
         self.config = c = config
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
         self.embed_scale = math.sqrt(c.d_model) if c.positional == "sinusoidal" else 1.0
-        self.pos_emb: nn.Module | None = None
-        self.rotary: RotaryEmbedding | None = None
-        if c.positional == "learned":
-            self.pos_emb = LearnedPositionalEmbedding(c.block_size, c.d_model, init_std=0.02)
-        elif c.positional == "sinusoidal":
-            max_len = max(MAX_LEN, c.block_size)
-            self.pos_emb = SinusoidalPositionalEncoding(c.d_model, max_len=max_len)
-        elif c.positional == "memn2n":
-            self.pos_emb = MemN2NPositionalEncoding(c.d_model)
-        elif c.positional == "rope":
-            self.rotary = RotaryEmbedding(c.d_head, max_len=c.block_size)
-        if c.positional == "alibi":  # (n_heads, T, T) for T <= block_size, sliced per call
-            self.register_buffer("alibi", alibi_bias(c.n_heads, c.block_size), persistent=False)
+        self.pos_emb: nn.Module | None = INPUT_SCHEMES.get(c.positional, lambda c: None)(c)
+        # attention-side schemes: one instance, shared by every attention layer
+        self.rotary = (
+            RotaryEmbedding(c.d_head, max_len=c.block_size) if c.positional == "rope" else None
+        )
+        self.alibi = ALiBi(c.n_heads, c.block_size) if c.positional == "alibi" else None
         self.drop = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(
@@ -195,6 +203,8 @@ class TransformerLM(nn.Module):
                 causal=True,
                 fused=c.fused_attention,
                 bias=c.bias,
+                rotary=self.rotary,
+                alibi=self.alibi,
             )
             for _ in range(c.n_layers)
         )
@@ -256,13 +266,6 @@ class TransformerLM(nn.Module):
                 raise ValueError(f"{name} contains token id {bad}, outside 0..{c.vocab_size - 1}")
         return B, T
 
-    def _attn_bias(self, T: int, device: torch.device) -> torch.Tensor | None:
-        if self.config.positional != "alibi":
-            return None
-        if T <= self.alibi.shape[-1]:
-            return self.alibi[:, :T, :T]  # the bias depends on i - j only: slicing is exact
-        return alibi_bias(self.config.n_heads, T).to(device)
-
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -294,9 +297,8 @@ class TransformerLM(nn.Module):
         if self.pos_emb is not None:
             x = self.pos_emb(x)  # added (learned, sinusoidal) or multiplied (memn2n)
         x = self.drop(x)
-        attn_bias = self._attn_bias(T, idx.device)  # (n_heads, T, T) or None
         for block in self.blocks:
-            x = block(x, attn_bias=attn_bias, rotary=self.rotary)  # (B, T, d_model)
+            x = block(x)  # (B, T, d_model)
         x = self.ln_f(x)
         logits = self.lm_head(x)  # (B, T, vocab_size)
         loss = None
@@ -322,15 +324,12 @@ class TransformerLM(nn.Module):
             x = self.tok_emb(idx) * self.embed_scale
             if self.pos_emb is not None:
                 x = self.pos_emb(x)
-            attn_bias = self._attn_bias(T, idx.device)
             maps = []
             for block in self.blocks:
                 h = block.ln1(x) if block.norm_position == "pre" else x
-                _, w = block.attn(
-                    h, is_causal=True, attn_bias=attn_bias, rotary=self.rotary, need_weights=True
-                )
+                _, w = block.attn(h, is_causal=True, need_weights=True)
                 maps.append(w)  # (B, n_heads, T, T)
-                x = block(x, attn_bias=attn_bias, rotary=self.rotary)
+                x = block(x)
         finally:
             self.train(was_training)
         return maps

@@ -45,6 +45,7 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "MemN2NPositionalEncoding",
     "RotaryEmbedding",
+    "ALiBi",
 ]
 
 LAYOUTS = ("interleaved", "concat")
@@ -626,3 +627,36 @@ class RotaryEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"d_head={self.d_head}, base={self.base}, max_len={self.max_len}"
+
+
+class ALiBi(nn.Module):
+    r"""ALiBi's bias :func:`alibi_bias` as a module attention holds (Press et al., 2022).
+
+    The table for ``max_len`` positions is built once and sliced per call (the bias depends
+    on ``i - j`` only, so slicing is exact); longer sequences get a table built for them.
+    One instance is shared by every attention layer of a model, as :class:`RotaryEmbedding`.
+
+    Shape:
+        ``forward(T_q, T_k=None)`` -> ``(n_heads, T_q, T_k)``, the queries being the last
+        ``T_q`` of ``T_k`` positions.
+    """
+
+    def __init__(self, n_heads: int, max_len: int) -> None:
+        super().__init__()
+        self.n_heads = _check_int("n_heads", n_heads)
+        self.max_len = _check_int("max_len", max_len)
+        shape = (self.n_heads, self.max_len, self.max_len)
+        check_size("the ALiBi table (n_heads, max_len, max_len)", shape, torch.float32)
+        self.register_buffer("bias", alibi_bias(n_heads, max_len), persistent=False)
+
+    def forward(self, T_q: int, T_k: int | None = None) -> torch.Tensor:
+        T_q = _check_int("T_q", T_q)
+        T_k = T_q if T_k is None else _check_int("T_k", T_k)
+        if T_k < T_q:
+            raise ValueError(f"T_k must be >= T_q, got T_q={T_q}, T_k={T_k}")
+        if T_k <= self.bias.shape[-1]:
+            return self.bias[:, T_k - T_q : T_k, :T_k]  # (n_heads, T_q, T_k)
+        return alibi_bias(self.n_heads, T_q, T_k).to(self.bias.device)
+
+    def extra_repr(self) -> str:
+        return f"n_heads={self.n_heads}, max_len={self.max_len}"

@@ -23,6 +23,7 @@ from mini_transformer.attention import (
     padding_mask,
     scaled_dot_product_attention,
 )
+from mini_transformer.positional import ALiBi, alibi_bias
 
 torch.set_num_threads(1)
 
@@ -243,10 +244,12 @@ def test_vectorised_heads_equal_an_explicit_loop_over_heads():
 
 def _fused_vs_scratch(kwargs_fn, T_q=6, T_k=None, d_model=16, h=4):
     torch.manual_seed(8)
-    mha = MultiHeadAttention(d_model, h).eval()
+    kw = kwargs_fn()
+    # the schemes attention is built with (the rest are per-call arguments)
+    built = {name: kw.pop(name) for name in ("rotary", "alibi") if name in kw}
+    mha = MultiHeadAttention(d_model, h, **built).eval()
     x = torch.randn(2, T_q, d_model, requires_grad=True)
     ctx = None if T_k is None else torch.randn(2, T_k, d_model)
-    kw = kwargs_fn()
     results = []
     for fused in (True, False):
         mha.fused = fused
@@ -275,6 +278,8 @@ FUSED_CASES = {
         "mask": padding_mask([6, 3], 6),
     },
     "rotary": lambda: {"rotary": StandInRotary(4), "is_causal": True},
+    "alibi": lambda: {"alibi": ALiBi(4, 4), "is_causal": True},  # T = 6 > max_len: rebuilt
+    "alibi+bias": lambda: {"alibi": ALiBi(4, 8), "attn_bias": torch.randn(4, 6, 6)},
     "fully masked rows": lambda: {"mask": padding_mask([0, 3], 6)},
     "fully masked + bias": lambda: {"mask": padding_mask([0, 3], 6), "attn_bias": torch.ones(6, 6)},
 }
@@ -315,11 +320,34 @@ def test_rotary_is_applied_to_queries_and_keys_of_shape_b_h_t_dhead():
     torch.manual_seed(9)
     mha = MultiHeadAttention(16, 4).eval()
     rot = StandInRotary(4)
+    mha_rot = MultiHeadAttention(16, 4, rotary=rot).eval()
+    mha_rot.load_state_dict(mha.state_dict())  # same keys: the rotary module holds no state
     x = torch.randn(2, 5, 16)
-    with_rot, _ = mha(x, rotary=rot)
+    with_rot, _ = mha_rot(x)
     without, _ = mha(x)
     assert rot.calls == [(2, 4, 5, 4), (2, 4, 5, 4)]
     assert not torch.allclose(with_rot, without)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("T", [5, 8, 11])  # inside, at and past the table's max_len = 8
+def test_alibi_given_at_construction_equals_its_bias_passed_per_call(fused, T):
+    torch.manual_seed(9)
+    mha = MultiHeadAttention(16, 4, fused=fused).eval()
+    mha_alibi = MultiHeadAttention(16, 4, fused=fused, alibi=ALiBi(4, 8)).eval()
+    mha_alibi.load_state_dict(mha.state_dict())
+    x = torch.randn(2, T, 16)
+    expected, _ = mha(x, is_causal=True, attn_bias=alibi_bias(4, T))
+    out, _ = mha_alibi(x, is_causal=True)
+    assert torch.equal(out, expected)  # bit-identical: the sliced table is the same bias
+    assert torch.equal(ALiBi(4, 8)(2, 7), alibi_bias(4, 2, 7))  # last 2 queries of 7 keys
+
+
+def test_error_positional_modules_at_construction():
+    with pytest.raises(TypeError, match="rotary must be an nn.Module or None"):
+        MultiHeadAttention(8, 2, rotary="rope")
+    with pytest.raises(ValueError, match="alibi must be None or an ALiBi with n_heads=2"):
+        MultiHeadAttention(8, 2, alibi=ALiBi(4, 8))
 
 
 def test_rotary_from_positional_module_if_available():

@@ -347,6 +347,13 @@ CONSTRUCTORS = {
             "max_len": (st.integers(1, 64), st.one_of(bad_int(), HUGE)),
         },
     ),
+    "ALiBi": (
+        P.ALiBi,
+        {
+            "n_heads": (st.integers(1, 8), bad_int()),
+            "max_len": (st.integers(1, 64), st.one_of(bad_int(), HUGE)),
+        },
+    ),
     "LayerNorm": (
         L.LayerNorm,
         {"d_model": (st.integers(1, 16), bad_int()), "eps": (st.floats(1e-12, 1.0), BAD_EPS)},
