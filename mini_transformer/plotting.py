@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -72,3 +73,30 @@ def setup(seed: int = 0, threads: int = 1) -> np.random.Generator:
     except ImportError:
         pass
     return np.random.default_rng(seed)
+
+
+def html_table(header: Sequence[object], rows: Sequence[Sequence[object]]) -> str:
+    """A small HTML table of ``header`` and ``rows`` (cells shown with ``str``).
+
+    Chapters 1 and 3 show their result tables this way rather than as wide printed text:
+    the book renders the HTML, and nbval compares it as text.
+
+    Example:
+        >>> html_table(["a", "b"], [[1, 2]]).count("<td>")
+        2
+    """
+    if isinstance(header, str) or not isinstance(header, Sequence):
+        raise TypeError(f"header must be a sequence of column names, got {type(header).__name__}")
+    for i, row in enumerate(rows):
+        if isinstance(row, str) or not isinstance(row, Sequence) or len(row) != len(header):
+            raise ValueError(f"rows[{i}] must be a sequence of {len(header)} cells, got {row!r}")
+    head = "".join(f"<th>{h}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def show_table(header: Sequence[object], rows: Sequence[Sequence[object]]) -> None:
+    """Display :func:`html_table` in a notebook."""
+    from IPython.display import HTML, display
+
+    display(HTML(html_table(header, rows)))

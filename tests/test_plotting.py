@@ -39,3 +39,12 @@ def test_setup_rejects_bad_seed(seed):
 def test_setup_rejects_bad_threads(threads):
     with pytest.raises(ValueError, match="threads must be a positive integer"):
         plotting.setup(0, threads=threads)
+
+
+def test_html_table_writes_one_row_per_row_and_refuses_ragged_rows():
+    html = plotting.html_table(["scheme", "acc"], [["rope", 1.0], ["none", 0.68]])
+    assert html.count("<tr>") == 3 and html.count("<td>") == 4 and "<td>0.68</td>" in html
+    with pytest.raises(ValueError, match=r"rows\[1\]"):
+        plotting.html_table(["a", "b"], [[1, 2], [3]])
+    with pytest.raises(TypeError, match="header"):
+        plotting.html_table("ab", [])
