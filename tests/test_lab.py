@@ -291,21 +291,13 @@ def test_eval_lengths_flag_refuses_non_positive_lengths(capsys):
     assert "--eval-lengths" in err and "positive integer" in err and "'0'" in err
 
 
+# A lab run of a few steps on short sequences, shared by the command-line tests below.
+TINY_LAB = ["--seeds", "0", "--steps", "2", "--train-length", "6", "--offset", "2"]
+TINY_LAB += ["--eval-samples", "4", "--batch-size", "4"]
+
+
 def test_parts_run_on_disjoint_schemes_merge_into_one_result(tmp_path, capsys):
-    common = [
-        "--seeds",
-        "0",
-        "--steps",
-        "2",
-        "--train-length",
-        "6",
-        "--offset",
-        "2",
-        "--eval-samples",
-        "4",
-        "--batch-size",
-        "4",
-    ]
+    common = TINY_LAB
     a, b, merged = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "ab.json"
     experiments.lab_main(["--out", str(a), "--schemes", "learned", *common])
     experiments.lab_main(
@@ -326,20 +318,7 @@ def test_parts_run_on_disjoint_schemes_merge_into_one_result(tmp_path, capsys):
 
 
 def test_merge_can_attach_a_side_experiment_under_a_key(tmp_path, capsys):
-    common = [
-        "--seeds",
-        "0",
-        "--steps",
-        "2",
-        "--train-length",
-        "6",
-        "--offset",
-        "2",
-        "--eval-samples",
-        "4",
-        "--batch-size",
-        "4",
-    ]
+    common = TINY_LAB
     a, side = tmp_path / "a.json", tmp_path / "side.json"
     experiments.lab_main(["--out", str(a), "--schemes", "rope", *common])
     experiments.lab_main(
