@@ -32,57 +32,34 @@ Conventions (the same as PyTorch's ``F.scaled_dot_product_attention``):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .alibi import ALiBi
 from .checks import (
     check_bool,
-    check_device,
+    check_broadcast,
     check_float,
     check_input_dtype,
     check_int,
+    check_mask,
     check_probability,
     check_same_dtype,
     check_size,
     check_tensor,
 )
-from .positional import ALiBi
+
+# causal_mask, padding_mask and combine_masks live in masks.py; the book's API contract (and
+# every chapter) imports them from here too.
+from .masks import causal_mask, combine_masks
+from .masks import padding_mask as padding_mask
 
 __all__ = [
     "scaled_dot_product_attention",
-    "causal_mask",
-    "padding_mask",
-    "combine_masks",
     "MultiHeadAttention",
-    "additive_scores",
-    "AdditiveAttention",
 ]
-
-
-def _check_mask(mask: torch.Tensor, name: str = "mask") -> None:
-    check_tensor(name, mask)
-    if mask.dtype != torch.bool:
-        raise TypeError(
-            f"{name} must be a boolean tensor (True = may attend), got dtype {mask.dtype}; "
-            "pass an additive float mask as `bias` (or `attn_bias`) instead"
-        )
-
-
-def _check_broadcast(t: torch.Tensor, target: tuple[int, ...], name: str, expected: str) -> None:
-    """Raise ValueError unless ``t`` broadcasts to exactly ``target``."""
-    ok = t.dim() <= len(target)
-    if ok:
-        try:
-            ok = tuple(torch.broadcast_shapes(tuple(t.shape), target)) == tuple(target)
-        except RuntimeError:
-            ok = False
-    if not ok:
-        raise ValueError(
-            f"{name} of shape {tuple(t.shape)} does not broadcast to {expected} = {tuple(target)}"
-        )
 
 
 def _check_bias(bias: object, name: str, target: tuple[int, ...], expected: str) -> None:
@@ -91,7 +68,7 @@ def _check_bias(bias: object, name: str, target: tuple[int, ...], expected: str)
             f"{name} must be a floating-point tensor (it is added to the scores), got "
             + (f"dtype {bias.dtype}" if isinstance(bias, torch.Tensor) else type(bias).__name__)
         )
-    _check_broadcast(bias, target, name, expected)
+    check_broadcast(name, bias, target, expected)
 
 
 def _known_all(t: torch.Tensor) -> bool:
@@ -194,8 +171,8 @@ def scaled_dot_product_attention(
     target = (*batch, q.shape[-2], k.shape[-2])
     check_size("the attention scores (..., T_q, T_k)", target, q.dtype)
     if mask is not None:
-        _check_mask(mask)
-        _check_broadcast(mask, target, "mask", "(..., T_q, T_k)")
+        check_mask("mask", mask)
+        check_broadcast("mask", mask, target, "(..., T_q, T_k)")
     if bias is not None:
         _check_bias(bias, "bias", target, "(..., T_q, T_k)")
         bias, mask = _split_bias(bias, mask)
@@ -215,114 +192,6 @@ def scaled_dot_product_attention(
     used = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     out = used @ v  # (..., T_q, d_v)
     return (out, weights) if return_weights else out
-
-
-def causal_mask(
-    T: int, T_k: int | None = None, device: torch.device | str | None = None
-) -> torch.Tensor:
-    """The causal (look-ahead) mask: query ``i`` may attend to key ``j`` iff ``j <= i``.
-
-    Args:
-        T: number of queries (and keys, unless ``T_k`` is given), a positive integer.
-        T_k: number of keys; default ``T``. The diagonal is anchored at the top left, as in
-            PyTorch's ``is_causal=True``.
-        device: where to create the mask.
-
-    Returns:
-        bool tensor ``(T, T_k)``, lower triangular (``True`` on and below the diagonal).
-
-    Example:
-        >>> causal_mask(3).int()
-        tensor([[1, 0, 0],
-                [1, 1, 0],
-                [1, 1, 1]], dtype=torch.int32)
-    """
-    T = check_int("T", T, low=1)
-    T_k = T if T_k is None else check_int("T_k", T_k, low=1)
-    check_device("device", device)
-    check_size("the mask (T, T_k)", (T, T_k), torch.bool)
-    return torch.ones(T, T_k, dtype=torch.bool, device=device).tril()
-
-
-def padding_mask(
-    lengths: Sequence[int] | torch.Tensor, T: int, device: torch.device | str | None = None
-) -> torch.Tensor:
-    """Key-padding mask for a batch of sequences padded to length ``T``.
-
-    Sequence ``b`` has ``lengths[b]`` real tokens followed by padding; no query may attend to
-    a padding key.
-
-    Args:
-        lengths: ``B`` integers, each in ``[0, T]``: Python or NumPy ints, or an integer
-            tensor (``1.5`` is a ``TypeError``, never read as 1).
-        T: the padded length, a positive integer.
-        device: where to create the mask (default: that of ``lengths`` if it is a tensor).
-
-    Returns:
-        bool tensor of shape ``(B, 1, 1, T)``: ``mask[b, 0, 0, j] = j < lengths[b]`` (``True``
-        for real tokens). It broadcasts to ``(B, n_heads, T_q, T)``.
-
-    Example:
-        >>> padding_mask([2, 3], 3)[:, 0, 0].int()
-        tensor([[1, 1, 0],
-                [1, 1, 1]], dtype=torch.int32)
-    """
-    T = check_int("T", T, low=1)
-    check_device("device", device)
-    if isinstance(lengths, torch.Tensor):
-        if (
-            lengths.dtype == torch.bool
-            or not (lengths.dtype.is_signed or lengths.dtype == torch.uint8)
-            or lengths.is_floating_point()
-            or lengths.is_complex()
-        ):
-            raise TypeError(f"lengths must hold integers, got dtype {lengths.dtype}")
-        device = lengths.device if device is None else device
-        lengths = lengths.to(device=device, dtype=torch.long)
-    else:
-        if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
-            raise TypeError(
-                f"lengths must be a sequence of B integers, got {type(lengths).__name__}"
-            )
-        values = list(lengths)
-        for b, n in enumerate(values):  # 1.5 is never read as 1
-            check_int(f"lengths[{b}]", n, low=0, high=T)
-        lengths = torch.as_tensor([int(n) for n in values], dtype=torch.long, device=device)
-    if lengths.dim() != 1 or lengths.numel() == 0:
-        raise ValueError(
-            "lengths must be a non-empty 1-D sequence of B integers, "
-            f"got shape {tuple(lengths.shape)}"
-        )
-    if bool((lengths < 0).any()) or bool((lengths > T).any()):
-        raise ValueError(f"every length must be in [0, T] = [0, {T}], got {lengths.tolist()}")
-    positions = torch.arange(T, device=lengths.device)
-    return (positions[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, T)
-
-
-def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
-    """Logical AND of boolean masks, with broadcasting; ``None`` entries are skipped.
-
-    A key may be attended to only if *every* mask allows it, e.g.
-    ``combine_masks(causal_mask(T), padding_mask(lengths, T))`` has shape ``(B, 1, T, T)``.
-
-    Returns:
-        the combined bool mask, or ``None`` if every argument is ``None``.
-    """
-    out = None
-    for i, m in enumerate(masks):
-        if m is None:
-            continue
-        _check_mask(m, name=f"mask {i}")
-        if out is None:
-            out = m
-            continue
-        try:
-            out = out & m
-        except RuntimeError as err:
-            raise ValueError(
-                f"masks of shapes {tuple(out.shape)} and {tuple(m.shape)} do not broadcast"
-            ) from err
-    return out
 
 
 class MultiHeadAttention(nn.Module):
@@ -348,7 +217,7 @@ class MultiHeadAttention(nn.Module):
             The two agree to float rounding (tested).
         rotary: a module with ``forward(t)`` (e.g. ``RotaryEmbedding``) applied to ``q`` and
             ``k`` of shape ``(B, n_heads, T, d_head)`` on every call (positions ``0..T-1``).
-        alibi: an :class:`~mini_transformer.positional.ALiBi` whose ``(n_heads, T_q, T_k)``
+        alibi: an :class:`~mini_transformer.alibi.ALiBi` whose ``(n_heads, T_q, T_k)``
             bias is added to the scaled scores on every call.
 
     The positional schemes that act inside attention are given here, once, so no caller
@@ -450,8 +319,9 @@ class MultiHeadAttention(nn.Module):
             context: keys' and values' input ``(B, T_k, d_model)`` for cross-attention;
                 ``None`` for self-attention (``T_k = T_q``).
             mask: bool, broadcastable to ``(B, n_heads, T_q, T_k)``, ``True`` = may attend
-                (e.g. :func:`padding_mask`, :func:`causal_mask`).
-            is_causal: also apply :func:`causal_mask` ``(T_q, T_k)``.
+                (e.g. :func:`~mini_transformer.masks.padding_mask`,
+                :func:`~mini_transformer.masks.causal_mask`).
+            is_causal: also apply :func:`~mini_transformer.masks.causal_mask` ``(T_q, T_k)``.
             attn_bias: float, broadcastable to ``(B, n_heads, T_q, T_k)`` (e.g. ALiBi's
                 ``(n_heads, T_q, T_k)``), added to the scaled scores (and to the ``alibi``
                 given at construction, if any).
@@ -474,8 +344,8 @@ class MultiHeadAttention(nn.Module):
         T_k = T_q if context is None else context.shape[1]
         target = (B, self.n_heads, T_q, T_k)
         if mask is not None:
-            _check_mask(mask)
-            _check_broadcast(mask, target, "mask", "(B, n_heads, T_q, T_k)")
+            check_mask("mask", mask)
+            check_broadcast("mask", mask, target, "(B, n_heads, T_q, T_k)")
         if attn_bias is not None:
             _check_bias(attn_bias, "attn_bias", target, "(B, n_heads, T_q, T_k)")
         check_bool("is_causal", is_causal)
@@ -532,148 +402,3 @@ class MultiHeadAttention(nn.Module):
         if row_has_key is not None:
             out = out * row_has_key
         return out
-
-
-# --- Additive (Bahdanau) attention -----------------------------------------------------------
-# Appended as a unit: the score function Vaswani et al. compare scaled dot-product attention
-# with (section 3.2.1), used in chapter 4's comparison.
-
-
-def additive_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Additive (Bahdanau) scores of already projected queries and keys.
-
-    .. math::
-
-        e_{ij} = w^\\top \\tanh(q_i + k_j),
-
-    where :math:`q_i = W_a s_i` and :math:`k_j = U_a h_j` are the projected query and key
-    (Bahdanau et al., 2015, appendix A.1.2, writes :math:`v_a^\\top \\tanh(W_a s_{i-1}
-    + U_a h_j)`). Unlike a dot product, the score needs the ``(..., T_q, T_k, d_a)`` tensor of
-    sums, so it is not one matrix product: that is why it is slower and uses more memory than
-    dot-product attention for the same ``d_a`` (Vaswani et al., section 3.2.1).
-
-    Args:
-        q: projected queries ``(..., T_q, d_a)``.
-        k: projected keys ``(..., T_k, d_a)``; leading dimensions broadcast with ``q``'s.
-        w: the vector :math:`w` (Bahdanau's :math:`v_a`) of shape ``(d_a,)``.
-
-    Returns:
-        scores ``(..., T_q, T_k)``; each lies in :math:`[-\\lVert w \\rVert_1, \\lVert w
-        \\rVert_1]` because :math:`\\tanh` is bounded by 1.
-    """
-    check_tensor("q", q, floating=True, min_ndim=2, dims="(..., T_q, d_a)", nonempty=True)
-    check_tensor("k", k, floating=True, min_ndim=2, dims="(..., T_k, d_a)", nonempty=True)
-    check_tensor("w", w, floating=True, ndim=1, dims="(d_a,)", nonempty=True)
-    check_same_dtype(q=q, k=k, w=w)
-    if not q.shape[-1] == k.shape[-1] == w.shape[0]:
-        raise ValueError(
-            "q, k and w must share the attention width d_a, got "
-            f"{q.shape[-1]}, {k.shape[-1]} and {w.shape[0]}"
-        )
-    try:
-        lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            f"the leading dimensions of q {tuple(q.shape)} and k {tuple(k.shape)} must broadcast"
-        ) from None
-    check_size(
-        "the (..., T_q, T_k, d_a) sums", (*lead, q.shape[-2], k.shape[-2], w.shape[0]), q.dtype
-    )
-    hidden = torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3))  # (..., T_q, T_k, d_a)
-    return hidden @ w  # (..., T_q, T_k)
-
-
-def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Softmax over the last dim with the conventions of :func:`scaled_dot_product_attention`."""
-    if mask is None:
-        return torch.softmax(scores, dim=-1)
-    _check_mask(mask)
-    _check_broadcast(mask, tuple(scores.shape), "mask", "(..., T_q, T_k)")
-    filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    return torch.softmax(filled, dim=-1) * mask.any(dim=-1, keepdim=True)  # empty rows -> 0
-
-
-class AdditiveAttention(nn.Module):
-    """Single-head additive (Bahdanau) attention.
-
-    .. math::
-
-        e_{ij} = w^\\top \\tanh(W_q x_i + W_k c_j), \\qquad
-        a_{ij} = \\operatorname{softmax}_j(e_{ij}), \\qquad o_i = \\sum_j a_{ij} v_j ,
-
-    the "additive attention" of Vaswani et al. (section 3.2.1), which "computes the
-    compatibility function using a feed-forward network with a single hidden layer" of width
-    ``d_attn``. Masks follow :func:`scaled_dot_product_attention` (bool, ``True`` = may
-    attend; a fully masked row gives zero weights and a zero output).
-
-    Args:
-        d_query: width of the queries' input ``x``.
-        d_key: width of the keys' input ``c``.
-        d_attn: width of the hidden layer (:math:`W_q, W_k` map to it; the :math:`d_k` of the
-            comparison with dot-product attention).
-
-    Submodules ``q_proj`` (``d_query -> d_attn``) and ``k_proj`` (``d_key -> d_attn``, with
-    the hidden layer's bias) and the parameter ``w`` of shape ``(d_attn,)``. The values are
-    used as given (project them outside if needed).
-    """
-
-    def __init__(self, d_query: int, d_key: int, d_attn: int) -> None:
-        super().__init__()
-        for name, n in (("d_query", d_query), ("d_key", d_key), ("d_attn", d_attn)):
-            check_int(name, n, low=1)
-        self.d_attn = d_attn
-        self.q_proj = nn.Linear(d_query, d_attn, bias=False)
-        self.k_proj = nn.Linear(d_key, d_attn, bias=True)
-        self.w = nn.Parameter(torch.empty(d_attn).uniform_(-1, 1) / math.sqrt(d_attn))
-
-    def scores(self, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        """``x`` (..., T_q, d_query), ``context`` (..., T_k, d_key) -> scores (..., T_q, T_k)."""
-        return additive_scores(self.q_proj(x), self.k_proj(context), self.w)
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        context: torch.Tensor,
-        value: torch.Tensor | None = None,
-        mask: torch.Tensor | None = None,
-        return_weights: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Attend from ``x`` to ``context``.
-
-        Args:
-            x: queries' input ``(..., T_q, d_query)``.
-            context: keys' input ``(..., T_k, d_key)``.
-            value: values ``(..., T_k, d_v)``; default ``context``.
-            mask: optional bool mask broadcastable to ``(..., T_q, T_k)``, ``True`` = may attend.
-            return_weights: also return the weights ``(..., T_q, T_k)``.
-
-        Returns:
-            ``out`` ``(..., T_q, d_v)``, or ``(out, weights)``.
-        """
-        check_tensor("x", x, floating=True, min_ndim=2, dims="(..., T_q, d_query)")
-        check_tensor("context", context, floating=True, min_ndim=2, dims="(..., T_k, d_key)")
-        for name, t, width in (
-            ("x", x, self.q_proj.in_features),
-            ("context", context, self.k_proj.in_features),
-        ):
-            if t.shape[-1] != width:
-                raise ValueError(
-                    f"{name} must have {width} features in its last dimension, "
-                    f"got shape {tuple(t.shape)}"
-                )
-        check_input_dtype("x", x, self.q_proj.weight)
-        check_input_dtype("context", context, self.k_proj.weight)
-        check_bool("return_weights", return_weights)
-        value = context if value is None else value
-        check_tensor("value", value, floating=True, min_ndim=2, dims="(..., T_k, d_v)")
-        if value.shape[-2] != context.shape[-2]:
-            raise ValueError(
-                "value and context must have the same number of keys T_k, got "
-                f"{value.shape[-2]} and {context.shape[-2]}"
-            )
-        weights = _masked_softmax(self.scores(x, context), mask)
-        out = weights @ value  # (..., T_q, d_v)
-        return (out, weights) if return_weights else out
-
-    def extra_repr(self) -> str:
-        return f"d_attn={self.d_attn}"

@@ -43,6 +43,8 @@ __all__ = [
     "check_same_dtype",
     "check_same_device",
     "check_input_dtype",
+    "check_mask",
+    "check_broadcast",
     "check_finite_tensor",
     "check_array",
     "estimate_bytes",
@@ -372,6 +374,32 @@ def check_input_dtype(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
             f"{name} must have the dtype of the layer's weights ({weight.dtype}), got dtype "
             f"{t.dtype}; convert the input ({name}.to({weight.dtype})) or the module "
             f"(module.to({t.dtype}))"
+        )
+
+
+def check_mask(name: str, mask: object) -> torch.Tensor:
+    """A **boolean** attention mask (``True`` = may attend); an additive float mask is a
+    ``TypeError`` (its 0 means "may attend", a bool 0 the opposite): it goes in ``bias``."""
+    check_tensor(name, mask)
+    if mask.dtype != torch.bool:  # type: ignore[union-attr]
+        raise TypeError(
+            f"{name} must be a boolean tensor (True = may attend), got dtype {mask.dtype}; "  # type: ignore[union-attr]
+            "pass an additive float mask as `bias` (or `attn_bias`) instead"
+        )
+    return mask  # type: ignore[return-value]
+
+
+def check_broadcast(name: str, t: torch.Tensor, target: tuple[int, ...], expected: str) -> None:
+    """``ValueError`` unless ``t`` broadcasts to exactly ``target`` (described as ``expected``)."""
+    ok = t.dim() <= len(target)
+    if ok:
+        try:
+            ok = tuple(torch.broadcast_shapes(tuple(t.shape), target)) == tuple(target)
+        except RuntimeError:
+            ok = False
+    if not ok:
+        raise ValueError(
+            f"{name} of shape {tuple(t.shape)} does not broadcast to {expected} = {tuple(target)}"
         )
 
 

@@ -5,7 +5,7 @@ model meets sequences longer than any it was trained on. This module answers wit
 small experiment: the same small decoder (:class:`~mini_transformer.model.TransformerLM`)
 is trained with each positional scheme (``none``, ``learned``, ``sinusoidal``, ``memn2n``,
 ``rope``, ``alibi``) on a synthetic order-sensitive task (by default
-:func:`~mini_transformer.data.copy_offset_task`: "repeat the token ``offset`` steps back")
+:func:`~mini_transformer.tasks.copy_offset_task`: "repeat the token ``offset`` steps back")
 at lengths ``L/2 .. L``, then evaluated on fresh sequences of length ``L``, ``1.5 L`` and
 ``2 L``.
 
@@ -83,7 +83,7 @@ class LabConfig:
     """Everything that defines one lab run (model, task, training budget, evaluation).
 
     Attributes:
-        task: a key of :data:`~mini_transformer.data.SYNTHETIC_TASKS`.
+        task: a key of :data:`~mini_transformer.tasks.SYNTHETIC_TASKS`.
         vocab_size: number of tokens of the task (chance accuracy is about ``1 / vocab_size``).
         offset: the copy distance for ``copy_offset`` (ignored by other tasks).
         train_length: ``L``, the longest training sequence.

@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .alibi import ALiBi
 from .checks import (
     check_bool,
     check_choice,
@@ -51,15 +52,10 @@ from .checks import (
     check_size,
     check_tensor,
 )
-from .data import IGNORE_INDEX  # -100: targets the loss skips (unscored positions)
 from .layers import LayerNorm, TransformerBlock
-from .positional import (
-    ALiBi,
-    LearnedPositionalEmbedding,
-    MemN2NPositionalEncoding,
-    RotaryEmbedding,
-    SinusoidalPositionalEncoding,
-)
+from .memn2n import MemN2NPositionalEncoding
+from .positional import LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
+from .tasks import IGNORE_INDEX  # -100: targets the loss skips (unscored positions)
 
 __all__ = ["POSITIONAL_SCHEMES", "TransformerConfig", "TransformerLM", "evaluate"]
 

@@ -4,19 +4,21 @@ Two halves, tested against each other:
 
 - **Pure math (NumPy, float64).** Each function returns an array of shape
   ``(n_positions, dim)``: :func:`index_encoding`, :func:`normalized_index_encoding`,
-  :func:`binary_encoding`, :func:`sinusoidal_encoding`, :func:`memn2n_encoding`; plus
-  :func:`rotation_matrix` (the linear map that shifts a sinusoidal encoding by an offset),
-  :func:`memn2n_sentence`, :func:`encoding_properties` (the numbers chapter 1 scores encodings
-  with) and the ALiBi helpers :func:`alibi_slopes` / :func:`alibi_bias` (torch, since they are
-  fed straight into attention).
-- **Torch modules** used by the model: :class:`SinusoidalPositionalEncoding`,
-  :class:`LearnedPositionalEmbedding`, :class:`MemN2NPositionalEncoding` (each maps
-  ``(B, T, d_model) -> (B, T, d_model)``) and :class:`RotaryEmbedding` (applied to queries and
-  keys of shape ``(B, n_heads, T, d_head)`` inside attention).
+  :func:`binary_encoding`, :func:`sinusoidal_encoding`; plus :func:`rotation_matrix` (the
+  linear map that shifts a sinusoidal encoding by an offset) and :func:`encoding_properties`
+  (the numbers chapter 1 scores encodings with).
+- **Torch modules** used by the model: :class:`SinusoidalPositionalEncoding` and
+  :class:`LearnedPositionalEmbedding` (each maps ``(B, T, d_model) -> (B, T, d_model)``) and
+  :class:`RotaryEmbedding` (applied to queries and keys of shape ``(B, n_heads, T, d_head)``
+  inside attention).
+
+Two schemes with a paper and an idea of their own live in their own modules and are
+importable from here too: MemN2N's multiplicative encoding (:mod:`mini_transformer.memn2n`:
+``memn2n_encoding``, ``memn2n_sentence``, ``MemN2NPositionalEncoding``) and ALiBi's linear
+attention bias (:mod:`mini_transformer.alibi`: ``alibi_slopes``, ``alibi_bias``, ``ALiBi``).
 
 Notation follows the book: ``pos`` (0-based position), ``i`` (frequency index),
-``d_model``, ``T`` (sequence length), ``offset`` (a shift in positions), and for MemN2N the
-paper's 1-based ``j`` (word) and ``k`` (dimension) with sentence length ``J``.
+``d_model``, ``T`` (sequence length), ``offset`` (a shift in positions).
 """
 
 from __future__ import annotations
@@ -27,7 +29,14 @@ import numpy as np
 import torch
 from torch import nn
 
+# Re-exported (the book's API contract names them here); documented in their own modules.
+from .alibi import ALiBi as ALiBi
+from .alibi import alibi_bias as alibi_bias
+from .alibi import alibi_slopes as alibi_slopes
 from .checks import check_array, check_choice, check_float, check_int, check_size, check_tensor
+from .memn2n import MemN2NPositionalEncoding as MemN2NPositionalEncoding
+from .memn2n import memn2n_encoding as memn2n_encoding
+from .memn2n import memn2n_sentence as memn2n_sentence
 
 __all__ = [
     "index_encoding",
@@ -36,16 +45,10 @@ __all__ = [
     "sinusoidal_frequencies",
     "sinusoidal_encoding",
     "rotation_matrix",
-    "memn2n_encoding",
-    "memn2n_sentence",
     "encoding_properties",
-    "alibi_slopes",
-    "alibi_bias",
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEmbedding",
-    "MemN2NPositionalEncoding",
     "RotaryEmbedding",
-    "ALiBi",
 ]
 
 LAYOUTS = ("interleaved", "concat")
@@ -247,45 +250,6 @@ def rotation_matrix(offset: float, d_model: int, base: float = 10000.0) -> np.nd
     return R
 
 
-# --------------------------------------------------------------------------- MemN2N
-def memn2n_encoding(sentence_length: int, d_model: int) -> np.ndarray:
-    r"""The position encoding of End-To-End Memory Networks (Sukhbaatar et al., 2015).
-
-    $$l_{kj} = \left(1 - \frac{j}{J}\right) - \frac{k}{d}\left(1 - \frac{2j}{J}\right),
-    \quad j = 1, \dots, J, \; k = 1, \dots, d$$
-
-    with the paper's 1-based word index $j$ and dimension index $k$. Row ``j - 1`` of the
-    result is the vector $l_j$ that multiplies word $j$'s embedding element-wise. It depends on
-    ``J``: the same position gets a different vector in sentences of different length.
-
-    Args:
-        sentence_length: $J \geq 1$.
-        d_model: $d \geq 1$.
-
-    Returns:
-        float64 array of shape ``(J, d)``; ``out[j-1, k-1] = l_kj``.
-    """
-    J = _check_int("sentence_length", sentence_length)
-    d = _check_int("d_model", d_model)
-    check_size("the encoding (sentence_length, d_model)", (J, d), np.float64)
-    j = np.arange(1, J + 1, dtype=np.float64)[:, None]
-    k = np.arange(1, d + 1, dtype=np.float64)[None, :]
-    return (1 - j / J) - (k / d) * (1 - 2 * j / J)
-
-
-def memn2n_sentence(x: np.ndarray) -> np.ndarray:
-    r"""MemN2N's sentence representation $m = \sum_j l_j \odot x_j$.
-
-    Args:
-        x: word embeddings of shape ``(..., J, d)`` (NumPy array or anything array-like).
-
-    Returns:
-        float64 array of shape ``(..., d)``.
-    """
-    x = check_array("x", x, min_ndim=2, dims="(..., J, d)")
-    return (memn2n_encoding(x.shape[-2], x.shape[-1]) * x).sum(axis=-2)
-
-
 # --------------------------------------------------------------------------- properties
 def encoding_properties(pe: np.ndarray, decimals: int = 12) -> dict:
     r"""The numbers chapter 1 scores an encoding with, computed from its matrix.
@@ -344,68 +308,6 @@ def encoding_properties(pe: np.ndarray, decimals: int = 12) -> dict:
         "value_max": float(pe.max()),
         "max_abs": float(np.abs(pe).max()),
     }
-
-
-# --------------------------------------------------------------------------- ALiBi
-def alibi_slopes(n_heads: int) -> torch.Tensor:
-    r"""The per-head slopes $m_h$ of ALiBi (Press et al., 2021).
-
-    For ``n_heads`` a power of two, a geometric sequence that starts at $2^{-8/n}$ with ratio
-    $2^{-8/n}$: $m_h = 2^{-8h/n}$, $h = 1, \dots, n$ (for 8 heads: 1/2, 1/4, ..., 1/256).
-    Otherwise the paper's rule: take the slopes of the closest power of two $m < n$, then
-    append every other slope of $2m$ heads until there are $n$.
-
-    Args:
-        n_heads: ``n_heads >= 1``.
-
-    Returns:
-        float32 tensor of shape ``(n_heads,)``, decreasing, in ``(0, 1)``.
-    """
-    n_heads = _check_int("n_heads", n_heads)
-    check_size("the slopes (n_heads,)", (n_heads,), torch.float32)
-
-    def power_of_two(n: int) -> list[float]:
-        start = 2.0 ** (-8.0 / n)
-        return [start ** (h + 1) for h in range(n)]
-
-    if n_heads & (n_heads - 1) == 0:
-        slopes = power_of_two(n_heads)
-    else:
-        m = 2 ** math.floor(math.log2(n_heads))
-        slopes = power_of_two(m) + power_of_two(2 * m)[0::2][: n_heads - m]
-    return torch.tensor(slopes, dtype=torch.float32)
-
-
-def alibi_bias(n_heads: int, T_q: int, T_k: int | None = None) -> torch.Tensor:
-    r"""ALiBi's additive attention bias, $b_{h,i,j} = -m_h\,|i - j|$.
-
-    For $j \le i$ (the keys a causal query may see) this is $-m_h (i - j)$, the paper's
-    linear penalty on distance; for $j > i$ it is the symmetric $-m_h (j - i)$, which a causal
-    mask removes anyway (masking is separate: combine with ``attention.causal_mask``). When
-    ``T_k > T_q`` the queries are taken to be the *last* ``T_q`` of ``T_k`` positions (as when
-    decoding with a cache): query ``i`` sits at position ``i + T_k - T_q``.
-
-    Args:
-        n_heads: ``n_heads >= 1``.
-        T_q: number of queries, ``T_q >= 1``.
-        T_k: number of keys, ``T_k >= T_q`` (default ``T_q``).
-
-    Returns:
-        float32 tensor of shape ``(n_heads, T_q, T_k)``, to be added to the attention scores.
-    """
-    T_q = _check_int("T_q", T_q)
-    T_k = T_q if T_k is None else _check_int("T_k", T_k)
-    if T_k < T_q:
-        raise ValueError(
-            f"T_k must be >= T_q (queries are the last T_q of T_k positions), "
-            f"got T_q={T_q}, T_k={T_k}"
-        )
-    n_heads = _check_int("n_heads", n_heads)
-    check_size("the bias (n_heads, T_q, T_k)", (n_heads, T_q, T_k), torch.float32)
-    slopes = alibi_slopes(n_heads)  # (h,)
-    i = torch.arange(T_k - T_q, T_k, dtype=torch.float32)[:, None]  # (T_q, 1)
-    j = torch.arange(T_k, dtype=torch.float32)[None, :]  # (1, T_k)
-    return -slopes[:, None, None] * (i - j).abs()  # (h, T_q, T_k)
 
 
 # --------------------------------------------------------------------------- torch modules
@@ -513,36 +415,6 @@ class LearnedPositionalEmbedding(nn.Module):
         return f"max_len={self.max_len}, d_model={self.d_model}, init_std={self.init_std}"
 
 
-class MemN2NPositionalEncoding(nn.Module):
-    r"""MemN2N's multiplicative encoding: ``x * l`` with $l$ from :func:`memn2n_encoding`.
-
-    ``J`` is the length ``T`` of the input, so the same position is scaled differently in
-    sequences of different length (the encoding is relative to the sentence, not absolute).
-    Summing the result over ``T`` gives MemN2N's sentence vector (:func:`memn2n_sentence`).
-
-    Args:
-        d_model: embedding dimension, at least 1.
-
-    Shape:
-        ``(B, T, d_model) -> (B, T, d_model)``.
-    """
-
-    def __init__(self, d_model: int) -> None:
-        super().__init__()
-        self.d_model = _check_int("d_model", d_model)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_input(x, "x", 3, self.d_model, "d_model")
-        J, d = x.shape[1], self.d_model
-        j = torch.arange(1, J + 1, dtype=torch.float64, device=x.device)[:, None]
-        k = torch.arange(1, d + 1, dtype=torch.float64, device=x.device)[None, :]
-        l = (1 - j / J) - (k / d) * (1 - 2 * j / J)  # (J, d), the paper's l_kj
-        return x * l.to(dtype=x.dtype)
-
-    def extra_repr(self) -> str:
-        return f"d_model={self.d_model}"
-
-
 class RotaryEmbedding(nn.Module):
     r"""Rotary position embedding (RoPE, Su et al., 2021) for queries and keys.
 
@@ -627,36 +499,3 @@ class RotaryEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"d_head={self.d_head}, base={self.base}, max_len={self.max_len}"
-
-
-class ALiBi(nn.Module):
-    r"""ALiBi's bias :func:`alibi_bias` as a module attention holds (Press et al., 2022).
-
-    The table for ``max_len`` positions is built once and sliced per call (the bias depends
-    on ``i - j`` only, so slicing is exact); longer sequences get a table built for them.
-    One instance is shared by every attention layer of a model, as :class:`RotaryEmbedding`.
-
-    Shape:
-        ``forward(T_q, T_k=None)`` -> ``(n_heads, T_q, T_k)``, the queries being the last
-        ``T_q`` of ``T_k`` positions.
-    """
-
-    def __init__(self, n_heads: int, max_len: int) -> None:
-        super().__init__()
-        self.n_heads = _check_int("n_heads", n_heads)
-        self.max_len = _check_int("max_len", max_len)
-        shape = (self.n_heads, self.max_len, self.max_len)
-        check_size("the ALiBi table (n_heads, max_len, max_len)", shape, torch.float32)
-        self.register_buffer("bias", alibi_bias(n_heads, max_len), persistent=False)
-
-    def forward(self, T_q: int, T_k: int | None = None) -> torch.Tensor:
-        T_q = _check_int("T_q", T_q)
-        T_k = T_q if T_k is None else _check_int("T_k", T_k)
-        if T_k < T_q:
-            raise ValueError(f"T_k must be >= T_q, got T_q={T_q}, T_k={T_k}")
-        if T_k <= self.bias.shape[-1]:
-            return self.bias[:, T_k - T_q : T_k, :T_k]  # (n_heads, T_q, T_k)
-        return alibi_bias(self.n_heads, T_q, T_k).to(self.bias.device)
-
-    def extra_repr(self) -> str:
-        return f"n_heads={self.n_heads}, max_len={self.max_len}"

@@ -22,7 +22,7 @@ PyTorch's default ``nn.Linear`` initialisation:
 - ``"scaled"``: :math:`q \\cdot k / \\sqrt{d_k}` with :math:`q = W^Q x_q`, :math:`k = W^K x_j`;
 - ``"unscaled"``: :math:`q \\cdot k`;
 - ``"additive"``: :math:`w^\\top \\tanh(W_q x_q + W_k x_j + b)`
-  (:class:`~mini_transformer.attention.AdditiveAttention` with hidden width ``d_k``).
+  (:class:`~mini_transformer.additive.AdditiveAttention` with hidden width ``d_k``).
 
 Run (29 minutes of wall time on a 2-core machine shared with other jobs, one thread; results
 committed for the book)::
@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import AdditiveAttention
+from .additive import AdditiveAttention
 
 __all__ = ["SCORE_KINDS", "ScoreModel", "retrieval_batch", "train_scores", "main"]
 

@@ -29,11 +29,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mini_transformer import additive, alibi, masks, memn2n, paths, tasks
 from mini_transformer import attention as A
 from mini_transformer import data as D
 from mini_transformer import layers as L
 from mini_transformer import model as M
 from mini_transformer import positional as P
+from mini_transformer.additive import AdditiveAttention, additive_scores
 
 # A few examples per property keeps the suite at a few seconds inside `make test`; for a deeper
 # search run e.g. `PROPERTY_EXAMPLES=300 pytest tests/test_properties.py`.
@@ -748,7 +750,7 @@ def test_additive_scores_valid(lead, tq, tk, d, dtype):
     q = torch.randn(*lead, tq, d, dtype=dtype)
     k = torch.randn(*lead, tk, d, dtype=dtype)
     w = torch.randn(d, dtype=dtype)
-    s = A.additive_scores(q, k, w)
+    s = additive_scores(q, k, w)
     assert s.shape == (*lead, tq, tk) and s.dtype == dtype
     assert torch.isfinite(s).all()
     assert (s.abs() <= w.abs().sum() + 1e-6).all()  # |tanh| <= 1
@@ -772,7 +774,7 @@ def test_additive_scores_valid(lead, tq, tk, d, dtype):
 def test_additive_scores_names_a_bad_argument(case):
     name, make = case
     q, k, w = torch.randn(3, 4), torch.randn(5, 4), torch.randn(4)
-    rejects(lambda: A.additive_scores(*make(q, k, w)), name)
+    rejects(lambda: additive_scores(*make(q, k, w)), name)
 
 
 @FAST
@@ -785,7 +787,7 @@ def test_additive_scores_names_a_bad_argument(case):
     masked=st.booleans(),
 )
 def test_additive_attention_valid(dq, dk, da, tq, tk, masked):
-    layer = A.AdditiveAttention(dq, dk, da)
+    layer = AdditiveAttention(dq, dk, da)
     x, c = torch.randn(2, tq, dq), torch.randn(2, tk, dk)
     mask = torch.rand(tq, tk) > 0.5 if masked else None
     out, weights = layer(x, c, mask=mask, return_weights=True)
@@ -797,11 +799,11 @@ def test_additive_attention_valid(dq, dk, da, tq, tk, masked):
 @given(arg=st.sampled_from(["d_query", "d_key", "d_attn"]), bad=bad_int())
 def test_additive_attention_names_a_bad_size(arg, bad):
     sizes = {"d_query": 3, "d_key": 3, "d_attn": 3} | {arg: bad}
-    rejects(lambda: A.AdditiveAttention(**sizes), arg)
+    rejects(lambda: AdditiveAttention(**sizes), arg)
 
 
 def test_additive_attention_names_bad_inputs():
-    layer = A.AdditiveAttention(3, 4, 5)
+    layer = AdditiveAttention(3, 4, 5)
     x, c = torch.randn(2, 3), torch.randn(6, 4)
     rejects(lambda: layer(x.long(), c), "x")
     rejects(lambda: layer(torch.randn(2, 7), c), "x")
@@ -1016,7 +1018,7 @@ NOT_COVERED = {  # public callables without arguments to get wrong
 
 def _public_callables() -> set[str]:
     names = set()
-    for module in (P, A, L, D, M):
+    for module in (P, memn2n, alibi, A, masks, additive, L, paths, D, tasks, M):
         for name in module.__all__:
             obj = getattr(module, name)
             if callable(obj) and not isinstance(obj, dict):  # lru_cache-wrapped functions too

@@ -23,10 +23,16 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = [
     "positional",
+    "memn2n",
+    "alibi",
     "attention",
+    "masks",
+    "additive",
     "layers",
+    "paths",
     "model",
     "data",
+    "tasks",
     "train",
     "exercises",
     "lab",

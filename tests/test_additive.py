@@ -11,12 +11,8 @@ import math
 import pytest
 import torch
 
-from mini_transformer.attention import (
-    AdditiveAttention,
-    additive_scores,
-    causal_mask,
-    scaled_dot_product_attention,
-)
+from mini_transformer.additive import AdditiveAttention, additive_scores
+from mini_transformer.attention import causal_mask, scaled_dot_product_attention
 
 torch.set_num_threads(1)
 
