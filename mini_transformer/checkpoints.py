@@ -40,7 +40,7 @@ import torch
 
 from .checks import check_int
 from .data import ASSETS_DIR, CharTokenizer, load_corpus
-from .model import TransformerConfig, TransformerLM
+from .model import SCHEMES, TransformerConfig, TransformerLM
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -269,14 +269,7 @@ def load_checkpoint(
 
 def _buffer_bytes(c: TransformerConfig) -> int:
     """Bytes of the tables a ``TransformerLM`` of config ``c`` builds besides its parameters."""
-    n = 0
-    if c.positional == "alibi":
-        n += c.n_heads * c.block_size**2
-    if c.positional == "sinusoidal":
-        n += max(4096, c.block_size) * c.d_model * 2  # float64 table, then float32
-    if c.positional == "rope":
-        n += 2 * c.block_size * c.d_head
-    return 4 * n
+    return 4 * SCHEMES[c.positional].table_floats(c)  # float32 entries
 
 
 def _check_declared_config(path: Path, ckpt: dict) -> TransformerConfig:

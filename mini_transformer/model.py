@@ -22,9 +22,10 @@ The positional schemes (``TransformerConfig.positional``):
 - ``"rope"``: rotary embedding applied to queries and keys in every attention layer.
 - ``"alibi"``: a per-head linear distance penalty added to the attention scores.
 
-The first four act on the input (the table ``INPUT_SCHEMES``); the last two inside attention,
-so the model builds one ``RotaryEmbedding`` or ``ALiBi`` and gives it to every attention
-layer when it is constructed (nothing positional is passed on a forward call).
+The first four act on the input, the last two inside attention: the model builds one
+``RotaryEmbedding`` or ``ALiBi`` and gives it to every attention layer when it is
+constructed (nothing positional is passed on a forward call). Each scheme is one row of
+:data:`SCHEMES` (:class:`PositionalScheme`); nothing else in the model compares scheme names.
 
 Initialisation follows GPT-2 (Radford et al. 2019, as in nanoGPT): every linear and
 embedding weight :math:`\sim \mathcal{N}(0, 0.02^2)`, biases zero, and the two projections
@@ -35,6 +36,7 @@ use std :math:`0.02/\sqrt{2 n_\text{layers}}`, because ``2 n_layers`` of them ar
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -57,27 +59,69 @@ from .memn2n import MemN2NPositionalEncoding
 from .positional import LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
 from .tasks import IGNORE_INDEX  # -100: targets the loss skips (unscored positions)
 
-__all__ = ["POSITIONAL_SCHEMES", "TransformerConfig", "TransformerLM", "evaluate"]
-
-POSITIONAL_SCHEMES = ("none", "learned", "sinusoidal", "memn2n", "rope", "alibi")
-"""The accepted values of ``TransformerConfig.positional``."""
-
-#: Schemes whose forward pass accepts sequences longer than ``block_size``.
-EXTRAPOLATING_SCHEMES = ("none", "sinusoidal", "memn2n", "rope", "alibi")
+__all__ = [
+    "POSITIONAL_SCHEMES",
+    "SCHEMES",
+    "PositionalScheme",
+    "TransformerConfig",
+    "TransformerLM",
+    "evaluate",
+]
 
 #: Longest sequence a sinusoidal table is built for (at least ``block_size``).
 MAX_LEN = 4096
 
-#: The input-side schemes: config -> the module applied to the token embeddings before the
-#: first block (``None``: nothing). ``"rope"`` and ``"alibi"`` act inside attention instead.
-INPUT_SCHEMES = {
-    "none": lambda c: None,
-    "learned": lambda c: LearnedPositionalEmbedding(c.block_size, c.d_model, init_std=0.02),
-    "sinusoidal": lambda c: SinusoidalPositionalEncoding(
-        c.d_model, max_len=max(MAX_LEN, c.block_size)
+
+@dataclass(frozen=True)
+class PositionalScheme:
+    """Where one positional scheme acts: the model reads its row of :data:`SCHEMES`, once.
+
+    Attributes:
+        input: config -> the module applied to the token embeddings before the first block
+            (``None``: nothing acts on the input).
+        rotary: the model builds one ``RotaryEmbedding`` and gives it to every attention layer.
+        alibi: the model builds one ``ALiBi`` and gives it to every attention layer.
+        scale_embeddings: multiply the token embeddings by :math:`\\sqrt{d_\\text{model}}`
+            first (Vaswani et al., section 3.4).
+        extrapolates: accepts sequences longer than ``block_size``.
+        table_floats: config -> float32 entries of the non-parameter tables it builds (what a
+            checkpoint's declared config would allocate besides the weights).
+    """
+
+    input: Callable[[TransformerConfig], nn.Module | None] = lambda c: None
+    rotary: bool = False
+    alibi: bool = False
+    scale_embeddings: bool = False
+    extrapolates: bool = True
+    table_floats: Callable[[TransformerConfig], int] = lambda c: 0
+
+
+SCHEMES: dict[str, PositionalScheme] = {
+    "none": PositionalScheme(),
+    "learned": PositionalScheme(
+        input=lambda c: LearnedPositionalEmbedding(c.block_size, c.d_model, init_std=0.02),
+        extrapolates=False,
     ),
-    "memn2n": lambda c: MemN2NPositionalEncoding(c.d_model),
+    "sinusoidal": PositionalScheme(
+        input=lambda c: SinusoidalPositionalEncoding(c.d_model, max_len=_sinusoidal_len(c)),
+        scale_embeddings=True,
+        table_floats=lambda c: 2 * _sinusoidal_len(c) * c.d_model,  # float64, then float32
+    ),
+    "memn2n": PositionalScheme(input=lambda c: MemN2NPositionalEncoding(c.d_model)),
+    "rope": PositionalScheme(rotary=True, table_floats=lambda c: 2 * c.block_size * c.d_head),
+    "alibi": PositionalScheme(alibi=True, table_floats=lambda c: c.n_heads * c.block_size**2),
 }
+"""The positional schemes, each in one row: everything the model does differently per scheme."""
+
+POSITIONAL_SCHEMES = tuple(SCHEMES)
+"""The accepted values of ``TransformerConfig.positional``."""
+
+#: Schemes whose forward pass accepts sequences longer than ``block_size``.
+EXTRAPOLATING_SCHEMES = tuple(name for name, s in SCHEMES.items() if s.extrapolates)
+
+
+def _sinusoidal_len(c: TransformerConfig) -> int:
+    return max(MAX_LEN, c.block_size)
 
 
 @dataclass
@@ -124,7 +168,7 @@ class TransformerConfig:
                 f"and n_heads={self.n_heads}"
             )
         check_choice("positional", self.positional, POSITIONAL_SCHEMES)
-        if self.positional == "rope" and (self.d_model // self.n_heads) % 2:
+        if SCHEMES[self.positional].rotary and (self.d_model // self.n_heads) % 2:
             raise ValueError(
                 "d_model // n_heads must be even for positional='rope' (it rotates pairs), "
                 f"got {self.d_model // self.n_heads}"
@@ -181,13 +225,12 @@ class TransformerLM(nn.Module):
             raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
         self.config = c = config
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
-        self.embed_scale = math.sqrt(c.d_model) if c.positional == "sinusoidal" else 1.0
-        self.pos_emb: nn.Module | None = INPUT_SCHEMES.get(c.positional, lambda c: None)(c)
+        scheme = SCHEMES[c.positional]
+        self.embed_scale = math.sqrt(c.d_model) if scheme.scale_embeddings else 1.0
+        self.pos_emb: nn.Module | None = scheme.input(c)
         # attention-side schemes: one instance, shared by every attention layer
-        self.rotary = (
-            RotaryEmbedding(c.d_head, max_len=c.block_size) if c.positional == "rope" else None
-        )
-        self.alibi = ALiBi(c.n_heads, c.block_size) if c.positional == "alibi" else None
+        self.rotary = RotaryEmbedding(c.d_head, max_len=c.block_size) if scheme.rotary else None
+        self.alibi = ALiBi(c.n_heads, c.block_size) if scheme.alibi else None
         self.drop = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(
@@ -245,8 +288,9 @@ class TransformerLM(nn.Module):
                 "embedding has no vector for unseen positions (crop the input, or use a scheme "
                 f"from {EXTRAPOLATING_SCHEMES})"
             )
-        if c.positional == "sinusoidal" and T > self.pos_emb.max_len:
-            raise ValueError(f"T={T} exceeds the sinusoidal table's max_len={self.pos_emb.max_len}")
+        table = getattr(self.pos_emb, "max_len", T)  # an input-side table's length
+        if T > table:
+            raise ValueError(f"T={T} exceeds the {c.positional} table's max_len={table}")
         # A data-dependent check: reading min/max makes a GPU host wait, so it is skipped
         # when compiled and when the caller checked the ids already (the training loop
         # checks the whole corpus once and sets ``check_token_ids = False``).

@@ -284,3 +284,37 @@ def test_generate_with_a_tiny_temperature_is_greedy_not_nan():
     greedy = model.generate(prompt, 4, temperature=0)
     tiny = model.generate(prompt, 4, temperature=1e-300, generator=torch.Generator().manual_seed(0))
     assert torch.equal(tiny, greedy)
+
+
+# --------------------------------------------------------------------------- the scheme table
+EXPECTED_MODULES = {  # written out by hand, not read from SCHEMES
+    "none": (None, False, False, 1.0),
+    "learned": ("LearnedPositionalEmbedding", False, False, 1.0),
+    "sinusoidal": ("SinusoidalPositionalEncoding", False, False, 4.0),  # sqrt(d_model=16)
+    "memn2n": ("MemN2NPositionalEncoding", False, False, 1.0),
+    "rope": (None, True, False, 1.0),
+    "alibi": (None, False, True, 1.0),
+}
+
+
+@pytest.mark.parametrize("positional", POSITIONAL_SCHEMES)
+def test_each_scheme_builds_exactly_its_own_modules(positional):
+    model = make(positional)
+    input_cls, rotary, alibi, scale = EXPECTED_MODULES[positional]
+    assert (type(model.pos_emb).__name__ if model.pos_emb is not None else None) == input_cls
+    attn = model.blocks[0].attn
+    assert (attn.rotary is not None, attn.alibi is not None) == (rotary, alibi)
+    assert all(b.attn.rotary is attn.rotary and b.attn.alibi is attn.alibi for b in model.blocks)
+    assert model.embed_scale == scale
+
+
+@pytest.mark.parametrize("positional", POSITIONAL_SCHEMES)
+def test_declared_table_size_covers_the_tables_the_model_builds(positional):
+    # The checkpoint loader refuses a config whose tables would not fit in memory, from this
+    # estimate, before building anything: it must not undercount what the model allocates.
+    from mini_transformer.model import SCHEMES
+
+    model = make(positional)
+    built = sum(b.numel() for name, b in model.named_buffers() if b.is_floating_point())
+    estimate = SCHEMES[positional].table_floats(model.config)
+    assert built <= estimate <= 2 * built + 1
