@@ -111,7 +111,7 @@ SCHEMES: dict[str, PositionalScheme] = {
     "rope": PositionalScheme(rotary=True, table_floats=lambda c: 2 * c.block_size * c.d_head),
     "alibi": PositionalScheme(alibi=True, table_floats=lambda c: c.n_heads * c.block_size**2),
 }
-"""The positional schemes, each in one row: everything the model does differently per scheme."""
+"""One row per positional scheme, holding everything the model does differently for it."""
 
 POSITIONAL_SCHEMES = tuple(SCHEMES)
 """The accepted values of ``TransformerConfig.positional``."""
