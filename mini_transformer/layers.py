@@ -376,13 +376,13 @@ class DecoderBlock(TransformerBlock):
             d_ff,
             dropout,
             norm_position,
-            True,
-            fused,
-            activation,
-            eps,
-            bias,
-            rotary,
-            alibi,
+            causal=True,
+            fused=fused,
+            activation=activation,
+            eps=eps,
+            bias=bias,
+            rotary=rotary,
+            alibi=alibi,
         )
         p = self.dropout.p
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=p, bias=bias, fused=fused)
@@ -480,9 +480,11 @@ class TransformerStack(nn.Module):
         self.n_layers = check_int("n_layers", n_layers, low=1)
         self.d_model = check_int("d_model", d_model, low=1)
         self.norm_position = check_choice("norm_position", norm_position, NORM_POSITIONS)
-        args = (d_model, n_heads, d_ff, dropout, norm_position, causal, fused, activation, eps)
-        args += (bias, rotary, alibi)
-        self.blocks = nn.ModuleList(TransformerBlock(*args) for _ in range(n_layers))
+        block = dict(dropout=dropout, norm_position=norm_position, causal=causal, fused=fused)
+        block |= dict(activation=activation, eps=eps, bias=bias, rotary=rotary, alibi=alibi)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(d_model, n_heads, d_ff, **block) for _ in range(n_layers)
+        )
         self.ln_f = LayerNorm(d_model, eps=eps, bias=bias) if norm_position == "pre" else None
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
