@@ -46,6 +46,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 from mini_transformer.attention import MultiHeadAttention
+from mini_transformer.devices import where_it_ran
 
 
 class ConcatQKVMHA(MultiHeadAttention):
@@ -243,6 +244,7 @@ def main(argv: list[str] | None = None) -> dict:
         "causal": causal,
         "repeats": args.repeats,
         "rows": rows,
+        "where_it_ran": where_it_ran(args.device),
     }
     if args.json:
         with open(args.json, "w") as f:

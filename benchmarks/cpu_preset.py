@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from mini_transformer.devices import where_it_ran
 from mini_transformer.loop import _encoded_corpus
 from mini_transformer.train import evaluate, load_model, read_log
 
@@ -64,6 +65,7 @@ def one_run(folder: Path, extra: list[str]) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(log[0]["threads"])
     loss = held_out_loss(folder / "best.pt")
+    where = where_it_ran("cpu")  # with the training run's thread count
     torch.set_num_threads(threads)
     end = log[-1]
     return {
@@ -76,6 +78,7 @@ def one_run(folder: Path, extra: list[str]) -> dict:
         "precision": log[0].get("precision", log[0]["dtype"]),
         "tokens_per_s": log[0]["tokens_per_step"] * end["step"] / end["wall_time_s"],
         "loadavg_1min_before_after": [load, os.getloadavg()[0]],
+        "where_it_ran": where,
     }
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from mini_transformer.devices import where_it_ran
 from mini_transformer.loop import _encoded_corpus
 from mini_transformer.train import (
     evaluate,
@@ -81,6 +82,7 @@ def run_one(cand: dict, threads: int) -> dict:
         "wall_s_loaded": wall,
         "cpu_s": cpu,
         "loadavg_1min_start_end": [load0, os.getloadavg()[0]],
+        "where_it_ran": where_it_ran("cpu"),
     }
 
 

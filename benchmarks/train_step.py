@@ -42,6 +42,7 @@ import time
 
 import torch
 
+from mini_transformer.devices import where_it_ran
 from mini_transformer.model import TransformerLM
 from mini_transformer.precision import autocast, cpu_bf16_features, physical_cores
 from mini_transformer.train import configure_optimizer, get_preset
@@ -132,6 +133,7 @@ def main() -> None:
         "loadavg_before_after": [load_before, os.getloadavg()],
         "matmul_ceiling_flops_per_s": {"fp32": ceiling, "bf16": max(ceilings["bf16"])},
         "shapes": {},
+        "where_it_ran": where_it_ran("cpu"),
     }
     print(
         f"{threads} thread(s), {args.clock} clock, "

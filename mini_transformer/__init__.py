@@ -18,8 +18,8 @@ One module per idea:
   and :mod:`~mini_transformer.devices` (where it ran, peak FLOP/s).
 - :mod:`mini_transformer.lab`: the length-extrapolation lab of chapter 3.
 - :mod:`mini_transformer.stability`: the Post-LN vs Pre-LN experiments of chapter 5.
-- :mod:`mini_transformer.experiments` and :mod:`mini_transformer.cli`: the lab's and the
-  sweep's command lines and the rules every command line follows (repository tooling).
+- :mod:`mini_transformer.cli`: the rules every command line follows (the training command
+  line here; the sweeps behind the committed results are repository tools in ``tools/``).
 - :mod:`mini_transformer.exercises`: the checkers behind the chapters' exercises (the
   machinery in ``exercises/checking.py``, each chapter's exercises in a module of their own).
 - :mod:`mini_transformer.plotting`: notebook set-up and figure defaults.

@@ -1,4 +1,4 @@
-"""What every command line of the package does the same way (train, lab, stability, tools).
+"""What every command line does the same way: the training command line and the tools/ sweeps.
 
 - Arguments and the output path are checked **before** any work: a bad one exits with
   status 2 and a usage message, never a traceback (:func:`run_cli`, argparse types).

@@ -1,8 +1,9 @@
 r"""Where a run happens: the device, its peak FLOP/s, and one record of where it ran.
 
-Shared by the training command line, the chapter-3 lab, the chapter-5 sweep and the
-benchmarks, so that every result file says where it ran in the same words
-(:func:`where_it_ran`).
+Shared by the training command line, the repository's sweeps behind the committed results
+(``tools/``: the chapter-3 lab, the chapter-4 score functions, the chapter-5 sweep) and the
+benchmarks that write a result, so that every result file says where it ran in the same
+words (:func:`where_it_ran`).
 
 MFU (model FLOPs utilisation) divides the FLOP/s a run achieves by the device's peak. On a
 GPU the peak is the vendor's data sheet (dense bf16 tensor cores, :data:`GPU_PEAK_FLOPS`;

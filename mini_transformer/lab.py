@@ -26,31 +26,22 @@ Design choices worth knowing when reading the results:
   learning, so a drop past ``L`` measured under-training as much as extrapolation. The
   results keep every run's loss curve so that one can see where each run stood at the end.
 
-Run the full sweep (18 runs of 10000 steps: about 50 CPU-minutes)::
+The sweep over schemes and seeds that produced the chapter's results, its command line and
+the merging of parts run side by side are repository tools, not part of this package:
+``tools/extrapolation_lab.py`` (18 runs of 10000 steps: the committed sweep took 37
+CPU-minutes, its ``cpu_time_s``), e.g.::
 
-    python -m mini_transformer.lab --out book/data/extrapolation.json
+    python tools/extrapolation_lab.py --out book/data/extrapolation.json
 
-or split it over two processes and merge::
-
-    python -m mini_transformer.lab --schemes none learned sinusoidal --out part1.json
-    python -m mini_transformer.lab --schemes memn2n rope alibi --out part2.json
-    python -m mini_transformer.lab --merge part1.json part2.json --out book/data/extrapolation.json
-
-and a quick one with ``--steps 100 --seeds 0``. ``--eval-lengths 32 48 64 128 256``
-evaluates further out (up to ``8 L``); ``block_size`` is then the longest length. The JSON
-records the command, budget, device, torch version, per-scheme per-length accuracies (mean
-and per seed), learning rates, final losses and loss curves, and the cosine-similarity
-matrix of a trained learned position embedding.
+and a quick one with ``--steps 100 --seeds 0``. The JSON records the command, budget, where
+it ran, torch version, per-scheme per-length accuracies (mean and per seed), learning rates,
+final losses and loss curves, and the cosine-similarity matrix of a trained learned position
+embedding.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import platform
-import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -58,7 +49,6 @@ import torch.nn.functional as F
 from .checks import check_choice, check_float, check_int, check_tensor
 from .core import Schedule, train_step
 from .data import IGNORE_INDEX, SYNTHETIC_TASKS
-from .devices import where_it_ran
 from .model import POSITIONAL_SCHEMES, TransformerConfig, TransformerLM
 
 __all__ = [
@@ -70,8 +60,6 @@ __all__ = [
     "evaluate",
     "learned_position_weight",
     "cosine_similarity_matrix",
-    "loss_curve",
-    "run_lab",
 ]
 
 SCHEMES = POSITIONAL_SCHEMES
@@ -285,133 +273,3 @@ def cosine_similarity_matrix(w: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"w must be a 2-D matrix (positions, d_model), got shape {tuple(w.shape)}")
     u = F.normalize(w.double(), dim=1)
     return u @ u.T
-
-
-def _mean(values: list[float]) -> float | None:
-    vals = [v for v in values if not math.isnan(v)]
-    return sum(vals) / len(vals) if vals else None
-
-
-def _clean(v: float) -> float | None:
-    return None if math.isnan(v) else round(v, 4)
-
-
-def loss_curve(losses: list[float], every: int) -> list[float]:
-    """Mean of ``losses`` over consecutive windows of ``every`` steps (drops a partial one)."""
-    n = len(losses) // every
-    return [round(sum(losses[i * every : (i + 1) * every]) / every, 4) for i in range(n)]
-
-
-def _train_and_evaluate(scheme: str, cfg: LabConfig, seed: int) -> tuple[dict, dict | None]:
-    """One run: ``({accuracy, accuracy_beyond, final_loss, train_seconds, loss_curve}, info)``.
-
-    ``info`` describes the trained learned position table (``None`` for other schemes).
-    """
-    t0 = time.perf_counter()
-    model = make_model(scheme, cfg, seed)
-    w_init = learned_position_weight(model) if scheme == "learned" else None
-    losses = train_model(model, cfg, seed)
-    seconds = time.perf_counter() - t0
-    tail = losses[-50:]
-    run = evaluate(model, cfg, seed) | {
-        "final_loss": round(sum(tail) / len(tail), 4),
-        "train_seconds": round(seconds, 1),
-        "loss_curve": loss_curve(losses, cfg.curve_every),
-    }
-    if w_init is None:
-        return run, None
-    w, L = learned_position_weight(model), cfg.train_length
-    return run, {
-        "seed": seed,
-        "max_len": int(w.shape[0]),
-        "train_length": L,
-        "init_std": round(float(w_init.std()), 4),
-        "untrained_rows_max_change": float((w[L:] - w_init[L:]).abs().max())
-        if w.shape[0] > L
-        else None,
-        "trained_rows_mean_change": round(float((w[:L] - w_init[:L]).norm(dim=1).mean()), 4),
-        "cosine_similarity": [
-            [round(float(v), 4) for v in row] for row in cosine_similarity_matrix(w)
-        ],
-    }
-
-
-def _summarise(cfg: LabConfig, scheme: str, runs: list[dict]) -> dict:
-    """Per-length accuracies (mean over seeds and per seed) and the per-seed training facts."""
-    out = {}
-    for key in ("accuracy", "accuracy_beyond"):
-        out[key] = {}
-        for T in cfg.eval_lengths:
-            vals = [r[key][T] for r in runs]
-            mean = _mean(vals)
-            out[key][str(T)] = {
-                "mean": _clean(mean) if mean is not None else None,
-                "per_seed": [_clean(v) for v in vals],
-            }
-    out["lr"] = cfg.lr_for(scheme)
-    for key in ("final_loss", "train_seconds", "loss_curve"):
-        out[key] = [r[key] for r in runs]
-    return out
-
-
-def run_lab(
-    cfg: LabConfig,
-    seeds: list[int],
-    schemes: tuple[str, ...] | list[str] = SCHEMES,
-    verbose: bool = True,
-    on_progress: Callable[[dict], None] | None = None,
-) -> dict:
-    """Train and evaluate every scheme with every seed; return the JSON-ready result dict.
-
-    Per scheme the result holds the accuracies (mean and per seed), the learning rate used,
-    the final training loss (mean of the last 50 steps) and the loss curve of every seed
-    (see :func:`loss_curve`), so that one can check that training had levelled off.
-    ``on_progress`` is called with the result so far (``"complete": False``) after every
-    run, so that a caller can save it: an interrupted sweep keeps what it finished.
-    """
-    start = time.perf_counter()
-    runs: dict[str, list[dict]] = {}
-    learned_info = None
-
-    def result(complete: bool) -> dict:
-        return {
-            "lab": "length extrapolation (mini_transformer.lab)",
-            "config": asdict(cfg) | {"block_size": cfg.block_size},
-            "seeds": list(seeds),
-            "steps": cfg.steps,
-            "schemes": list(runs),
-            "eval_lengths": list(cfg.eval_lengths),
-            "chance_accuracy": round(1.0 / cfg.vocab_size, 4),
-            "results": {s: _summarise(cfg, s, r) for s, r in runs.items()},
-            "learned_embedding": learned_info,
-            "complete": complete,
-            "wall_time_s": round(time.perf_counter() - start, 1),
-            "torch_version": torch.__version__,
-            "device": f"cpu ({platform.machine()}, {os.cpu_count()} cores, "
-            f"{torch.get_num_threads()} torch thread(s))",
-            "where_it_ran": where_it_ran("cpu"),
-            "python_version": platform.python_version(),
-        }
-
-    for scheme in schemes:
-        runs[scheme] = []
-        for seed in seeds:
-            run, info = _train_and_evaluate(scheme, cfg, seed)
-            runs[scheme].append(run)
-            learned_info = learned_info or info
-            if verbose:
-                accs = " ".join(f"T={T}:{run['accuracy'][T]:.3f}" for T in cfg.eval_lengths)
-                print(
-                    f"{scheme:>10} seed {seed}: loss {run['final_loss']:.3f} {accs} "
-                    f"({run['train_seconds']:.0f}s)",
-                    flush=True,
-                )
-            if on_progress is not None:
-                on_progress(result(complete=False))
-    return result(complete=True)
-
-
-if __name__ == "__main__":  # the command line is repository tooling: see experiments.py
-    from .experiments import lab_main
-
-    lab_main()

@@ -4,8 +4,8 @@ Vaswani et al. (2017, section 3.2.1) motivate the :math:`1/\\sqrt{d_k}` by an ob
 "for small values of :math:`d_k` the two mechanisms perform similarly, additive attention
 outperforms dot product attention without scaling for larger values of :math:`d_k`", which
 they *suspect* is due to saturated softmax gradients. This module trains one attention layer
-with each score function on a small retrieval task, for several ``d_k``, and records the
-result.
+with a given score function and width ``d_k`` on a small retrieval task
+(:func:`train_scores`).
 
 The task (:func:`retrieval_batch`): a sequence holds ``T`` random key vectors
 :math:`x_j \\in \\mathbb{R}^{d_{in}}`, each with a random label :math:`y_j` among ``C``; the
@@ -24,20 +24,16 @@ PyTorch's default ``nn.Linear`` initialisation:
 - ``"additive"``: :math:`w^\\top \\tanh(W_q x_q + W_k x_j + b)`
   (:class:`~mini_transformer.additive.AdditiveAttention` with hidden width ``d_k``).
 
-Run (29 minutes of wall time on a 2-core machine shared with other jobs, one thread; results
-committed for the book)::
+The sweep over ``d_k``, learning rates, score functions and seeds that produced the
+chapter's results is a repository tool, not part of this package (29 minutes of wall time
+on a 2-core machine shared with other jobs, one thread)::
 
-    python -m mini_transformer.scoring --out book/data/04_score_functions.json
+    python tools/score_functions.py --out book/data/04_score_functions.json
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import platform
-import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +41,7 @@ from torch import Tensor, nn
 
 from .additive import AdditiveAttention
 
-__all__ = ["SCORE_KINDS", "ScoreModel", "retrieval_batch", "train_scores", "main"]
+__all__ = ["SCORE_KINDS", "ScoreModel", "retrieval_batch", "train_scores"]
 
 SCORE_KINDS = ("additive", "unscaled", "scaled")
 
@@ -129,45 +125,3 @@ def train_scores(kind: str, d_k: int, lr: float, seed: int = 0, steps: int = 200
         "init_score_std": round(init_std, 4),
         "init_max_weight": round(init_max, 4),
     }
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Command line: train every (kind, d_k, lr, seed) and write the JSON file."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default="book/data/04_score_functions.json")
-    p.add_argument("--d-ks", type=int, nargs="+", default=[4, 16, 64, 256, 1024])
-    p.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 1e-2])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--steps", type=int, default=200)
-    args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    t0 = time.perf_counter()
-    runs = []
-    for lr in args.lrs:
-        for d_k in args.d_ks:
-            for kind in SCORE_KINDS:
-                for seed in args.seeds:
-                    r = train_scores(kind, d_k, lr, seed=seed, steps=args.steps)
-                    runs.append(r)
-                    print(
-                        f"lr={lr:g} d_k={d_k:<5d} {kind:9s} seed={seed} acc={r['accuracy']:.3f} "
-                        f"loss={r['loss']:.3f}",
-                        flush=True,
-                    )
-    res = {
-        "command": "python -m mini_transformer.scoring " + " ".join(sys.argv[1:]),
-        "task": {"T": 16, "d_in": 32, "C": 16, "batch_size": 64, "query_noise": 0.5},
-        "optimizer": "Adam (PyTorch defaults), constant lr",
-        "runs": runs,
-        "wall_time_s": round(time.perf_counter() - t0, 1),
-        "device": f"cpu ({platform.machine()}), torch {torch.__version__}, 1 thread "
-        "(a 2-core machine shared with other jobs: wall time inflated)",
-    }
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
-        f.write("\n")
-    print(f"wrote {args.out} in {res['wall_time_s']} s")
-
-
-if __name__ == "__main__":
-    main()

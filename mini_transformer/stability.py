@@ -15,14 +15,13 @@ symbols again. Only the second half is predictable; the loss reported is the mea
 cross-entropy (nats) on those ``K`` positions. A model that has not learned to copy sits
 at :math:`\\ln V` (uniform guess); a perfect copier reaches 0.
 
-Run the full sweep (3 seeds per configuration, 48 training runs of 11 to 25 s each on one CPU
-thread: about ten minutes; results committed for the book)::
+The sweep over placements, learning rates, warm-ups and seeds that produced the chapter's
+results (its command line, and the per-configuration summary over the seeds: mean, min and
+max of the final loss, how many seeds learned the copy, the mean training curve) is a
+repository tool, not part of this package: ``tools/stability_sweep.py`` (3 seeds per
+configuration, 48 training runs of 11 to 25 s each on one CPU thread: about ten minutes)::
 
-    python -m mini_transformer.stability --seeds 0 1 2 --out book/data/05_stability.json
-
-The JSON file keeps every run (per-seed final loss and training curve) and, per
-configuration, a summary over the seeds (:func:`summarize_runs`): mean, min and max of the
-final loss, how many seeds learned the copy, and the mean training curve.
+    python tools/stability_sweep.py --seeds 0 1 2 --out book/data/05_stability.json
 
 Everything runs on CPU with one thread and fixed seeds, so the notebook can re-run one
 configuration and get the same numbers as the JSON file.
@@ -30,12 +29,7 @@ configuration and get the same numbers as the JSON file.
 
 from __future__ import annotations
 
-import itertools
 import math
-import platform
-import sys
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -44,7 +38,6 @@ from torch import Tensor, nn
 
 from .checks import check_choice, check_float, check_int
 from .core import Schedule, train_step
-from .devices import where_it_ran
 from .layers import ACTIVATIONS, TransformerStack
 
 LEARNED_BELOW = 0.5
@@ -61,8 +54,6 @@ __all__ = [
     "grad_norms_at_init",
     "lr_at",
     "train_run",
-    "summarize_runs",
-    "run_sweep",
 ]
 
 
@@ -256,123 +247,3 @@ def train_run(
         "diverged": diverged,
         "steps_run": step + 1,
     }
-
-
-def summarize_runs(runs: list[dict], learned_below: float = LEARNED_BELOW) -> list[dict]:
-    """Group runs by configuration (placement, learning rate, warm-up) and summarise the seeds.
-
-    A diverged run counts as not learned and is left out of the mean, min and max (they are
-    ``None`` if every seed diverged).
-
-    Returns:
-        one dict per configuration, in the order first seen, with ``norm_position``, ``lr``,
-        ``warmup_steps``, ``seeds``, ``final_losses`` (per seed, ``None`` if diverged),
-        ``mean_final_loss``, ``min_final_loss``, ``max_final_loss``, ``n_learned`` (final
-        loss below ``learned_below``), ``n_diverged``, ``n_seeds`` and ``mean_losses`` (the
-        training curve averaged over the seeds, ``None`` if a run stopped early).
-    """
-    groups: dict[tuple, list[dict]] = {}
-    for r in runs:
-        groups.setdefault((r["norm_position"], r["lr"], r["warmup_steps"]), []).append(r)
-    out = []
-    for (pos, lr, w), rs in groups.items():
-        finals = [r["final_loss"] for r in rs]
-        ok = [f for f in finals if f is not None]
-        curves = [r["losses"] for r in rs]
-        same_length = len({len(c) for c in curves}) == 1 and not any(r["diverged"] for r in rs)
-        out.append(
-            {
-                "norm_position": pos,
-                "lr": lr,
-                "warmup_steps": w,
-                "seeds": [r["seed"] for r in rs],
-                "final_losses": finals,
-                "mean_final_loss": round(sum(ok) / len(ok), 5) if ok else None,
-                "min_final_loss": min(ok) if ok else None,
-                "max_final_loss": max(ok) if ok else None,
-                "n_learned": sum(f is not None and f < learned_below for f in finals),
-                "n_diverged": sum(r["diverged"] for r in rs),
-                "n_seeds": len(rs),
-                "mean_losses": (
-                    [round(sum(v) / len(v), 5) for v in zip(*curves, strict=True)]
-                    if same_length
-                    else None
-                ),
-            }
-        )
-    return out
-
-
-def run_sweep(
-    lrs: tuple[float, ...] = (1e-3, 3e-3, 1e-2, 3e-2),
-    warmups: tuple[int, ...] = (0, 100),
-    steps: int = 300,
-    seeds: tuple[int, ...] = (0, 1, 2),
-    depths: tuple[int, ...] = (6, 12),
-    cfg: StabilityConfig | None = None,
-    verbose: bool = True,
-    on_progress: Callable[[dict], None] | None = None,
-) -> dict:
-    """Both experiments; returns the JSON-ready results dict.
-
-    Every (placement, learning rate, warm-up) configuration is trained once per seed in
-    ``seeds``; ``training.runs`` holds the runs, ``training.summary`` the per-configuration
-    summary of :func:`summarize_runs`. ``on_progress`` is called with the results so far
-    (``"complete": False``) after every run, so that an interrupted sweep keeps them.
-    """
-    cfg = cfg or StabilityConfig()
-    t0 = time.perf_counter()
-    grads = {
-        str(L): {pos: grad_norms_at_init(pos, L, cfg=cfg) for pos in ("post", "pre")}
-        for L in depths
-    }
-    t_grad = time.perf_counter() - t0
-    runs: list[dict] = []
-
-    def result(complete: bool) -> dict:
-        return {
-            "command": "python -m mini_transformer.stability " + " ".join(sys.argv[1:]),
-            "config": asdict(cfg),
-            "grad_norms": {"seeds": [0, 1, 2, 3], "layers": grads},
-            "training": {
-                "lrs": list(lrs),
-                "warmups": list(warmups),
-                "steps": steps,
-                "seeds": list(seeds),
-                "optimizer": "Adam(betas=(0.9, 0.98), eps=1e-9), no clipping, "
-                "constant lr after a linear warm-up",
-                "uniform_loss": math.log(cfg.vocab_size),
-                "learned_below": LEARNED_BELOW,
-                "summary": summarize_runs(runs),
-                "runs": runs,
-            },
-            "complete": complete,
-            "wall_time_s": round(time.perf_counter() - t0, 1),
-            "grad_wall_time_s": round(t_grad, 1),
-            "device": f"cpu ({platform.machine()}), torch {torch.__version__}, "
-            f"{torch.get_num_threads()} thread(s)",
-            "where_it_ran": where_it_ran("cpu"),
-            "torch_version": torch.__version__,
-            "python_version": platform.python_version(),
-        }
-
-    for pos, lr, w, seed in itertools.product(("post", "pre"), lrs, warmups, seeds):
-        t1 = time.perf_counter()
-        r = train_run(pos, lr, w, steps=steps, seed=seed, cfg=cfg)
-        r["wall_s"] = round(time.perf_counter() - t1, 2)
-        runs.append(r)
-        if verbose:
-            print(
-                f"{pos:4s} lr={lr:<7g} warmup={w:<4d} seed={seed} final={r['final_loss']} "
-                f"diverged={r['diverged']} ({r['wall_s']:.1f}s)",
-                flush=True,
-            )
-        if on_progress is not None:
-            on_progress(result(complete=False))
-    return result(complete=True)
-
-
-if __name__ == "__main__":  # the command line is repository tooling: see experiments.py
-    from .experiments import stability_main
-
-    stability_main()

@@ -1,12 +1,16 @@
-"""Command lines (train, lab, stability): bad input exits 2 before any work, runtime
-failures exit 1 with one line and no temporary files, sweeps save as they go."""
+"""Command lines (train; the tools of the lab, the stability sweep and the score functions):
+bad input exits 2 before any work, runtime failures exit 1 with one line and no temporary
+files, sweeps save as they go."""
 
 import json
 
+import extrapolation_lab
 import pytest
+import score_functions
+import stability_sweep
 import torch
 
-from mini_transformer import experiments, lab
+from mini_transformer import scoring
 from mini_transformer import stability as S
 from mini_transformer import train as T
 
@@ -115,7 +119,7 @@ def test_export_refuses_an_out_that_would_be_overwritten_by_its_json(tmp_path, c
     ],
 )
 def test_lab_refuses_bad_input_before_training(argv, message, capsys):
-    code, err = exit_code(experiments.lab_main, argv, capsys)
+    code, err = exit_code(extrapolation_lab.main, argv, capsys)
     assert code == 2 and message in err
 
 
@@ -129,13 +133,13 @@ def test_lab_refuses_bad_input_before_training(argv, message, capsys):
     ],
 )
 def test_stability_refuses_bad_input_before_training(argv, message, capsys, tmp_path):
-    code, err = exit_code(experiments.stability_main, argv, capsys)
+    code, err = exit_code(stability_sweep.main, argv, capsys)
     assert code == 2 and message in err
 
 
 def test_an_interrupted_lab_sweep_keeps_the_runs_it_finished(tmp_path, capsys, monkeypatch):
     out = tmp_path / "lab.json"
-    real = lab._train_and_evaluate
+    real = extrapolation_lab._train_and_evaluate
     calls = {"n": 0}
 
     def interrupt_third(*args):
@@ -144,7 +148,7 @@ def test_an_interrupted_lab_sweep_keeps_the_runs_it_finished(tmp_path, capsys, m
             raise KeyboardInterrupt
         return real(*args)
 
-    monkeypatch.setattr(lab, "_train_and_evaluate", interrupt_third)
+    monkeypatch.setattr(extrapolation_lab, "_train_and_evaluate", interrupt_third)
     argv = [
         "--out",
         str(out),
@@ -165,7 +169,7 @@ def test_an_interrupted_lab_sweep_keeps_the_runs_it_finished(tmp_path, capsys, m
         "none",
         "rope",
     ]
-    code, _ = exit_code(experiments.lab_main, argv, capsys)
+    code, _ = exit_code(extrapolation_lab.main, argv, capsys)
     saved = json.loads(out.read_text())
     assert code == 130 and saved["complete"] is False
     assert saved["schemes"] == ["none"] and len(saved["results"]["none"]["final_loss"]) == 2
@@ -186,9 +190,48 @@ def test_an_interrupted_stability_sweep_keeps_the_runs_it_finished(tmp_path, cap
     monkeypatch.setattr(S, "train_run", interrupt_second)
     monkeypatch.setattr(S, "grad_norms_at_init", lambda *a, **k: [0.0])
     code, _ = exit_code(
-        experiments.stability_main,
+        stability_sweep.main,
         ["--out", str(out), "--steps", "2", "--lrs", "1e-3", "--seeds", "0", "1", "--warmups", "0"],
         capsys,
     )
     saved = json.loads(out.read_text())
     assert code == 130 and saved["complete"] is False and len(saved["training"]["runs"]) == 1
+    assert saved["command"].startswith("python tools/stability_sweep.py --out")
+    assert saved["where_it_ran"]["device_type"] == "cpu" and saved["where_it_ran"]["threads"] == 1
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--steps", "0"], "expected a positive integer, got '0'"),
+        (["--d-ks", "16", "0"], "expected a positive integer, got '0'"),
+        (["--lrs", "nan"], "expected a positive number, got 'nan'"),
+        (["--seeds", "-1"], "expected an integer >= 0"),
+        (["--out", "/nonexistent/folder/x.json"], "the folder /nonexistent/folder does not exist"),
+    ],
+)
+def test_score_functions_refuses_bad_input_before_training(argv, message, capsys, monkeypatch):
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained before checking its input")
+
+    monkeypatch.setattr(scoring, "train_scores", no_training)
+    code, err = exit_code(score_functions.main, argv, capsys)
+    assert code == 2 and message in err and "usage:" in err
+
+
+def test_an_interrupted_score_sweep_keeps_the_runs_it_finished(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "s.json"
+    calls = {"n": 0}
+
+    def interrupt_second(kind, d_k, lr, seed=0, steps=200):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return {"kind": kind, "d_k": d_k, "lr": lr, "seed": seed, "accuracy": 0.5, "loss": 1.0}
+
+    monkeypatch.setattr(scoring, "train_scores", interrupt_second)
+    argv = ["--out", str(out), "--d-ks", "4", "--lrs", "0.01", "--seeds", "0", "--steps", "1"]
+    code, _ = exit_code(score_functions.main, argv, capsys)
+    saved = json.loads(out.read_text())
+    assert code == 130 and saved["complete"] is False and saved["runs"][0]["kind"] == "additive"
+    assert len(saved["runs"]) == 1 and not (tmp_path / "s.json.tmp").exists()

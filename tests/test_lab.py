@@ -1,4 +1,5 @@
-"""Tests of the length-extrapolation lab (mini_transformer.lab) and its committed results."""
+"""Tests of the length-extrapolation lab (mini_transformer.lab), its sweep tool
+(tools/extrapolation_lab.py) and its committed results."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import json
 import math
 from pathlib import Path
 
+import extrapolation_lab as tool
 import pytest
 import torch
 
-from mini_transformer import experiments, lab
+from mini_transformer import lab
 from mini_transformer.data import IGNORE_INDEX
+from mini_transformer.devices import where_it_ran
 
 COMMITTED = Path(__file__).resolve().parents[1] / "book" / "data" / "extrapolation.json"
 
@@ -169,8 +172,8 @@ def test_scheme_lr_must_be_positive():
 
 
 def test_loss_curve_averages_consecutive_windows_and_drops_a_partial_one():
-    assert lab.loss_curve([1.0, 3.0, 2.0, 4.0, 9.0], every=2) == [2.0, 3.0]
-    assert lab.loss_curve([1.0], every=2) == []
+    assert tool.loss_curve([1.0, 3.0, 2.0, 4.0, 9.0], every=2) == [2.0, 3.0]
+    assert tool.loss_curve([1.0], every=2) == []
 
 
 def check_schema(result: dict, schemes, seeds, lengths) -> None:
@@ -241,17 +244,18 @@ def test_command_line_writes_the_json_schema(tmp_path, capsys):
         "learned",
     ]
     # the CLI uses the default model size; keep it small by shortening everything else
-    result = experiments.lab_main(argv)
+    result = tool.main(argv)
     assert "wrote" in capsys.readouterr().out
     on_disk = json.loads(out.read_text())
     assert on_disk == json.loads(json.dumps(result))
-    assert on_disk["command"].startswith("python -m mini_transformer.lab --out")
+    assert on_disk["command"].startswith("python tools/extrapolation_lab.py --out")
+    assert on_disk["where_it_ran"] == json.loads(json.dumps(where_it_ran("cpu")))
     check_schema(on_disk, ["none", "learned"], [0, 1], [6, 9, 12])
 
 
 def test_eval_lengths_flag_sets_the_lengths_and_the_block_size(tmp_path, capsys):
     out = tmp_path / "lab.json"
-    result = experiments.lab_main(
+    result = tool.main(
         [
             "--out",
             str(out),
@@ -285,7 +289,7 @@ def test_eval_lengths_flag_sets_the_lengths_and_the_block_size(tmp_path, capsys)
 
 def test_eval_lengths_flag_refuses_non_positive_lengths(capsys):
     with pytest.raises(SystemExit) as exc:
-        experiments.lab_main(["--eval-lengths", "32", "0"])
+        tool.main(["--eval-lengths", "32", "0"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--eval-lengths" in err and "positive integer" in err and "'0'" in err
@@ -299,11 +303,9 @@ TINY_LAB += ["--eval-samples", "4", "--batch-size", "4"]
 def test_parts_run_on_disjoint_schemes_merge_into_one_result(tmp_path, capsys):
     common = TINY_LAB
     a, b, merged = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "ab.json"
-    experiments.lab_main(["--out", str(a), "--schemes", "learned", *common])
-    experiments.lab_main(
-        ["--out", str(b), "--schemes", "none", "alibi", "--scheme-lr", "alibi=0.01", *common]
-    )
-    result = experiments.lab_main(["--merge", str(b), str(a), "--out", str(merged)])
+    tool.main(["--out", str(a), "--schemes", "learned", *common])
+    tool.main(["--out", str(b), "--schemes", "none", "alibi", "--scheme-lr", "alibi=0.01", *common])
+    result = tool.main(["--merge", str(b), str(a), "--out", str(merged)])
     capsys.readouterr()
     check_schema(result, ["none", "learned", "alibi"], [0], [6, 9, 12])  # in SCHEMES order
     part_a, part_b = json.loads(a.read_text()), json.loads(b.read_text())
@@ -320,11 +322,9 @@ def test_parts_run_on_disjoint_schemes_merge_into_one_result(tmp_path, capsys):
 def test_merge_can_attach_a_side_experiment_under_a_key(tmp_path, capsys):
     common = TINY_LAB
     a, side = tmp_path / "a.json", tmp_path / "side.json"
-    experiments.lab_main(["--out", str(a), "--schemes", "rope", *common])
-    experiments.lab_main(
-        ["--out", str(side), "--schemes", "rope", "--scheme-lr", "rope=0.01", *common]
-    )
-    result = experiments.lab_main(["--merge", str(a), "--attach", f"lr_check={side}"])
+    tool.main(["--out", str(a), "--schemes", "rope", *common])
+    tool.main(["--out", str(side), "--schemes", "rope", "--scheme-lr", "rope=0.01", *common])
+    result = tool.main(["--merge", str(a), "--attach", f"lr_check={side}"])
     capsys.readouterr()
     assert result["lr_check"] == json.loads(side.read_text())
     assert result["lr_check"]["results"]["rope"]["lr"] == 0.01
@@ -332,14 +332,14 @@ def test_merge_can_attach_a_side_experiment_under_a_key(tmp_path, capsys):
 
 def test_attach_needs_a_new_key(capsys):
     with pytest.raises(SystemExit) as exc:
-        experiments.lab_main(["--merge", str(COMMITTED), "--attach", "results=x.json"])
+        tool.main(["--merge", str(COMMITTED), "--attach", "results=x.json"])
     assert exc.value.code == 2
     assert "--attach expects KEY=JSON with a new KEY" in capsys.readouterr().err
 
 
 def test_attach_needs_merge(capsys):
     with pytest.raises(SystemExit) as exc:
-        experiments.lab_main(["--attach", "x=y.json", "--steps", "1"])
+        tool.main(["--attach", "x=y.json", "--steps", "1"])
     assert exc.value.code == 2
     assert "--attach only works together with --merge" in capsys.readouterr().err
 
@@ -358,7 +358,7 @@ def test_merging_overlapping_schemes_is_an_error():
         "wall_time_s": 1.0,
     }
     with pytest.raises(ValueError, match="parts must hold disjoint schemes"):
-        experiments.merge_results([part, dict(part)])
+        tool.merge_results([part, dict(part)])
 
 
 def test_merging_different_configurations_is_an_error():
@@ -376,12 +376,12 @@ def test_merging_different_configurations_is_an_error():
     }
     other = dict(part, steps=2, schemes=["rope"])
     with pytest.raises(ValueError, match="cannot merge lab results that differ in 'steps'"):
-        experiments.merge_results([part, other])
+        tool.merge_results([part, other])
 
 
 def test_merging_nothing_is_an_error():
     with pytest.raises(ValueError, match="parts must hold at least one lab result"):
-        experiments.merge_results([])
+        tool.merge_results([])
 
 
 @pytest.mark.skipif(not COMMITTED.exists(), reason="book/data/extrapolation.json not generated yet")

@@ -1,0 +1,56 @@
+"""The benchmarks that write a result record where they ran with the package's one record
+(:func:`mini_transformer.devices.where_it_ran`), run here at toy sizes on the CPU.
+
+(``benchmarks/gpu_step.py`` is tested in ``test_gpu_step.py``; ``benchmarks/cpu_preset.py``
+trains the whole ``cpu`` preset in a subprocess, too slow for the package tests.)"""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from mini_transformer.devices import where_it_ran
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def expected_record() -> dict:
+    return json.loads(json.dumps(where_it_ran("cpu")))
+
+
+def test_the_attention_benchmark_records_where_it_ran(tmp_path, capsys):
+    torch.set_num_threads(1)
+    out = tmp_path / "a.json"
+    argv = ["--T", "8", "--B", "1", "--d-model", "16", "--heads", "2", "--warmup", "0"]
+    result = load_benchmark("attention").main([*argv, "--repeats", "1", "--json", str(out)])
+    capsys.readouterr()
+    assert json.loads(out.read_text())["where_it_ran"] == expected_record()
+    assert result["rows"][0]["T"] == 8
+
+
+def test_the_train_step_benchmark_records_where_it_ran(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "t.json"
+    argv = ["--threads", "1", "--shapes", "cpu", "--rounds", "1", "--steps", "1"]
+    argv += ["--matmul-n", "64", "--json", str(out)]
+    monkeypatch.setattr(sys, "argv", ["train_step.py", *argv])
+    load_benchmark("train_step").main()
+    capsys.readouterr()
+    result = json.loads(out.read_text())
+    assert result["where_it_ran"] == expected_record() and result["threads"] == 1
+    assert set(result["shapes"]) == {"cpu"}
+
+
+def test_the_recipe_sweep_records_where_each_run_ran():
+    cand = {"name": "toy", "steps": 1, "eval_interval": 1, "eval_batches": 1, "held_out": False}
+    rec = load_benchmark("cpu_recipe_sweep").run_one(cand, threads=1)
+    assert rec["where_it_ran"] == expected_record() and rec["name"] == "toy"
+    assert [c["step"] for c in rec["curve"]] == [0, 1]

@@ -1,0 +1,375 @@
+"""Chapter 3's length-extrapolation sweep: train every scheme with every seed, merge parts.
+
+Repository tooling, not reader API: the experiment itself (configuration, model, training,
+evaluation) is :mod:`mini_transformer.lab`; this tool runs it over schemes and seeds,
+summarises the runs and writes the JSON the chapter loads, with the package's command-line
+rules (:mod:`mini_transformer.cli`): every argument and ``--out`` checked before any
+training, the JSON rewritten after every run (``"complete": false`` until the end), exit
+status 2 with a usage message for bad input, 1 for a failure while running, 130 for Ctrl-C.
+
+Usage::
+
+    python tools/extrapolation_lab.py --out FILE [--seeds 0 1 2] [--steps N] [--schemes ...]
+    python tools/extrapolation_lab.py --merge A.json B.json [--attach KEY=C.json] --out FILE
+
+``--scheme-lr alibi=0.01`` gives one scheme its own learning rate; ``--eval-lengths`` sets
+the evaluation lengths (and the model's ``block_size``, the longest). A quick run:
+``--steps 100 --seeds 0``. The committed ``book/data/extrapolation.json`` came from two
+processes side by side, then a merge that attached a one-seed learning-rate check::
+
+    python tools/extrapolation_lab.py --steps 10000 --schemes none learned sinusoidal \\
+        --eval-lengths 32 48 64 128 256 --out runs/part1.json
+    python tools/extrapolation_lab.py --steps 10000 --schemes memn2n rope alibi \\
+        --eval-lengths 32 48 64 128 256 --out runs/part2.json
+    python tools/extrapolation_lab.py --merge runs/part1.json runs/part2.json \\
+        --attach lr_check=runs/lr_check.json --out book/data/extrapolation.json
+
+(the commands are stored in the file; they ran as ``python -m mini_transformer.lab`` with
+the same flags before the command line moved here on 2026-11-23).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+
+import torch
+
+from mini_transformer import lab
+from mini_transformer.cli import (
+    check_output_file,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    run_cli,
+    write_json,
+)
+from mini_transformer.data import SYNTHETIC_TASKS
+from mini_transformer.devices import where_it_ran
+from mini_transformer.lab import SCHEMES, LabConfig
+
+PROG = "python tools/extrapolation_lab.py"
+
+__all__ = ["PROG", "loss_curve", "run_lab", "merge_results", "parser", "main"]
+
+
+def _mean(values: list[float]) -> float | None:
+    vals = [v for v in values if not math.isnan(v)]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _clean(v: float) -> float | None:
+    return None if math.isnan(v) else round(v, 4)
+
+
+def loss_curve(losses: list[float], every: int) -> list[float]:
+    """Mean of ``losses`` over consecutive windows of ``every`` steps (drops a partial one)."""
+    n = len(losses) // every
+    return [round(sum(losses[i * every : (i + 1) * every]) / every, 4) for i in range(n)]
+
+
+def _learned_info(w_init: torch.Tensor, w: torch.Tensor, seed: int, L: int) -> dict:
+    """What training did to a learned position table ``(block_size, d_model)``."""
+    return {
+        "seed": seed,
+        "max_len": int(w.shape[0]),
+        "train_length": L,
+        "init_std": round(float(w_init.std()), 4),
+        "untrained_rows_max_change": float((w[L:] - w_init[L:]).abs().max())
+        if w.shape[0] > L
+        else None,
+        "trained_rows_mean_change": round(float((w[:L] - w_init[:L]).norm(dim=1).mean()), 4),
+        "cosine_similarity": [
+            [round(float(v), 4) for v in row] for row in lab.cosine_similarity_matrix(w)
+        ],
+    }
+
+
+def _train_and_evaluate(scheme: str, cfg: LabConfig, seed: int) -> tuple[dict, dict | None]:
+    """One run: ``({accuracy, accuracy_beyond, final_loss, train_seconds, loss_curve}, info)``.
+
+    ``info`` describes the trained learned position table (``None`` for other schemes).
+    """
+    t0 = time.perf_counter()
+    model = lab.make_model(scheme, cfg, seed)
+    w_init = lab.learned_position_weight(model) if scheme == "learned" else None
+    losses = lab.train_model(model, cfg, seed)
+    seconds = time.perf_counter() - t0
+    tail = losses[-50:]
+    run = lab.evaluate(model, cfg, seed) | {
+        "final_loss": round(sum(tail) / len(tail), 4),
+        "train_seconds": round(seconds, 1),
+        "loss_curve": loss_curve(losses, cfg.curve_every),
+    }
+    if w_init is None:
+        return run, None
+    w = lab.learned_position_weight(model)
+    return run, _learned_info(w_init, w, seed, cfg.train_length)
+
+
+def _summarise(cfg: LabConfig, scheme: str, runs: list[dict]) -> dict:
+    """Per-length accuracies (mean over seeds and per seed) and the per-seed training facts."""
+    out = {}
+    for key in ("accuracy", "accuracy_beyond"):
+        out[key] = {}
+        for T in cfg.eval_lengths:
+            vals = [r[key][T] for r in runs]
+            mean = _mean(vals)
+            out[key][str(T)] = {
+                "mean": _clean(mean) if mean is not None else None,
+                "per_seed": [_clean(v) for v in vals],
+            }
+    out["lr"] = cfg.lr_for(scheme)
+    for key in ("final_loss", "train_seconds", "loss_curve"):
+        out[key] = [r[key] for r in runs]
+    return out
+
+
+def _result(cfg: LabConfig, seeds: list[int], runs: dict, learned, start, complete) -> dict:
+    """The JSON-ready result of the runs so far (``complete``: every run finished)."""
+    return {
+        "lab": "length extrapolation (mini_transformer.lab)",
+        "config": asdict(cfg) | {"block_size": cfg.block_size},
+        "seeds": list(seeds),
+        "steps": cfg.steps,
+        "schemes": list(runs),
+        "eval_lengths": list(cfg.eval_lengths),
+        "chance_accuracy": round(1.0 / cfg.vocab_size, 4),
+        "results": {s: _summarise(cfg, s, r) for s, r in runs.items()},
+        "learned_embedding": learned,
+        "complete": complete,
+        "wall_time_s": round(time.perf_counter() - start, 1),
+        "torch_version": torch.__version__,
+        "device": f"cpu ({platform.machine()}, {os.cpu_count()} cores, "
+        f"{torch.get_num_threads()} torch thread(s))",
+        "where_it_ran": where_it_ran("cpu"),
+        "python_version": platform.python_version(),
+    }
+
+
+def run_lab(
+    cfg: LabConfig,
+    seeds: list[int],
+    schemes: tuple[str, ...] | list[str] = SCHEMES,
+    verbose: bool = True,
+    on_progress: Callable[[dict], None] | None = None,
+) -> dict:
+    """Train and evaluate every scheme with every seed; return the JSON-ready result dict.
+
+    Per scheme the result holds the accuracies (mean and per seed), the learning rate used,
+    the final training loss (mean of the last 50 steps) and the loss curve of every seed
+    (see :func:`loss_curve`), so that one can check that training had levelled off.
+    ``on_progress`` is called with the result so far (``"complete": False``) after every
+    run, so that a caller can save it: an interrupted sweep keeps what it finished.
+    """
+    start = time.perf_counter()
+    runs: dict[str, list[dict]] = {}
+    learned = None
+    for scheme in schemes:
+        runs[scheme] = []
+        for seed in seeds:
+            run, info = _train_and_evaluate(scheme, cfg, seed)
+            runs[scheme].append(run)
+            learned = learned or info
+            if verbose:
+                accs = " ".join(f"T={T}:{run['accuracy'][T]:.3f}" for T in cfg.eval_lengths)
+                print(
+                    f"{scheme:>10} seed {seed}: loss {run['final_loss']:.3f} {accs} "
+                    f"({run['train_seconds']:.0f}s)",
+                    flush=True,
+                )
+            if on_progress is not None:
+                on_progress(_result(cfg, seeds, runs, learned, start, complete=False))
+    return _result(cfg, seeds, runs, learned, start, complete=True)
+
+
+def _shared(part: dict) -> dict:
+    """What parts must agree on to be merged; per-scheme learning rates may differ."""
+    config = {k: v for k, v in part["config"].items() if k != "scheme_lr"}
+    keys = ("seeds", "steps", "eval_lengths", "torch_version")
+    return {k: part[k] for k in keys} | {"config": config}
+
+
+def merge_results(parts: list[dict]) -> dict:
+    """Merge lab results that ran the same configuration on disjoint sets of schemes.
+
+    The sweep can be split across processes (``--schemes``) and merged afterwards
+    (``--merge``). Schemes come out in the order of :data:`mini_transformer.lab.SCHEMES`;
+    ``commands`` lists the command of every part; ``wall_time_s`` is the longest part (the
+    parts ran side by side) and ``cpu_time_s`` their sum.
+    """
+    if not parts:
+        raise ValueError("parts must hold at least one lab result, got none")
+    base = parts[0]
+    for part in parts[1:]:
+        for key, value in _shared(part).items():
+            if value != _shared(base)[key]:
+                raise ValueError(f"cannot merge lab results that differ in {key!r}")
+    seen = [s for part in parts for s in part["schemes"]]
+    if len(seen) != len(set(seen)):
+        raise ValueError(f"parts must hold disjoint schemes, got {seen}")
+    results = {s: part["results"][s] for part in parts for s in part["schemes"]}
+    schemes = [s for s in SCHEMES if s in results]
+    learned = [p["learned_embedding"] for p in parts if p["learned_embedding"] is not None]
+    scheme_lr = {
+        s: lr
+        for p in parts
+        for s, lr in p["config"].get("scheme_lr", {}).items()
+        if s in p["schemes"]
+    }
+    return dict(base) | {
+        "config": base["config"] | {"scheme_lr": scheme_lr},
+        "command": " && ".join(p["command"] for p in parts),
+        "commands": [p["command"] for p in parts],
+        "schemes": schemes,
+        "results": {s: results[s] for s in schemes},
+        "learned_embedding": learned[0] if learned else None,
+        "wall_time_s": max(p["wall_time_s"] for p in parts),
+        "cpu_time_s": round(sum(p.get("cpu_time_s", p["wall_time_s"]) for p in parts), 1),
+        "parts": len(parts),
+    }
+
+
+def _scheme_lr(text: str) -> tuple[str, float]:
+    """argparse type: ``SCHEME=LR`` with a scheme of the lab and a finite ``LR > 0``."""
+    scheme, sep, value = text.partition("=")
+    if not sep or scheme not in SCHEMES:
+        raise argparse.ArgumentTypeError(
+            f"expected SCHEME=LR with SCHEME in {SCHEMES}, got {text!r}"
+        )
+    try:
+        lr = float(value)
+    except ValueError:
+        lr = math.nan
+    if not (lr > 0 and math.isfinite(lr)):
+        raise argparse.ArgumentTypeError(
+            f"expected SCHEME=LR with a positive number LR, got {text!r}"
+        )
+    return scheme, lr
+
+
+def parser() -> argparse.ArgumentParser:
+    """The tool's arguments (also used by the tests to parse the commands stored in JSON)."""
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    p.add_argument("--out", default=None, help="write the JSON results here (default: print only)")
+    p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=positive_int, default=LabConfig.steps)
+    p.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=SCHEMES)
+    p.add_argument("--task", default=LabConfig.task, choices=sorted(SYNTHETIC_TASKS))
+    p.add_argument("--train-length", type=positive_int, default=LabConfig.train_length)
+    p.add_argument("--offset", type=positive_int, default=LabConfig.offset)
+    p.add_argument("--vocab-size", type=positive_int, default=LabConfig.vocab_size)
+    p.add_argument("--batch-size", type=positive_int, default=LabConfig.batch_size)
+    p.add_argument("--lr", type=positive_float, default=LabConfig.lr)
+    p.add_argument("--eval-samples", type=positive_int, default=LabConfig.eval_samples)
+    p.add_argument(
+        "--eval-lengths",
+        type=positive_int,
+        nargs="+",
+        default=None,
+        metavar="T",
+        help="lengths to evaluate at (default: L, 1.5 L, 2 L); the model's "
+        "block_size becomes the longest, so a learned table gets that many rows",
+    )
+    p.add_argument(
+        "--scheme-lr",
+        type=_scheme_lr,
+        nargs="+",
+        default=[],
+        metavar="SCHEME=LR",
+        help="per-scheme peak learning rates, e.g. alibi=0.01 (others use --lr)",
+    )
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads (1 = bit-stable)")
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="merge these result files (disjoint schemes) instead of training",
+    )
+    p.add_argument(
+        "--attach",
+        nargs="+",
+        default=[],
+        metavar="KEY=JSON",
+        help="with --merge: also store these result files under KEY "
+        "(e.g. lr_check=lr.json, a side experiment)",
+    )
+    return p
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not a JSON file ({err})") from None
+
+
+def _merge(args: argparse.Namespace, command: str) -> dict:
+    result = merge_results([_read_json(path) for path in args.merge])
+    result["merge_command"] = command
+    for item in args.attach:
+        key, sep, path = item.partition("=")
+        if not sep or not key or key in result:
+            raise ValueError(f"--attach expects KEY=JSON with a new KEY, got {item!r}")
+        result[key] = _read_json(path)
+    return result
+
+
+def _sweep(args: argparse.Namespace, command: str) -> dict:
+    cfg = LabConfig(
+        task=args.task,
+        vocab_size=args.vocab_size,
+        offset=args.offset,
+        train_length=args.train_length,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        eval_samples=args.eval_samples,
+        scheme_lr=dict(args.scheme_lr),
+        eval_lengths=args.eval_lengths,
+    )
+    torch.set_num_threads(args.threads)
+    head = {"command": command}
+    save = (lambda partial: write_json(head | partial, args.out)) if args.out else None
+    cpu0 = time.process_time()
+    result = head | run_lab(cfg, args.seeds, args.schemes, on_progress=save)
+    result["cpu_time_s"] = round(time.process_time() - cpu0, 1)
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the sweep (or ``--merge`` parts) and write ``--out``; return the result.
+
+    Every argument and ``--out`` are checked before any training; the JSON is rewritten
+    after every run (``"complete": false`` until the end).
+    """
+    p = parser()
+    args = p.parse_args(argv)
+    command = f"{PROG} " + shlex.join(sys.argv[1:] if argv is None else argv)
+
+    def body() -> dict:
+        if args.out:
+            check_output_file(args.out)
+        if args.attach and not args.merge:
+            raise ValueError("--attach only works together with --merge")
+        result = _merge(args, command) if args.merge else _sweep(args, command)
+        if args.out:
+            write_json(result, args.out)
+            print(f"wrote {args.out} ({result['wall_time_s']} s)")
+        return result
+
+    return run_cli(p, body)
+
+
+if __name__ == "__main__":
+    main()
