@@ -52,7 +52,6 @@ __all__ = [
     "TinyCausalLM",
     "copy_task_batch",
     "grad_norms_at_init",
-    "lr_at",
     "train_run",
 ]
 
@@ -176,12 +175,6 @@ def grad_norms_at_init(
     return (total / len(seeds)).tolist()
 
 
-def lr_at(step: int, lr: float, warmup_steps: int) -> float:
-    """The sweep's learning rate: linear warm-up from ``lr / warmup_steps`` to ``lr``, then
-    constant (the shared :class:`~mini_transformer.core.Schedule`, in this sweep's float order)."""
-    return Schedule(lr=lr, warmup_steps=warmup_steps, arithmetic="stability")(step)
-
-
 def train_run(
     norm_position: str,
     lr: float,
@@ -215,7 +208,7 @@ def train_run(
     torch.manual_seed(seed)
     model = TinyCausalLM(cfg, norm_position)
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
-    schedule = Schedule(lr=lr, warmup_steps=warmup_steps, arithmetic="stability")  # = lr_at
+    schedule = Schedule(lr=lr, warmup_steps=warmup_steps, arithmetic="stability")
     data = torch.Generator().manual_seed(1_000 + seed)
     losses: list[float] = []
     diverged = False
