@@ -40,7 +40,8 @@ import torch
 
 from .checks import check_int
 from .data import ASSETS_DIR, CharTokenizer, load_corpus
-from .model import SCHEMES, TransformerConfig, TransformerLM
+from .model import TransformerConfig, TransformerLM
+from .schemes import SCHEMES
 
 __all__ = [
     "CHECKPOINT_FORMAT",

@@ -25,7 +25,7 @@ The positional schemes (``TransformerConfig.positional``):
 The first four act on the input, the last two inside attention: the model builds one
 ``RotaryEmbedding`` or ``ALiBi`` and gives it to every attention layer when it is
 constructed (nothing positional is passed on a forward call). Each scheme is one row of
-:data:`SCHEMES` (:class:`PositionalScheme`); nothing else in the model compares scheme names.
+:data:`~mini_transformer.schemes.SCHEMES`; nothing else in the model compares scheme names.
 
 Initialisation follows GPT-2 (Radford et al. 2019, as in nanoGPT): every linear and
 embedding weight :math:`\sim \mathcal{N}(0, 0.02^2)`, biases zero, and the two projections
@@ -36,7 +36,6 @@ use std :math:`0.02/\sqrt{2 n_\text{layers}}`, because ``2 n_layers`` of them ar
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -55,73 +54,18 @@ from .checks import (
     check_tensor,
 )
 from .layers import LayerNorm, TransformerBlock
-from .memn2n import MemN2NPositionalEncoding
-from .positional import LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
+from .positional import RotaryEmbedding
+
+# The scheme table lives in schemes.py; POSITIONAL_SCHEMES is importable from here too.
+from .schemes import EXTRAPOLATING_SCHEMES, SCHEMES
+from .schemes import POSITIONAL_SCHEMES as POSITIONAL_SCHEMES
 from .tasks import IGNORE_INDEX  # -100: targets the loss skips (unscored positions)
 
 __all__ = [
-    "POSITIONAL_SCHEMES",
-    "SCHEMES",
-    "PositionalScheme",
     "TransformerConfig",
     "TransformerLM",
     "evaluate",
 ]
-
-#: Longest sequence a sinusoidal table is built for (at least ``block_size``).
-MAX_LEN = 4096
-
-
-@dataclass(frozen=True)
-class PositionalScheme:
-    """Where one positional scheme acts: the model reads its row of :data:`SCHEMES`, once.
-
-    Attributes:
-        input: config -> the module applied to the token embeddings before the first block
-            (``None``: nothing acts on the input).
-        rotary: the model builds one ``RotaryEmbedding`` and gives it to every attention layer.
-        alibi: the model builds one ``ALiBi`` and gives it to every attention layer.
-        scale_embeddings: multiply the token embeddings by :math:`\\sqrt{d_\\text{model}}`
-            first (Vaswani et al., section 3.4).
-        extrapolates: accepts sequences longer than ``block_size``.
-        table_floats: config -> float32 entries of the non-parameter tables it builds (what a
-            checkpoint's declared config would allocate besides the weights).
-    """
-
-    input: Callable[[TransformerConfig], nn.Module | None] = lambda c: None
-    rotary: bool = False
-    alibi: bool = False
-    scale_embeddings: bool = False
-    extrapolates: bool = True
-    table_floats: Callable[[TransformerConfig], int] = lambda c: 0
-
-
-SCHEMES: dict[str, PositionalScheme] = {
-    "none": PositionalScheme(),
-    "learned": PositionalScheme(
-        input=lambda c: LearnedPositionalEmbedding(c.block_size, c.d_model, init_std=0.02),
-        extrapolates=False,
-    ),
-    "sinusoidal": PositionalScheme(
-        input=lambda c: SinusoidalPositionalEncoding(c.d_model, max_len=_sinusoidal_len(c)),
-        scale_embeddings=True,
-        table_floats=lambda c: 2 * _sinusoidal_len(c) * c.d_model,  # float64, then float32
-    ),
-    "memn2n": PositionalScheme(input=lambda c: MemN2NPositionalEncoding(c.d_model)),
-    "rope": PositionalScheme(rotary=True, table_floats=lambda c: 2 * c.block_size * c.d_head),
-    "alibi": PositionalScheme(alibi=True, table_floats=lambda c: c.n_heads * c.block_size**2),
-}
-"""One row per positional scheme, holding everything the model does differently for it."""
-
-POSITIONAL_SCHEMES = tuple(SCHEMES)
-"""The accepted values of ``TransformerConfig.positional``."""
-
-#: Schemes whose forward pass accepts sequences longer than ``block_size``.
-EXTRAPOLATING_SCHEMES = tuple(name for name, s in SCHEMES.items() if s.extrapolates)
-
-
-def _sinusoidal_len(c: TransformerConfig) -> int:
-    return max(MAX_LEN, c.block_size)
 
 
 @dataclass
@@ -136,7 +80,7 @@ class TransformerConfig:
         n_layers: number of Transformer blocks.
         d_ff: hidden size of the feed-forward blocks; ``None`` means ``4 * d_model``.
         dropout: probability in ``[0, 1)`` (embedding, attention, residual and FFN dropout).
-        positional: one of :data:`POSITIONAL_SCHEMES`.
+        positional: one of :data:`~mini_transformer.schemes.POSITIONAL_SCHEMES`.
         norm_position: ``"pre"`` (final LayerNorm before the head) or ``"post"``.
         bias: biases in the linear layers and LayerNorms (``False``: none, slightly faster).
         fused_attention: use PyTorch's fused attention kernel.

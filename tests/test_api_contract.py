@@ -78,7 +78,7 @@ def test_a_split_out_name_is_documented_once(public, home, name):
 
 
 def test_a_new_module_defines_what_it_exports():
-    for module in ("memn2n", "alibi", "masks", "additive", "tasks", "paths"):
+    for module in ("memn2n", "alibi", "masks", "additive", "tasks", "paths", "schemes"):
         mod = importlib.import_module(f"mini_transformer.{module}")
         for name in mod.__all__:
             obj = getattr(mod, name)

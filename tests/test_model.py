@@ -312,7 +312,7 @@ def test_each_scheme_builds_exactly_its_own_modules(positional):
 def test_declared_table_size_covers_the_tables_the_model_builds(positional):
     # The checkpoint loader refuses a config whose tables would not fit in memory, from this
     # estimate, before building anything: it must not undercount what the model allocates.
-    from mini_transformer.model import SCHEMES
+    from mini_transformer.schemes import SCHEMES
 
     model = make(positional)
     built = sum(b.numel() for name, b in model.named_buffers() if b.is_floating_point())

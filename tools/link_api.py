@@ -31,6 +31,7 @@ MODULES = [
     "layers",
     "paths",
     "model",
+    "schemes",
     "data",
     "tasks",
     "train",
