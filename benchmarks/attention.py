@@ -46,6 +46,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 from mini_transformer.attention import MultiHeadAttention
+from mini_transformer.cli import non_negative_int, positive_int
 from mini_transformer.devices import where_it_ran
 
 
@@ -162,26 +163,41 @@ def peak_bytes(module, call, x, causal) -> int:
     return peak
 
 
-def main(argv: list[str] | None = None) -> dict:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--T", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
-    p.add_argument("--B", type=int, default=8)
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--T", type=positive_int, nargs="+", default=[64, 128, 256, 512, 1024])
+    p.add_argument("--B", type=positive_int, default=8)
+    p.add_argument("--d-model", type=positive_int, default=256)
+    p.add_argument("--heads", type=positive_int, default=4)
+    p.add_argument("--threads", type=positive_int, default=1)
+    p.add_argument("--warmup", type=non_negative_int, default=2)
+    p.add_argument("--repeats", type=positive_int, default=7)
     p.add_argument("--no-causal", action="store_true", help="unmasked self-attention")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--json", help="also write the results to this JSON file")
-    args = p.parse_args(argv)
+    return p
 
-    torch.set_num_threads(args.threads)
-    causal = not args.no_causal
-    dtype = getattr(torch, args.dtype)
-    variants = make_variants(args.d_model, args.heads, args.device, dtype)
-    gpu = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else None
+
+def measure_row(variants: dict, T: int, args, dtype: torch.dtype, causal: bool) -> dict:
+    """Median times (ms) and allocator peaks (MiB) of every variant at length ``T``."""
+    g = torch.Generator().manual_seed(T)
+    x = torch.randn(args.B, T, args.d_model, generator=g).to(args.device, dtype)
+    x.requires_grad_(True)
+    ms = {n: 1e3 * t for n, t in time_steps(variants, x, causal, args.warmup, args.repeats).items()}
+    mib = {n: peak_bytes(m, c, x, causal) / 2**20 for n, (m, c) in variants.items()}
+    return {
+        "T": T,
+        "ms": ms,
+        "peak_mib": mib,
+        "fused_over_torch": ms["fused"] / ms["torch"],
+        "fusedqkv_over_torch": ms["fused-qkv"] / ms["torch"],
+        "scratch_over_fused": ms["scratch"] / ms["fused"],
+        "mem_scratch_over_fused": mib["scratch"] / mib["fused"],
+    }
+
+
+def print_header(names: list[str], args, causal: bool, gpu: str | None) -> None:
     print(
         f"torch {torch.__version__} | threads {torch.get_num_threads()} | CPU: {cpu_name()}"
         + (f" | GPU: {gpu}" if gpu else "")
@@ -193,7 +209,6 @@ def main(argv: list[str] | None = None) -> dict:
         f"(variants in turn) after {args.warmup} warm-up runs; "
         "peak = allocator peak during one pass"
     )
-    names = list(variants)
     header = (
         f"{'T':>5} | "
         + " | ".join(f"{n + ' ms':>12}" for n in names)
@@ -203,35 +218,34 @@ def main(argv: list[str] | None = None) -> dict:
     )
     print(header)
     print("-" * len(header))
+
+
+def print_row(row: dict, names: list[str]) -> None:
+    ms, mib = row["ms"], row["peak_mib"]
+    print(
+        f"{row['T']:>5} | "
+        + " | ".join(f"{ms[n]:>12.2f}" for n in names)
+        + f" | {row['fused_over_torch']:>11.2f} | {row['fusedqkv_over_torch']:>9.2f}"
+        + f" | {row['scratch_over_fused']:>13.2f} | "
+        + " | ".join(f"{mib[n]:>12.1f}" for n in names)
+        + f" | {row['mem_scratch_over_fused']:>17.1f}",
+        flush=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parser().parse_args(argv)
+    torch.set_num_threads(args.threads)
+    causal = not args.no_causal
+    dtype = getattr(torch, args.dtype)
+    variants = make_variants(args.d_model, args.heads, args.device, dtype)
+    gpu = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else None
+    names = list(variants)
+    print_header(names, args, causal, gpu)
     rows = []
     for T in args.T:
-        g = torch.Generator().manual_seed(T)
-        x = torch.randn(args.B, T, args.d_model, generator=g).to(args.device, dtype)
-        x.requires_grad_(True)
-        ms = {
-            n: 1e3 * t
-            for n, t in time_steps(variants, x, causal, args.warmup, args.repeats).items()
-        }
-        mib = {n: peak_bytes(m, c, x, causal) / 2**20 for n, (m, c) in variants.items()}
-        row = {
-            "T": T,
-            "ms": ms,
-            "peak_mib": mib,
-            "fused_over_torch": ms["fused"] / ms["torch"],
-            "fusedqkv_over_torch": ms["fused-qkv"] / ms["torch"],
-            "scratch_over_fused": ms["scratch"] / ms["fused"],
-            "mem_scratch_over_fused": mib["scratch"] / mib["fused"],
-        }
-        rows.append(row)
-        print(
-            f"{T:>5} | "
-            + " | ".join(f"{ms[n]:>12.2f}" for n in names)
-            + f" | {row['fused_over_torch']:>11.2f} | {row['fusedqkv_over_torch']:>9.2f}"
-            + f" | {row['scratch_over_fused']:>13.2f} | "
-            + " | ".join(f"{mib[n]:>12.1f}" for n in names)
-            + f" | {row['mem_scratch_over_fused']:>17.1f}",
-            flush=True,
-        )
+        rows.append(measure_row(variants, T, args, dtype, causal))
+        print_row(rows[-1], names)
     result = {
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

@@ -42,6 +42,8 @@ import time
 
 import torch
 
+from mini_transformer.cli import positive_int
+from mini_transformer.core import train_step
 from mini_transformer.devices import where_it_ran
 from mini_transformer.model import TransformerLM
 from mini_transformer.precision import autocast, cpu_bf16_features, physical_cores
@@ -74,30 +76,33 @@ def build(shape: str, dropout: float | None, clock):
     x = torch.randint(84, (cfg.batch_size, model.config.block_size), generator=g)
     y = torch.randint(84, x.shape, generator=g)
 
-    def step(precision: str) -> float:
+    def step(precision: str) -> float:  # the training loop's own step (core.train_step)
         t0 = clock()
-        with autocast(precision, "cpu"):
-            _, loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss, _ = train_step(
+            model,
+            opt,
+            x,
+            y,
+            cfg.lr,
+            grad_clip=cfg.grad_clip,
+            autocast=lambda: autocast(precision, "cpu"),
+        )
         loss.item()
         return clock() - t0
 
     return model, x, step
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: one per physical core)"
+        "--threads", type=positive_int, help="torch threads (default: one per physical core)"
     )
     p.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["gpu", "cpu"])
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
-    p.add_argument("--steps", type=int, default=3, help="timed steps per precision per round")
+    p.add_argument("--rounds", type=positive_int, default=3, help="interleaved rounds")
+    p.add_argument("--steps", type=positive_int, default=3, help="timed steps per round")
     p.add_argument("--dropout", type=float, default=None, help="override the presets' dropout")
-    p.add_argument("--matmul-n", type=int, default=2048, help="size of the ceiling matmul")
+    p.add_argument("--matmul-n", type=positive_int, default=2048, help="ceiling matmul size")
     p.add_argument(
         "--clock",
         choices=sorted(CLOCKS),
@@ -105,14 +110,11 @@ def main() -> None:
         help="wall clock, or the thread's CPU time (--threads 1 only)",
     )
     p.add_argument("--json", help="also write the results to this file")
-    args = p.parse_args()
+    return p
 
-    threads = args.threads or physical_cores()
-    if args.clock == "cpu" and threads != 1:
-        p.error("--clock cpu needs --threads 1 (a second thread's time is not counted)")
-    clock = CLOCKS[args.clock]
-    torch.set_num_threads(threads)
-    load_before = os.getloadavg()
+
+def measure(args, clock) -> tuple[dict, dict, dict]:
+    """Interleaved rounds: ``(built shapes, step times per (shape, precision), ceilings)``."""
     built = {s: build(s, args.dropout, clock) for s in args.shapes}
     times = {(s, pr): [] for s in args.shapes for pr in ("fp32", "bf16")}
     ceilings = {"fp32": [], "bf16": []}
@@ -123,7 +125,53 @@ def main() -> None:
             for pr in ("fp32", "bf16"):
                 step(pr)  # warm-up (allocator, autocast caches)
                 times[(s, pr)] += [step(pr) for _ in range(args.steps)]
-    ceiling = max(ceilings["fp32"])
+    return built, times, {k: max(v) for k, v in ceilings.items()}
+
+
+def shape_record(name: str, model, x, times: dict, ceiling: float) -> dict:
+    """One shape's record (fp32 and bf16 step times, rates, speed-up), printed as it goes."""
+    tokens = x.numel()
+    flops = model.flops_per_token() * tokens
+    c = model.config
+    rec = {
+        "config": c.to_dict(),
+        "batch_size": x.shape[0],
+        "n_parameters": model.num_parameters(),
+        "tokens_per_step": tokens,
+        "step_flops": flops,
+    }
+    print(
+        f"{name} shape: d_model {c.d_model}, {c.n_layers} layers, context {c.block_size}, "
+        f"batch {x.shape[0]}, dropout {c.dropout} ({rec['n_parameters'] / 1e6:.2f}M params)"
+    )
+    for pr in ("fp32", "bf16"):
+        t = times[(name, pr)]
+        best, median = min(t), statistics.median(t)
+        rec[pr] = {
+            "step_time_s": {"min": best, "median": median, "n": len(t)},
+            "tokens_per_s": tokens / best,
+            "achieved_flops_per_s": flops / best,
+            "fraction_of_fp32_ceiling": flops / best / ceiling,
+        }
+        print(
+            f"  {pr}: step {best * 1e3:7.1f} ms (median {median * 1e3:.1f}), "
+            f"{tokens / best:8.0f} tok/s, {flops / best / 1e9:6.1f} GFLOP/s = "
+            f"{flops / best / ceiling:6.1%} of the fp32 ceiling"
+        )
+    rec["bf16_speedup"] = rec["fp32"]["step_time_s"]["min"] / rec["bf16"]["step_time_s"]["min"]
+    print(f"  bf16 speed-up {rec['bf16_speedup']:.2f}x")
+    return rec
+
+
+def main() -> None:
+    p = parser()
+    args = p.parse_args()
+    threads = args.threads or physical_cores()
+    if args.clock == "cpu" and threads != 1:
+        p.error("--clock cpu needs --threads 1 (a second thread's time is not counted)")
+    torch.set_num_threads(threads)
+    load_before = os.getloadavg()
+    built, times, ceilings = measure(args, CLOCKS[args.clock])
     result = {
         "device": platform.processor() or platform.machine(),
         "cpu_bf16": cpu_bf16_features(),
@@ -131,8 +179,7 @@ def main() -> None:
         "clock": args.clock,
         "torch": torch.__version__,
         "loadavg_before_after": [load_before, os.getloadavg()],
-        "matmul_ceiling_flops_per_s": {"fp32": ceiling, "bf16": max(ceilings["bf16"])},
-        "shapes": {},
+        "matmul_ceiling_flops_per_s": ceilings,
         "where_it_ran": where_it_ran("cpu"),
     }
     print(
@@ -141,41 +188,12 @@ def main() -> None:
         f"native bf16: {result['cpu_bf16']}"
     )
     print(
-        f"matmul ceiling ({args.matmul_n}^2): fp32 {ceiling / 1e9:.0f} GFLOP/s, "
-        f"bf16 {max(ceilings['bf16']) / 1e9:.0f} GFLOP/s"
+        f"matmul ceiling ({args.matmul_n}^2): fp32 {ceilings['fp32'] / 1e9:.0f} GFLOP/s, "
+        f"bf16 {ceilings['bf16'] / 1e9:.0f} GFLOP/s"
     )
-    for s, (model, x, _) in built.items():
-        tokens = x.numel()
-        flops = model.flops_per_token() * tokens
-        rec = {
-            "config": model.config.to_dict(),
-            "batch_size": x.shape[0],
-            "n_parameters": model.num_parameters(),
-            "tokens_per_step": tokens,
-            "step_flops": flops,
-        }
-        c = model.config
-        print(
-            f"{s} shape: d_model {c.d_model}, {c.n_layers} layers, context {c.block_size}, "
-            f"batch {x.shape[0]}, dropout {c.dropout} ({rec['n_parameters'] / 1e6:.2f}M params)"
-        )
-        for pr in ("fp32", "bf16"):
-            t = times[(s, pr)]
-            best = min(t)
-            rec[pr] = {
-                "step_time_s": {"min": best, "median": statistics.median(t), "n": len(t)},
-                "tokens_per_s": tokens / best,
-                "achieved_flops_per_s": flops / best,
-                "fraction_of_fp32_ceiling": flops / best / ceiling,
-            }
-            print(
-                f"  {pr}: step {best * 1e3:7.1f} ms (median {statistics.median(t) * 1e3:.1f}), "
-                f"{tokens / best:8.0f} tok/s, {flops / best / 1e9:6.1f} GFLOP/s = "
-                f"{flops / best / ceiling:6.1%} of the fp32 ceiling"
-            )
-        rec["bf16_speedup"] = rec["fp32"]["step_time_s"]["min"] / rec["bf16"]["step_time_s"]["min"]
-        print(f"  bf16 speed-up {rec['bf16_speedup']:.2f}x")
-        result["shapes"][s] = rec
+    result["shapes"] = {
+        s: shape_record(s, model, x, times, ceilings["fp32"]) for s, (model, x, _) in built.items()
+    }
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
