@@ -185,15 +185,22 @@ def show_heatmaps(
     the last one). By default the scale runs from the smallest to the largest entry of all the
     matrices; attention weights pass ``vmin=0, vmax=1``.
 
+    Chapter 4 draws attention weights, gradient maps and cross-attention heads with it, chapter
+    6 the heads of a trained model.
+
     Args:
         matrices: array-like (tensor, array, or list of them) of shape ``(rows, cols, n_q,
             n_k)``, ``(cols, n_q, n_k)`` (one row) or ``(n_q, n_k)`` (one panel). A matrix's
             rows are queries (y axis), its columns keys (x axis).
-        xlabel, ylabel: axis labels, under the bottom row and left of the first column.
+        xlabel: the x-axis label, under each panel of the bottom row.
+        ylabel: the y-axis label, left of each panel of the first column.
         titles: one title per panel, ``rows * cols`` of them in row-major order.
-        xticklabels, yticklabels: ``n_k`` and ``n_q`` labels (words, characters); x labels
-            longer than two characters are slanted so that neighbours do not overlap.
-        cmap: a matplotlib colormap name. vmin, vmax: the ends of the shared colour scale.
+        xticklabels: ``n_k`` labels, one per key (words, characters); labels longer than two
+            characters are slanted so that neighbours do not overlap.
+        yticklabels: ``n_q`` labels, one per query.
+        cmap: a matplotlib colormap name.
+        vmin: the low end of the shared colour scale (default: the smallest entry).
+        vmax: the high end of the shared colour scale (default: the largest entry).
         annotate: text written in every cell: a format string such as ``"{:.2f}"`` applied to
             each entry, or strings of the shape of ``matrices`` (e.g. ``"X"`` where masked).
         fontsize: size of the tick labels and annotations (``None``: matplotlib's default).
