@@ -149,10 +149,36 @@ def _annotations(annotate: object, m: np.ndarray, given: tuple[int, ...]) -> np.
     return texts.reshape(m.shape)
 
 
-def _color_limits(m: np.ndarray, vmin: object, vmax: object) -> tuple[float, float]:
-    """The shared colour scale: ``vmin``/``vmax`` where given, else the entries' min/max."""
-    lo = float(m.min()) if vmin is None else check_float("vmin", vmin)
-    hi = float(m.max()) if vmax is None else check_float("vmax", vmax)
+def _blank_cells(
+    blank: object, m: np.ndarray, given: tuple[int, ...], color: object
+) -> np.ndarray | None:
+    """``blank`` as a boolean array of shape ``m.shape`` (None: no blank cell)."""
+    from matplotlib.colors import is_color_like
+
+    if not is_color_like(color):
+        raise ValueError(
+            f"blank_color must be a matplotlib colour such as 'lightgrey', got {color!r}"
+        )
+    if blank is None:
+        return None
+    if isinstance(blank, torch.Tensor):
+        blank = blank.detach().cpu().numpy()
+    cells = np.asarray(blank)
+    if cells.dtype != np.bool_:
+        raise TypeError(f"blank must be None or a boolean array, got dtype {cells.dtype}")
+    if cells.shape not in (given, m.shape):
+        raise ValueError(f"blank must have the shape of matrices {given}, got shape {cells.shape}")
+    return cells.reshape(m.shape)
+
+
+def _color_limits(
+    m: np.ndarray, vmin: object, vmax: object, blank: np.ndarray | None
+) -> tuple[float, float]:
+    """The shared colour scale: ``vmin``/``vmax`` where given, else the min/max of the
+    entries on the scale (all of them, or those not ``blank`` when any is not)."""
+    shown = m[~blank] if blank is not None and not blank.all() else m
+    lo = float(shown.min()) if vmin is None else check_float("vmin", vmin)
+    hi = float(shown.max()) if vmax is None else check_float("vmax", vmax)
     if lo >= hi and (vmin is not None or vmax is not None):
         raise ValueError(
             f"vmin must be smaller than vmax (the largest entry when vmax is not given), "
@@ -173,6 +199,8 @@ def show_heatmaps(
     vmin: float | None = None,
     vmax: float | None = None,
     annotate: Any = None,
+    blank: Any = None,
+    blank_color: str = "lightgrey",
     fontsize: float | None = None,
     colorbar: bool = True,
     figsize: tuple[float, float] | None = None,
@@ -203,6 +231,13 @@ def show_heatmaps(
         vmax: the high end of the shared colour scale (default: the largest entry).
         annotate: text written in every cell: a format string such as ``"{:.2f}"`` applied to
             each entry, or strings of the shape of ``matrices`` (e.g. ``"X"`` where masked).
+        blank: ``None``, or booleans of the shape of ``matrices``: True cells are drawn in
+            ``blank_color``, off the colour scale. Why: the palest colour of a scale starting
+            at 0 (Blues' ``#f7fbff``) is hard to tell from a small value's, so cells that are
+            *exactly* zero (a masked key, a gradient that cannot flow) are better set apart,
+            e.g. ``blank=G == 0``. The default limits then come from the other cells.
+        blank_color: a matplotlib colour for the blank cells (default: light grey, a neutral
+            colour that a hued colormap such as Blues never takes).
         fontsize: size of the tick labels and annotations (``None``: matplotlib's default).
         colorbar: draw one colour bar for the whole grid.
         figsize: figure size in inches (``None``: 2.6 per column and 2.4 per row, plus margins).
@@ -227,7 +262,8 @@ def show_heatmaps(
     yticks = _check_labels("yticklabels", yticklabels, n_q, "labels (one per query, n_q)")
     if not (isinstance(cmap, str) and cmap in mpl.colormaps):
         raise ValueError(f"cmap must be a matplotlib colormap name such as 'Blues', got {cmap!r}")
-    lo, hi = _color_limits(m, vmin, vmax)
+    blanks = _blank_cells(blank, m, given, blank_color)
+    lo, hi = _color_limits(m, vmin, vmax, blanks)
     texts = _annotations(annotate, m, given)
     if fontsize is not None:
         check_float("fontsize", fontsize, low=0, low_open=True)
@@ -239,8 +275,10 @@ def show_heatmaps(
     for name, inches in zip(("figsize width", "figsize height"), figsize, strict=True):
         check_float(name, inches, low=0, low_open=True)
     fig, axes = plt.subplots(rows, cols, figsize=figsize, squeeze=False, layout="constrained")
+    colors = mpl.colormaps[cmap].with_extremes(bad=blank_color)
     for (r, c), ax in np.ndenumerate(axes):
-        im = ax.imshow(m[r, c], cmap=cmap, vmin=lo, vmax=hi)
+        panel = m[r, c] if blanks is None else np.ma.masked_array(m[r, c], mask=blanks[r, c])
+        im = ax.imshow(panel, cmap=colors, vmin=lo, vmax=hi)
         ax.grid(False)
         ax.set_title(titles[r * cols + c] if titles else "")
         if xticks:

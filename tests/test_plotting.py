@@ -143,6 +143,24 @@ def test_heatmaps_annotate_with_given_strings_in_the_shape_of_matrices():
     assert ((1, 0), "X") in _texts(axes[0, 0])
 
 
+def test_heatmaps_draw_blank_cells_off_the_scale_in_their_own_colour():
+    g = torch.tensor([[[1.3, 0.0], [0.5, 0.2]], [[0.3, 0.1], [0.2, 0.35]]])  # (2, 2, 2)
+    _, axes = plotting.show_heatmaps(g, xlabel="x", ylabel="y", vmin=0, blank=g == 0)
+    zero = axes[0, 0].images[0]
+    assert np.array_equal(np.ma.getmaskarray(zero.get_array()), [[False, True], [False, False]])
+    assert not np.ma.getmaskarray(axes[0, 1].images[0].get_array()).any()
+    assert zero.get_clim() == (0.0, np.float32(1.3))
+    grey = matplotlib.colors.to_rgba("lightgrey")
+    assert zero.to_rgba(zero.get_array())[0, 1].tolist() == list(grey)  # the blank cell
+    assert zero.to_rgba(zero.get_array())[1, 1].tolist() != list(grey)  # 0.2: on the scale
+    assert zero.get_cmap().name == "Blues"
+    # without vmin, the scale starts at the smallest entry that is not blank (0.1, not 0)
+    _, axes = plotting.show_heatmaps(g, xlabel="x", ylabel="y", blank=g == 0, blank_color="red")
+    im = axes[0, 1].images[0]
+    assert im.get_clim()[0] == np.float32(0.1)
+    assert axes[0, 0].images[0].to_rgba(np.ma.masked_all((1,)))[0].tolist() == [1.0, 0, 0, 1.0]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
@@ -162,6 +180,9 @@ def test_heatmaps_annotate_with_given_strings_in_the_shape_of_matrices():
         ({"vmin": 1, "vmax": 0}, ValueError, "vmin must be smaller than vmax"),
         ({"vmin": 5}, ValueError, "vmin must be smaller than vmax"),
         ({"annotate": np.full((2, 3), "x")}, ValueError, "annotate must be a format string"),
+        ({"blank": np.zeros((2, 2, 3))}, TypeError, "blank must be None or a boolean array"),
+        ({"blank": np.zeros((2, 3), dtype=bool)}, ValueError, "blank must have the shape"),
+        ({"blank_color": "greyish"}, ValueError, "blank_color must be a matplotlib colour"),
         ({"fontsize": 0}, ValueError, "fontsize must be a finite number > 0"),
         ({"colorbar": 1}, TypeError, "colorbar must be True or False"),
         ({"figsize": 4}, TypeError, "figsize must be None or"),
