@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 from pathlib import Path
@@ -39,7 +38,7 @@ import numpy as np
 import torch
 
 from .checks import check_int
-from .data import ASSETS_DIR, CharTokenizer, load_corpus
+from .data import ASSETS_DIR, CharTokenizer
 from .model import TransformerConfig, TransformerLM
 from .schemes import SCHEMES
 
@@ -285,7 +284,7 @@ def _check_declared_config(path: Path, ckpt: dict) -> TransformerConfig:
         "blocks.0.ffn.linear1.weight": (config.d_ff, config.d_model),
         f"blocks.{config.n_layers - 1}.ln1.weight": (config.d_model,),
     }
-    if config.positional == "learned":
+    if SCHEMES[config.positional].learned_table:
         expected["pos_emb.weight"] = (config.block_size, config.d_model)
     for key, shape in expected.items():
         t = state.get(key) if isinstance(state, dict) else None
@@ -307,10 +306,6 @@ def _check_declared_config(path: Path, ckpt: dict) -> TransformerConfig:
     return config
 
 
-def _encoded_corpus_tokenizer() -> CharTokenizer:
-    return CharTokenizer.from_text(load_corpus("all"))
-
-
 def load_model(
     path: str | Path, device: str | torch.device = "cpu"
 ) -> tuple[TransformerLM, CharTokenizer, dict]:
@@ -327,7 +322,7 @@ def load_model(
     tok = (
         CharTokenizer.from_dict(ckpt["tokenizer"])
         if ckpt.get("tokenizer")
-        else _encoded_corpus_tokenizer()
+        else CharTokenizer.from_corpus()
     )
     if tok.vocab_size != model.config.vocab_size:
         raise ValueError(
@@ -442,8 +437,3 @@ def is_finite_state(model: torch.nn.Module) -> bool:
     """Whether every parameter and buffer of ``model`` is finite (one host sync)."""
     flags = [torch.isfinite(t).all() for t in model.state_dict().values() if t.is_floating_point()]
     return bool(torch.stack(flags).all()) if flags else True
-
-
-def is_good_loss(value: float | None) -> bool:
-    """A loss a checkpoint may be written with: a finite number."""
-    return value is not None and math.isfinite(value)

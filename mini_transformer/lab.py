@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn.functional as F
 
+from . import schemes
 from .checks import check_choice, check_float, check_int, check_tensor
 from .core import Schedule, train_step
 from .data import IGNORE_INDEX, SYNTHETIC_TASKS
@@ -259,7 +260,7 @@ def evaluate(model: TransformerLM, cfg: LabConfig, seed: int = 0) -> dict[str, d
 
 def learned_position_weight(model: TransformerLM) -> torch.Tensor:
     """A copy of the ``(block_size, d_model)`` table of a ``"learned"`` model's positions."""
-    if model.config.positional != "learned":
+    if not schemes.SCHEMES[model.config.positional].learned_table:
         raise ValueError(
             "model has no learned position embedding (positional must be 'learned', "
             f"got {model.config.positional!r})"

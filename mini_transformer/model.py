@@ -226,7 +226,7 @@ class TransformerLM(nn.Module):
         if B == 0 or T == 0:
             raise ValueError(f"{name} must have B >= 1 and T >= 1, got shape {tuple(idx.shape)}")
         c = self.config
-        if T > c.block_size and c.positional not in EXTRAPOLATING_SCHEMES:
+        if T > c.block_size and not SCHEMES[c.positional].extrapolates:
             raise ValueError(
                 f"sequence length T={T} exceeds block_size={c.block_size}: a learned position "
                 "embedding has no vector for unseen positions (crop the input, or use a scheme "

@@ -39,6 +39,8 @@ class PositionalScheme:
         scale_embeddings: multiply the token embeddings by :math:`\\sqrt{d_\\text{model}}`
             first (Vaswani et al., section 3.4).
         extrapolates: accepts sequences longer than ``block_size``.
+        learned_table: the model holds a trained ``(block_size, d_model)`` table,
+            ``pos_emb.weight``.
         table_floats: config -> float32 entries of the non-parameter tables it builds (what a
             checkpoint's declared config would allocate besides the weights).
     """
@@ -48,6 +50,7 @@ class PositionalScheme:
     alibi: bool = False
     scale_embeddings: bool = False
     extrapolates: bool = True
+    learned_table: bool = False
     table_floats: Callable[[TransformerConfig], int] = lambda c: 0
 
 
@@ -56,6 +59,7 @@ SCHEMES: dict[str, PositionalScheme] = {
     "learned": PositionalScheme(
         input=lambda c: LearnedPositionalEmbedding(c.block_size, c.d_model, init_std=0.02),
         extrapolates=False,
+        learned_table=True,
     ),
     "sinusoidal": PositionalScheme(
         input=lambda c: SinusoidalPositionalEncoding(c.d_model, max_len=_sinusoidal_len(c)),

@@ -54,3 +54,24 @@ def test_the_recipe_sweep_records_where_each_run_ran():
     rec = load_benchmark("cpu_recipe_sweep").run_one(cand, threads=1)
     assert rec["where_it_ran"] == expected_record() and rec["name"] == "toy"
     assert [c["step"] for c in rec["curve"]] == [0, 1]
+
+
+def test_the_step_ab_benchmark_refuses_bad_candidates_before_timing(capsys):
+    import pytest
+
+    ab = load_benchmark("cpu_step_ab")
+    for argv in (["1", '[{"n_layers": 0}]', "1"], ["1", "not json", "1"], ["0", "[{}]", "1"]):
+        with pytest.raises(SystemExit) as exit_info:
+            ab.main(argv)
+        assert exit_info.value.code == 2
+        assert "usage:" in capsys.readouterr().err
+
+
+def test_the_step_ab_benchmark_times_the_loops_own_step(capsys, monkeypatch):
+    ab = load_benchmark("cpu_step_ab")
+    calls = []
+    real = ab.train_step
+    monkeypatch.setattr(ab, "train_step", lambda *a, **k: calls.append(k) or real(*a, **k))
+    ab.main(["1", '[{"batch_size": 2, "block_size": 16, "d_model": 32, "n_heads": 2}]', "1"])
+    assert "ms/step" in capsys.readouterr().out
+    assert len(calls) == 4 and all(k["grad_clip"] > 0 for k in calls)  # warm-up + 3, clipped

@@ -318,3 +318,11 @@ def test_declared_table_size_covers_the_tables_the_model_builds(positional):
     built = sum(b.numel() for name, b in model.named_buffers() if b.is_floating_point())
     estimate = SCHEMES[positional].table_floats(model.config)
     assert built <= estimate <= 2 * built + 1
+
+
+@pytest.mark.parametrize("positional", POSITIONAL_SCHEMES)
+def test_learned_table_flag_matches_the_parameters_built(positional):
+    from mini_transformer.schemes import SCHEMES
+
+    names = dict(make(positional).named_parameters())
+    assert SCHEMES[positional].learned_table == ("pos_emb.weight" in names)

@@ -55,6 +55,7 @@ from mini_transformer.cli import (
 from mini_transformer.data import SYNTHETIC_TASKS
 from mini_transformer.devices import where_it_ran
 from mini_transformer.lab import SCHEMES, LabConfig
+from mini_transformer.schemes import SCHEMES as SCHEME_TABLE
 
 PROG = "python tools/extrapolation_lab.py"
 
@@ -100,7 +101,7 @@ def _train_and_evaluate(scheme: str, cfg: LabConfig, seed: int) -> tuple[dict, d
     """
     t0 = time.perf_counter()
     model = lab.make_model(scheme, cfg, seed)
-    w_init = lab.learned_position_weight(model) if scheme == "learned" else None
+    w_init = lab.learned_position_weight(model) if SCHEME_TABLE[scheme].learned_table else None
     losses = lab.train_model(model, cfg, seed)
     seconds = time.perf_counter() - t0
     tail = losses[-50:]
