@@ -14,6 +14,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,8 @@ __all__ = [
     "check_output_file",
     "write_json",
     "run_cli",
+    "command_line",
+    "run_sweep_cli",
 ]
 
 
@@ -122,3 +125,35 @@ def run_cli(parser: argparse.ArgumentParser, body: Callable[[], object]):
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+
+
+def command_line(prog: str, argv: list[str] | None) -> str:
+    """The command as it was typed (``argv``, or ``sys.argv``), for a result's ``"command"``."""
+    return f"{prog} " + shlex.join(sys.argv[1:] if argv is None else argv)
+
+
+def run_sweep_cli(
+    parser: argparse.ArgumentParser,
+    out: str | Path,
+    command: str,
+    sweep: Callable[[Callable[[dict], None]], dict],
+) -> dict:
+    """:func:`run_cli` for a sweep that writes one JSON file, as the ``tools/`` sweeps do.
+
+    Checks ``out`` before any work, runs ``sweep(save)`` on one torch thread (``save``
+    rewrites ``out`` with the result so far after every run), writes the final result with
+    ``"command"`` first, and says where it went. Returns the result.
+    """
+    import torch  # only the sweeps need it; the training CLI imports cli.py too
+
+    head = {"command": command}
+
+    def body() -> dict:
+        check_output_file(out)
+        torch.set_num_threads(1)
+        result = head | sweep(lambda so_far: write_json(head | so_far, out))
+        write_json(result, out)
+        print(f"wrote {out} in {result['wall_time_s']} s")
+        return result
+
+    return run_cli(parser, body)

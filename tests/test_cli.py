@@ -9,6 +9,7 @@ import pytest
 import score_functions
 import stability_sweep
 import torch
+from tiny_runs import TINY_LAB
 
 from mini_transformer import scoring
 from mini_transformer import stability as S
@@ -152,19 +153,10 @@ def test_an_interrupted_lab_sweep_keeps_the_runs_it_finished(tmp_path, capsys, m
     argv = [
         "--out",
         str(out),
+        *TINY_LAB,
         "--seeds",
         "0",
         "1",
-        "--steps",
-        "2",
-        "--train-length",
-        "6",
-        "--offset",
-        "2",
-        "--eval-samples",
-        "4",
-        "--batch-size",
-        "4",
         "--schemes",
         "none",
         "rope",
@@ -235,3 +227,9 @@ def test_an_interrupted_score_sweep_keeps_the_runs_it_finished(tmp_path, capsys,
     saved = json.loads(out.read_text())
     assert code == 130 and saved["complete"] is False and saved["runs"][0]["kind"] == "additive"
     assert len(saved["runs"]) == 1 and not (tmp_path / "s.json.tmp").exists()
+
+
+def test_command_line_records_the_arguments_as_a_shell_would_need_them():
+    from mini_transformer.cli import command_line
+
+    assert command_line("python t.py", ["--out", "a b.json"]) == "python t.py --out 'a b.json'"

@@ -10,6 +10,7 @@ from pathlib import Path
 import extrapolation_lab as tool
 import pytest
 import torch
+from tiny_runs import TINY_LAB
 
 from mini_transformer import lab
 from mini_transformer.data import IGNORE_INDEX
@@ -226,19 +227,10 @@ def test_command_line_writes_the_json_schema(tmp_path, capsys):
     argv = [
         "--out",
         str(out),
+        *TINY_LAB,
         "--seeds",
         "0",
         "1",
-        "--steps",
-        "2",
-        "--train-length",
-        "6",
-        "--offset",
-        "2",
-        "--eval-samples",
-        "4",
-        "--batch-size",
-        "4",
         "--schemes",
         "none",
         "learned",
@@ -259,18 +251,7 @@ def test_eval_lengths_flag_sets_the_lengths_and_the_block_size(tmp_path, capsys)
         [
             "--out",
             str(out),
-            "--seeds",
-            "0",
-            "--steps",
-            "2",
-            "--train-length",
-            "6",
-            "--offset",
-            "2",
-            "--eval-samples",
-            "4",
-            "--batch-size",
-            "4",
+            *TINY_LAB,
             "--schemes",
             "learned",
             "--eval-lengths",
@@ -293,11 +274,6 @@ def test_eval_lengths_flag_refuses_non_positive_lengths(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--eval-lengths" in err and "positive integer" in err and "'0'" in err
-
-
-# A lab run of a few steps on short sequences, shared by the command-line tests below.
-TINY_LAB = ["--seeds", "0", "--steps", "2", "--train-length", "6", "--offset", "2"]
-TINY_LAB += ["--eval-samples", "4", "--batch-size", "4"]
 
 
 def test_parts_run_on_disjoint_schemes_merge_into_one_result(tmp_path, capsys):

@@ -35,8 +35,6 @@ import json
 import math
 import os
 import platform
-import shlex
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -46,6 +44,7 @@ import torch
 from mini_transformer import lab
 from mini_transformer.cli import (
     check_output_file,
+    command_line,
     non_negative_int,
     positive_float,
     positive_int,
@@ -356,7 +355,7 @@ def main(argv: list[str] | None = None) -> dict:
     """
     p = parser()
     args = p.parse_args(argv)
-    command = f"{PROG} " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = command_line(PROG, argv)
 
     def body() -> dict:
         if args.out:

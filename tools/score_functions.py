@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import shlex
-import sys
 import time
 from collections.abc import Callable
 
@@ -35,12 +33,11 @@ import torch
 
 from mini_transformer import scoring
 from mini_transformer.cli import (
-    check_output_file,
+    command_line,
     non_negative_int,
     positive_float,
     positive_int,
-    run_cli,
-    write_json,
+    run_sweep_cli,
 )
 from mini_transformer.devices import where_it_ran
 
@@ -108,23 +105,12 @@ def main(argv: list[str] | None = None) -> dict:
     """Run the sweep and write ``--out`` (rewritten after every run); return the result."""
     p = parser()
     args = p.parse_args(argv)
-    head = {"command": f"{PROG} " + shlex.join(sys.argv[1:] if argv is None else argv)}
-
-    def body() -> dict:
-        check_output_file(args.out)
-        torch.set_num_threads(1)
-        res = head | run_sweep(
-            args.d_ks,
-            args.lrs,
-            args.seeds,
-            args.steps,
-            on_progress=lambda r: write_json(head | r, args.out),
-        )
-        write_json(res, args.out)
-        print(f"wrote {args.out} in {res['wall_time_s']} s")
-        return res
-
-    return run_cli(p, body)
+    return run_sweep_cli(
+        p,
+        args.out,
+        command_line(PROG, argv),
+        lambda save: run_sweep(args.d_ks, args.lrs, args.seeds, args.steps, on_progress=save),
+    )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,6 @@ import argparse
 import itertools
 import math
 import platform
-import shlex
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -39,12 +37,11 @@ import torch
 
 from mini_transformer import stability as S
 from mini_transformer.cli import (
-    check_output_file,
+    command_line,
     non_negative_int,
     positive_float,
     positive_int,
-    run_cli,
-    write_json,
+    run_sweep_cli,
 )
 from mini_transformer.devices import where_it_ran
 
@@ -184,23 +181,18 @@ def main(argv: list[str] | None = None) -> dict:
     """
     p = parser()
     args = p.parse_args(argv)
-    head = {"command": f"{PROG} " + shlex.join(sys.argv[1:] if argv is None else argv)}
-
-    def body() -> dict:
-        check_output_file(args.out)
-        torch.set_num_threads(1)
-        res = head | run_sweep(
+    return run_sweep_cli(
+        p,
+        args.out,
+        command_line(PROG, argv),
+        lambda save: run_sweep(
             lrs=tuple(args.lrs),
             warmups=tuple(args.warmups),
             steps=args.steps,
             seeds=tuple(args.seeds),
-            on_progress=lambda r: write_json(head | r, args.out),
-        )
-        write_json(res, args.out)
-        print(f"wrote {args.out} in {res['wall_time_s']} s")
-        return res
-
-    return run_cli(p, body)
+            on_progress=save,
+        ),
+    )
 
 
 if __name__ == "__main__":
