@@ -30,4 +30,4 @@ One module per idea:
 - :mod:`mini_transformer.plotting`: notebook set-up and figure defaults.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -20,6 +20,7 @@ Typical use (chapter 6)::
 from __future__ import annotations
 
 import functools
+import importlib.resources
 import json
 import tarfile
 from collections.abc import Iterable, Sequence
@@ -55,10 +56,40 @@ __all__ = [
     "load_corpus",
     "CharTokenizer",
     "get_batch",
+    "RESULTS",
+    "load_result",
 ]
 
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 CORPUS_ARCHIVE = ASSETS_DIR / "shakespeare.tar.gz"
+
+#: The committed results the chapters load (``mini_transformer/results/<name>.json``), made
+#: by the tools in the repository's ``tools/`` and ``benchmarks/``. They ship inside the
+#: package so that a chapter runs alone wherever the package is installed (Colab included).
+RESULTS: tuple[str, ...] = (
+    "extrapolation",
+    "04_score_functions",
+    "05_stability",
+    "05_stability_600",
+    "attention_benchmark",
+    "attention_benchmark_h100",
+)
+
+
+def load_result(name: str) -> dict:
+    """The committed result ``name`` (one of :data:`RESULTS`), read from the installed package.
+
+    Read through :mod:`importlib.resources`, never a path into the repository, so the
+    chapters that quote these results run on Colab from an installed wheel.
+
+    >>> load_result("extrapolation")["command"].startswith("python tools/extrapolation_lab.py")
+    True
+    """
+    if not isinstance(name, str) or name not in RESULTS:
+        raise ValueError(f"name must be one of {', '.join(RESULTS)}; got {name!r}")
+    resource = importlib.resources.files("mini_transformer") / "results" / f"{name}.json"
+    return json.loads(resource.read_text(encoding="utf-8"))
+
 
 #: The held-out works (validation split). Four plays, 490,684 of the corpus' 5,057,198
 #: characters (9.7%), fixed here so that every run of the book uses the same split.

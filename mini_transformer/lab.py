@@ -31,7 +31,7 @@ the merging of parts run side by side are repository tools, not part of this pac
 ``tools/extrapolation_lab.py`` (18 runs of 10000 steps: the committed sweep took 37
 CPU-minutes, its ``cpu_time_s``), e.g.::
 
-    python tools/extrapolation_lab.py --out book/data/extrapolation.json
+    python tools/extrapolation_lab.py --out mini_transformer/results/extrapolation.json
 
 and a quick one with ``--steps 100 --seeds 0``. The JSON records the command, budget, where
 it ran, torch version, per-scheme per-length accuracies (mean and per seed), learning rates,

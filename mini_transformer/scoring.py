@@ -28,7 +28,7 @@ The sweep over ``d_k``, learning rates, score functions and seeds that produced 
 chapter's results is a repository tool, not part of this package (29 minutes of wall time
 on a 2-core machine shared with other jobs, one thread)::
 
-    python tools/score_functions.py --out book/data/04_score_functions.json
+    python tools/score_functions.py --out mini_transformer/results/04_score_functions.json
 """
 
 from __future__ import annotations

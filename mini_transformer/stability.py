@@ -21,7 +21,7 @@ max of the final loss, how many seeds learned the copy, the mean training curve)
 repository tool, not part of this package: ``tools/stability_sweep.py`` (3 seeds per
 configuration, 48 training runs of 11 to 25 s each on one CPU thread: about ten minutes)::
 
-    python tools/stability_sweep.py --seeds 0 1 2 --out book/data/05_stability.json
+    python tools/stability_sweep.py --seeds 0 1 2 --out mini_transformer/results/05_stability.json
 
 Everything runs on CPU with one thread and fixed seeds, so the notebook can re-run one
 configuration and get the same numbers as the JSON file.

@@ -16,7 +16,9 @@ from mini_transformer import lab
 from mini_transformer.data import IGNORE_INDEX
 from mini_transformer.devices import where_it_ran
 
-COMMITTED = Path(__file__).resolve().parents[1] / "book" / "data" / "extrapolation.json"
+COMMITTED = (
+    Path(__file__).resolve().parents[1] / "mini_transformer" / "results" / "extrapolation.json"
+)
 
 
 def tiny_config(**overrides) -> lab.LabConfig:
@@ -360,7 +362,9 @@ def test_merging_nothing_is_an_error():
         tool.merge_results([])
 
 
-@pytest.mark.skipif(not COMMITTED.exists(), reason="book/data/extrapolation.json not generated yet")
+@pytest.mark.skipif(
+    not COMMITTED.exists(), reason="mini_transformer/results/extrapolation.json not generated yet"
+)
 def test_committed_results_follow_the_schema():
     result = json.loads(COMMITTED.read_text())
     check_schema(result, list(lab.SCHEMES), result["seeds"], result["eval_lengths"])

@@ -1005,6 +1005,7 @@ COVERED = (
         "TransformerLM",
         "get_batch",
         "load_corpus",
+        "load_result",
         "additive_scores",
         "AdditiveAttention",
         "evaluate",  # model.evaluate: tests/test_train.py::test_evaluate_names_a_bad_argument
@@ -1063,3 +1064,20 @@ def test_lab_accuracy_and_model_counts_name_bad_arguments():
     m = M.TransformerLM(cfg)
     rejects(lambda: m.flops_per_token(T=2.5), "T")
     rejects(lambda: m.num_parameters(by_component="yes"), "by_component")
+
+
+# --------------------------------------------------------------------------- committed results
+@given(st.one_of(st.text(max_size=30), st.integers(), st.none()))
+def test_load_result_names_a_bad_name(name):
+    if name in D.RESULTS:
+        return
+    rejects(lambda: D.load_result(name), "name")
+
+
+@pytest.mark.parametrize("name", D.RESULTS)
+def test_load_result_reads_the_installed_file_byte_for_byte(name):
+    import importlib.resources
+    import json
+
+    path = importlib.resources.files("mini_transformer") / "results" / f"{name}.json"
+    assert D.load_result(name) == json.loads(path.read_bytes())

@@ -16,7 +16,7 @@ import stability_sweep
 
 from mini_transformer import devices, lab, scoring
 
-DATA = Path(__file__).resolve().parents[1] / "book" / "data"
+DATA = Path(__file__).resolve().parents[1] / "mini_transformer" / "results"
 TOOL_OF = {  # committed result file -> the tool that wrote it
     "extrapolation.json": extrapolation_lab,
     "05_stability.json": stability_sweep,
@@ -79,6 +79,8 @@ def test_stored_commands_are_the_recorded_ones_with_the_flags_unchanged(name):
     assert len(now) == len(then) > 0
     for new, old in zip(now, then, strict=True):
         assert old.startswith(OLD_COMMAND[tool] + " ") and new.startswith(tool.PROG + " ")
+        # The results moved from book/data/ into the package (mini_transformer/results/).
+        old = old.replace("book/data/", "mini_transformer/results/")
         assert shlex.split(new)[2:] == shlex.split(old)[3:]
     assert "2026-11-23" in result["recorded_as"]["note"]
 
@@ -87,7 +89,7 @@ def test_stored_commands_are_the_recorded_ones_with_the_flags_unchanged(name):
 def test_the_stability_command_asks_for_the_stored_sweep(name):
     result = load(name)
     args, tr = parse(result["command"], stability_sweep), result["training"]
-    assert args.out == f"book/data/{name}"
+    assert args.out == f"mini_transformer/results/{name}"
     assert (args.steps, args.lrs, args.warmups, args.seeds) == (
         tr["steps"],
         tr["lrs"],
@@ -99,7 +101,7 @@ def test_the_stability_command_asks_for_the_stored_sweep(name):
 def test_the_scoring_command_asks_for_the_stored_runs():
     result = load("04_score_functions.json")
     args = parse(result["command"], score_functions)
-    assert args.out == "book/data/04_score_functions.json"
+    assert args.out == "mini_transformer/results/04_score_functions.json"
     stored = [(r["lr"], r["d_k"], r["kind"], r["seed"]) for r in result["runs"]]
     grid = itertools.product(args.lrs, args.d_ks, scoring.SCORE_KINDS, args.seeds)
     assert stored == list(grid)  # the tool's order: lr, d_k, kind, seed
@@ -122,7 +124,7 @@ def check_lab_parts(result: dict) -> list[str]:
 def test_the_lab_commands_ask_for_the_stored_sweep_and_merge_its_parts():
     result = load("extrapolation.json")
     merge = parse(result["merge_command"], extrapolation_lab)
-    assert merge.out == "book/data/extrapolation.json"
+    assert merge.out == "mini_transformer/results/extrapolation.json"
     assert merge.merge == check_lab_parts(result)
     assert [a.split("=")[0] for a in merge.attach] == ["lr_check"]
     check = result["lr_check"]

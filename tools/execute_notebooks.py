@@ -32,6 +32,8 @@ import torch
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+import mini_transformer
+
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 REPORT_JSON = BOOK / "_data" / "execution_report.json"
@@ -40,17 +42,27 @@ REPORT_MD = BOOK / "execution_report.md"
 # (one place to change when the book moves).
 REPO_URL = re.search(r"^\s*url:\s*(\S+)", (ROOT / "_config.yml").read_text(), re.M).group(1)
 
+# The install cell pins the package version that produces the stored outputs (the release
+# tag ``v<__version__>``), and says so when the reader has another version installed.
 INSTALL_SOURCE = f"""\
-# Colab or a fresh environment: install the book's package if it isn't importable.
-# (Removed from the rendered book; a no-op where mini_transformer is installed.)
-import importlib.util
+# Colab or a fresh environment: install the version of the book's package that made this
+# page's outputs, and say so if another version is installed. (Removed from the rendered book.)
+import importlib.metadata
 import subprocess
 import sys
 
-if importlib.util.find_spec("mini_transformer") is None:
+BOOK_VERSION = "{mini_transformer.__version__}"  # the package that made the stored outputs
+try:
+    installed = importlib.metadata.version("mini_transformer")
+except importlib.metadata.PackageNotFoundError:
     subprocess.check_call(
-        [sys.executable, "-m", "pip", "install", "-q", "git+{REPO_URL}"]
-    )"""
+        [sys.executable, "-m", "pip", "install", "-q",
+         f"git+{REPO_URL}@v{{BOOK_VERSION}}"]
+    )
+    installed = BOOK_VERSION
+if installed != BOOK_VERSION:
+    print(f"Note: mini_transformer {{installed}} is installed, but this page's outputs were made "
+          f"with {{BOOK_VERSION}}; numbers may differ from the ones printed here.")"""
 
 
 def _versions() -> dict[str, str]:

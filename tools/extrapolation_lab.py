@@ -14,15 +14,15 @@ Usage::
 
 ``--scheme-lr alibi=0.01`` gives one scheme its own learning rate; ``--eval-lengths`` sets
 the evaluation lengths (and the model's ``block_size``, the longest). A quick run:
-``--steps 100 --seeds 0``. The committed ``book/data/extrapolation.json`` came from two
-processes side by side, then a merge that attached a one-seed learning-rate check::
+``--steps 100 --seeds 0``. The committed ``mini_transformer/results/extrapolation.json`` came
+from two processes side by side, then a merge that attached a one-seed learning-rate check::
 
     python tools/extrapolation_lab.py --steps 10000 --schemes none learned sinusoidal \\
         --eval-lengths 32 48 64 128 256 --out runs/part1.json
     python tools/extrapolation_lab.py --steps 10000 --schemes memn2n rope alibi \\
         --eval-lengths 32 48 64 128 256 --out runs/part2.json
     python tools/extrapolation_lab.py --merge runs/part1.json runs/part2.json \\
-        --attach lr_check=runs/lr_check.json --out book/data/extrapolation.json
+        --attach lr_check=runs/lr_check.json --out mini_transformer/results/extrapolation.json
 
 (the commands are stored in the file; they ran as ``python -m mini_transformer.lab`` with
 the same flags before the command line moved here on 2026-11-23).

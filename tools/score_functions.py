@@ -16,7 +16,7 @@ Usage::
 The committed result (90 runs, 29 minutes of wall time on a 2-core machine shared with
 other jobs, one thread)::
 
-    python tools/score_functions.py --out book/data/04_score_functions.json
+    python tools/score_functions.py --out mini_transformer/results/04_score_functions.json
 
 (the command is stored in the file; it ran as ``python -m mini_transformer.scoring`` with
 the same flags before the command line moved here on 2026-11-23).
@@ -93,7 +93,7 @@ def run_sweep(
 def parser() -> argparse.ArgumentParser:
     """The tool's arguments (also used by the tests to parse the command stored in JSON)."""
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="book/data/04_score_functions.json")
+    p.add_argument("--out", required=True)
     p.add_argument("--d-ks", type=positive_int, nargs="+", default=[4, 16, 64, 256, 1024])
     p.add_argument("--lrs", type=positive_float, nargs="+", default=[1e-3, 1e-2])
     p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])

@@ -16,8 +16,9 @@ Usage::
 The committed results (48 training runs each, one CPU thread; ten minutes and 54 minutes of
 wall time on a 2-core machine shared with other jobs)::
 
-    python tools/stability_sweep.py --seeds 0 1 2 --out book/data/05_stability.json
-    python tools/stability_sweep.py --steps 600 --seeds 0 1 2 --out book/data/05_stability_600.json
+    python tools/stability_sweep.py --seeds 0 1 2 --out mini_transformer/results/05_stability.json
+    python tools/stability_sweep.py --steps 600 --seeds 0 1 2 \\
+        --out mini_transformer/results/05_stability_600.json
 
 (the commands are stored in the files; they ran as ``python -m mini_transformer.stability``
 with the same flags before the command line moved here on 2026-11-23).
@@ -165,7 +166,7 @@ def run_sweep(
 def parser() -> argparse.ArgumentParser:
     """The tool's arguments (also used by the tests to parse the commands stored in JSON)."""
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="book/data/05_stability.json")
+    p.add_argument("--out", required=True)
     p.add_argument("--steps", type=positive_int, default=300)
     p.add_argument("--lrs", type=positive_float, nargs="+", default=[1e-3, 3e-3, 1e-2, 3e-2])
     p.add_argument("--warmups", type=non_negative_int, nargs="+", default=[0, 100])
