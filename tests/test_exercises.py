@@ -294,3 +294,23 @@ def test_a_function_exercise_without_cases_is_refused():
     with pytest.raises(ValueError, match="would check nothing"):
         exercises.exercise("test-empty", "nothing", inputs=lambda rng: (), n_random=0)(lambda: 0)
     assert "test-empty" not in exercises.available()
+
+
+def test_a_checked_prediction_explains_the_right_answer_after_the_verdict(capsys):
+    from mini_transformer.exercises import checking
+
+    name = "test-prediction-explained"
+    checking._REGISTRY.pop(name, None)
+    checking.exercise(name, "predict 2 + 2", explanation="two and two make four")(lambda: 4)
+    try:
+        assert not exercises.check(name, 5)
+        wrong = capsys.readouterr().out
+        assert exercises.check(name, 4)
+        right = capsys.readouterr().out
+        assert "Why: two and two make four" in wrong and "Why: two and two make four" in right
+        assert not exercises.check(name, None)
+        assert "Why:" not in capsys.readouterr().out  # no prediction committed yet
+        with pytest.raises(ValueError, match="explanation"):
+            checking.exercise("test-bad", "x", inputs=lambda rng: (1,), explanation="no")
+    finally:
+        checking._REGISTRY.pop(name, None)

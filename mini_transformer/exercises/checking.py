@@ -43,6 +43,9 @@ class Exercise:
             reader's output equals one of them the message names the mistake.
         compare: ``(expected, got) -> None | str`` (``None`` when they agree).
         n_random: how many random cases each call tries.
+        explanation: for a *checked prediction* (a value exercise the reader answers before
+            running anything): why the right answer is right, printed after the verdict,
+            right or wrong, since the prediction is already committed.
     """
 
     name: str
@@ -53,6 +56,7 @@ class Exercise:
     mistakes: dict[str, Any] = field(default_factory=dict)
     compare: Callable[[Any, Any], str | None] | None = None
     n_random: int = 10
+    explanation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,12 +91,15 @@ def exercise(
     mistakes: dict[str, Any] | None = None,
     compare: Callable[[Any, Any], str | None] | None = None,
     n_random: int = 10,
+    explanation: str | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as the reference answer of exercise ``name``."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"name must be a non-empty string, got {name!r}")
     if name in _REGISTRY:
         raise ValueError(f"an exercise named {name!r} is already registered")
+    if explanation is not None and (inputs is not None or not isinstance(explanation, str)):
+        raise ValueError("explanation is for value exercises (inputs=None) and must be a string")
     if not isinstance(n_random, int) or n_random < 0:
         raise ValueError(f"n_random must be a non-negative integer, got {n_random!r}")
     if inputs is not None and n_random == 0 and not edge_cases:
@@ -108,6 +115,7 @@ def exercise(
             dict(mistakes or {}),
             compare,
             n_random,
+            explanation,
         )
         return reference
 
@@ -380,6 +388,8 @@ def check(name: str, answer: Any, *, seed: int | None = None, time_limit: float 
     else:
         passed, msg = _check_function(ex, answer, int(seed), float(time_limit))
     print(("✓ " if passed else "✗ ") + f"{name}: {msg}")
+    if ex.explanation is not None and answer is not None:
+        print(f"  Why: {ex.explanation}")
     return Verdict(name, passed, msg, seed)
 
 
