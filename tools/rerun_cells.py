@@ -12,7 +12,7 @@ Exempt, run once: cells tagged ``nbval-ignore-output`` or ``nbval-skip`` (timing
 raises once the cells above it have run twice.
 
 Usage: ``python tools/rerun_cells.py [book/NN_name.ipynb ...]`` (default: all chapters); exit 1
-when a cell changes. ``tests/notebooks/test_rerun.py`` runs the same check in ``make test``.
+when a cell changes. ``tests/notebooks/rerun_check.py`` runs the same check in ``make test``.
 """
 
 from __future__ import annotations
