@@ -66,12 +66,16 @@ WRONG = {
 WRONG_CASES = [(name, m) for name in WRONG for m in WRONG[name]]
 
 
-@pytest.mark.parametrize(("name", "answer"), [("parallel-block", parallel), ("deepnorm-block", deepnorm)])
+@pytest.mark.parametrize(
+    ("name", "answer"), [("parallel-block", parallel), ("deepnorm-block", deepnorm)]
+)
 def test_right_answer_passes(name, answer, capsys):
     assert exercises.check(name, answer, seed=SEED), capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("name", "mistake"), WRONG_CASES, ids=[f"{n}: {m}" for n, m in WRONG_CASES])
+@pytest.mark.parametrize(
+    ("name", "mistake"), WRONG_CASES, ids=[f"{n}: {m}" for n, m in WRONG_CASES]
+)
 def test_named_mistake_is_caught(name, mistake, capsys):
     answer, words = WRONG[name][mistake]
     verdict = exercises.check(name, answer, seed=SEED)
