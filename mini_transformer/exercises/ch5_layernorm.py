@@ -353,8 +353,8 @@ _ADAM_SHAPE, _ADAM_GRAD_NORM, _ADAM_LR = (32, 32), 1e-3, 3e-3
         "bias-corrected to m = g and v = g^2: every entry moves by lr * g / |g| = lr * sign(g) "
         "(eps = 1e-8 is far below |g| ~ 3e-5 here). The update's norm is lr * sqrt(32 * 32) = "
         "3e-3 * 32 = 0.096, whatever the gradient's size as long as its entries are well above "
-        "eps: a gradient 1,000 times larger gives the same first step. That is why Xiong et al.'s gradient-size argument does not carry "
-        "over to Adam directly (section 5.8)."
+        "eps: a gradient 1,000 times larger gives the same first step. That is why Xiong et "
+        "al.'s gradient-size argument does not carry over to Adam directly (section 5.8)."
     ),
 )
 def _adam_first_step():
