@@ -517,6 +517,34 @@ CASES = {
             ),
         },
     ),
+    # chapter 5's exercises added with its rewrite (more wrong answers: test_exercises_ch5.py)
+    "parallel-block": (
+        lambda x, a, f, ln: x + a(ln(x)) + f(ln(x)),
+        {
+            "sequential": (
+                lambda x, a, f, ln: (lambda h: h + f(ln(h)))(x + a(ln(x))),
+                "sequential",
+            ),
+            "no residual": (lambda x, a, f, ln: a(ln(x)) + f(ln(x)), "no residual"),
+        },
+    ),
+    "deepnorm-block": (
+        lambda x, a, f, l1, l2, al: (lambda h: l2(al * h + f(h)))(l1(al * x + a(x))),
+        {
+            "alpha forgotten": (
+                lambda x, a, f, l1, l2, al: (lambda h: l2(h + f(h)))(l1(x + a(x))),
+                "alpha forgotten",
+            ),
+            "alpha on the sub-layer": (
+                lambda x, a, f, l1, l2, al: (lambda h: l2(h + al * f(h)))(l1(x + al * a(x))),
+                "alpha on the sub-layer",
+            ),
+        },
+    ),
+    "adam-first-step": (
+        3e-3 * 32,
+        {"plain gradient descent": (3e-6, "plain gradient descent"), "lr": (3e-3, "each *entry*")},
+    ),
     "lr-schedule": (
         lr_at,
         {
