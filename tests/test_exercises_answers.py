@@ -251,6 +251,38 @@ CASES = {
             ),
         },
     ),
+    "circle-code": (
+        lambda n, t: np.stack(
+            [np.sin(np.arange(n)[:, None] * t), np.cos(np.arange(n)[:, None] * t)], axis=-1
+        ).reshape(n, -1),
+        {
+            "cos first": (
+                lambda n, t: np.stack(
+                    [np.cos(np.arange(n)[:, None] * t), np.sin(np.arange(n)[:, None] * t)],
+                    axis=-1,
+                ).reshape(n, -1),
+                "cos before sin",
+            ),
+            "degrees": (
+                lambda n, t: np.stack(
+                    [
+                        np.sin(np.arange(n)[:, None] * np.radians(t)),
+                        np.cos(np.arange(n)[:, None] * np.radians(t)),
+                    ],
+                    axis=-1,
+                ).reshape(n, -1),
+                None,
+            ),
+        },
+    ),
+    "scalar-readout": (
+        0.069,
+        {
+            "chance": (0.05, "chance"),
+            "one position": (1.0, "too large"),
+            "no answer": (None, "no answer yet"),
+        },
+    ),
     "sinusoidal-encoding": (
         pe,
         {
