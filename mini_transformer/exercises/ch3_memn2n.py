@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .checking import exercise, int_list
+from .checking import exact_int, exercise, int_list
 
 
 def _alibi(n_heads, t, first=1, sign=-1, signed=False):
@@ -121,3 +121,68 @@ def _alibi_window(slope: float, T: int, w: int) -> float:
     scores = [-slope * r for r in range(T)]  # bias -m * offset
     z = sum(math.exp(s) for s in scores)
     return sum(math.exp(s) for s in scores[:w]) / z
+
+
+def _slopes_power_of_two(n: int) -> list[float]:
+    """ALiBi's slopes for a power of two: the geometric sequence 2^(-8/n), 2^(-16/n), ..."""
+    start = 2.0 ** (-8.0 / n)
+    return [start ** (h + 1) for h in range(n)]
+
+
+def _slopes_wrong(n, how):
+    p = 2 ** int(math.floor(math.log2(n)))
+    if how == "formula":
+        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+    if how == "first":
+        return _slopes_power_of_two(p) + _slopes_power_of_two(2 * p)[: n - p]
+    return sorted(_alibi_slopes_ref(n), reverse=True)  # "sorted"
+
+
+@exercise(
+    "alibi-slopes",
+    "f(n_heads) -> ALiBi's n_heads slopes for any head count: for a power of two the "
+    "geometric sequence 2^(-8h/n), h = 1..n; otherwise the slopes of the closest smaller "
+    "power of two p, followed by every other slope of 2p (the first n - p of them).",
+    inputs=lambda rng: (int(rng.integers(1, 33)),),
+    edge_cases={"6 heads (the paper's example)": (6,), "3 heads": (3,), "8 heads": (8,)},
+    mistakes={
+        "the power-of-two formula 2^(-8h/n) used for a head count that is not one": (
+            lambda n: _slopes_wrong(n, "formula")
+        ),
+        "the first n - p slopes of 2p instead of every other one": lambda n: _slopes_wrong(
+            n, "first"
+        ),
+        "sorted from steep to shallow: the paper appends the extra slopes after the first p": (
+            lambda n: _slopes_wrong(n, "sorted")
+        ),
+    },
+)
+def _alibi_slopes_ref(n_heads: int) -> list[float]:
+    p = 2 ** int(math.floor(math.log2(n_heads)))
+    if p == n_heads:
+        return _slopes_power_of_two(n_heads)
+    return _slopes_power_of_two(p) + _slopes_power_of_two(2 * p)[0::2][: n_heads - p]
+
+
+@exercise(
+    "memn2n-append",
+    "Predict before running anything: a MemN2N model encodes an input of T tokens with J = T. "
+    "When a 9th token is appended to 8 tokens, for how many of the first 8 positions does "
+    "the factor l_j change? (an integer from 0 to 8)",
+    mistakes={
+        "0: that holds for a causal scheme (sinusoidal, learned, RoPE, ALiBi)": 0,
+        "1: only the last word's factor (l_kJ = k/d) moves": 1,
+    },
+    compare=exact_int,
+    explanation=(
+        "l_j depends on j/J only, and with J = T every fraction changes when T grows from 8 "
+        "to 9 (1/8 -> 1/9, ..., 8/8 -> 8/9), so all 8 factors change; only the dimension "
+        "k = d/2 keeps its 1/2. The input at position t depends on how many tokens follow it: "
+        "MemN2N with J = T is not causal, and generation cannot reuse a key/value cache."
+    ),
+)
+def _memn2n_append() -> int:
+    before, after = _memn2n(8, 16), _memn2n(9, 16)[:8]
+    return int(
+        sum(not np.allclose(b, a, rtol=0, atol=1e-12) for b, a in zip(before, after, strict=True))
+    )
