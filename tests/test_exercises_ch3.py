@@ -48,15 +48,21 @@ def test_alibi_slopes_names_each_mistake(words, capsys):
     assert words in out, out
 
 
-def test_memn2n_append_accepts_the_count_and_explains(capsys):
-    assert exercises.check("memn2n-append", 8)
+def test_memn2n_append_accepts_the_prediction_and_explains(capsys):
+    assert exercises.check("memn2n-append", (8, 1))
     out = capsys.readouterr().out
     assert out.startswith("✓ memn2n-append") and "not causal" in out
 
 
 @pytest.mark.parametrize(
     ("answer", "words"),
-    [(0, "causal scheme"), (1, "only the last word"), (7, "too small"), (9, "too large")],
+    [
+        ((0, 16), "a causal scheme"),
+        ((8, 0), "middle dimension"),
+        ((1, 15), "only the word that was last"),
+        ((7, 1), "is not right"),
+        (8, "is not right"),  # a bare number instead of the tuple
+    ],
 )
 def test_memn2n_append_names_each_mistake(answer, words, capsys):
     verdict = exercises.check("memn2n-append", answer)
@@ -68,5 +74,6 @@ def test_memn2n_append_names_each_mistake(answer, words, capsys):
 
 def test_memn2n_append_matches_the_package_encoding():
     before, after = P.memn2n_encoding(8, 16), P.memn2n_encoding(9, 16)[:8]
-    changed = int((np.abs(before - after).max(axis=1) > 1e-12).sum())
-    assert exercises.check("memn2n-append", changed)
+    same = np.isclose(before, after, rtol=0, atol=1e-12)
+    answer = (int((~same.all(axis=1)).sum()), int(same[0].sum()))
+    assert exercises.check("memn2n-append", answer)

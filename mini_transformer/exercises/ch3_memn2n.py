@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .checking import exact_int, exercise, int_list
+from .checking import close, exercise, int_list
 
 
 def _alibi(n_heads, t, first=1, sign=-1, signed=False):
@@ -166,23 +166,26 @@ def _alibi_slopes_ref(n_heads: int) -> list[float]:
 
 @exercise(
     "memn2n-append",
-    "Predict before running anything: a MemN2N model encodes an input of T tokens with J = T. "
-    "When a 9th token is appended to 8 tokens, for how many of the first 8 positions does "
-    "the factor l_j change? (an integer from 0 to 8)",
+    "Predict before running anything: a MemN2N model encodes an input of T tokens with J = T "
+    "and d = 16. When a 9th token is appended to 8 tokens, (a) for how many of the first 8 "
+    "positions does the factor l_j change, and (b) how many of the 16 dimensions of l_1 keep "
+    "their value? Answer with the tuple (a, b).",
     mistakes={
-        "0: that holds for a causal scheme (sinusoidal, learned, RoPE, ALiBi)": 0,
-        "1: only the last word's factor (l_kJ = k/d) moves": 1,
+        "a causal scheme: nothing before the new token changes (true of sinusoidal, learned, "
+        "RoPE, ALiBi; not of MemN2N with J = T)": (0, 16),
+        "the middle dimension k = d/2 was forgotten: it is 1/2 for every J": (8, 0),
+        "only the word that was last moves (its l_kJ = k/d)": (1, 15),
     },
-    compare=exact_int,
+    compare=close(rtol=0, atol=0),
     explanation=(
-        "l_j depends on j/J only, and with J = T every fraction changes when T grows from 8 "
-        "to 9 (1/8 -> 1/9, ..., 8/8 -> 8/9), so all 8 factors change; only the dimension "
-        "k = d/2 keeps its 1/2. The input at position t depends on how many tokens follow it: "
-        "MemN2N with J = T is not causal, and generation cannot reuse a key/value cache."
+        "l_kj = (1 - k/d) + (j/J)(2k/d - 1). With J = T every fraction j/J changes when T grows "
+        "from 8 to 9 (1/8 -> 1/9, ..., 8/8 -> 8/9), so all 8 factors change, in every dimension "
+        "but k = d/2, where 2k/d - 1 = 0 keeps 1/2. The input at position t depends on how many "
+        "tokens follow it: MemN2N with J = T is not causal, and generation cannot reuse a "
+        "key/value cache."
     ),
 )
-def _memn2n_append() -> int:
+def _memn2n_append() -> tuple[int, int]:
     before, after = _memn2n(8, 16), _memn2n(9, 16)[:8]
-    return int(
-        sum(not np.allclose(b, a, rtol=0, atol=1e-12) for b, a in zip(before, after, strict=True))
-    )
+    same = np.isclose(before, after, rtol=0, atol=1e-12)  # (8, 16)
+    return int((~same.all(axis=1)).sum()), int(same[0].sum())
