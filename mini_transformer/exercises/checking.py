@@ -10,6 +10,7 @@ import contextlib
 import copy
 import gc
 import io
+import math
 import os
 import pickle
 import random
@@ -202,6 +203,8 @@ def _dtype_name(x: Any) -> str:
 
 def _num(x: Any) -> str:
     x = x.item() if hasattr(x, "item") else x
+    if isinstance(x, float) and not math.isfinite(x):
+        return "NaN" if math.isnan(x) else ("inf" if x > 0 else "-inf")
     return f"{x:.6g}" if isinstance(x, float) else repr(x)
 
 
@@ -465,6 +468,8 @@ def _diagnose(expected: Any, got: Any) -> str | None:
     if not (_numeric(e) and _numeric(g)) or e.shape != g.shape or e.size < 2:
         return None
     e, g = e.astype(np.float64), g.astype(np.float64)
+    if np.allclose(g, e, rtol=1e-4, atol=1e-6, equal_nan=True):
+        return None  # the values agree: nothing to diagnose (a dtype, say, differs)
     if not (np.isfinite(e).all() and np.isfinite(g).all()):
         return None
     rtol, atol = _tolerances(expected, 1e-4, 1e-6)
@@ -491,7 +496,7 @@ def _diagnose(expected: Any, got: Any) -> str | None:
             return f"your result is {c:.6g} times the expected one (off by a constant factor)"
     if not near(e, np.full_like(e, e.flat[0])):
         c = float((g - e).mean())
-        if near(g, e + c):
+        if abs(c) > atol and near(g, e + c):
             return f"your result is the expected one plus {c:.6g} (off by a constant)"
     for ax in range(e.ndim):
         n = e.shape[ax]
@@ -1044,7 +1049,8 @@ def _check_function(
             hint = _hint(named)
             if named is None:
                 found = _diagnose(expected, got)
-                hint = f" {found[0].upper()}{found[1:]}." if found else ""
+                hint = f" {found[0].upper()}{found[1:]}" if found else ""
+                hint += "" if not found or found.endswith("?") else "."
             return _Outcome(
                 False,
                 f"{label}, inputs {_show(args)}: {msg}.{hint}",
