@@ -1,7 +1,12 @@
 """The machinery of the exercises: registry, comparisons, running the reader's code, check.
 
 See :mod:`mini_transformer.exercises` for how a verdict is reached. Each chapter's
-module registers its exercises with :func:`exercise`; :func:`check` runs one.
+module registers its exercises with :func:`exercise`; :func:`check` runs one, in a
+forked child process where the platform has ``fork`` (see :func:`check`).
+
+What no checker in the notebook's own machine can prevent: an answer written to do harm on
+purpose can still delete files, open network connections or kill the notebook's process,
+and in-process (no ``fork``) a C-level call that never returns cannot be stopped.
 """
 
 from __future__ import annotations
