@@ -11,6 +11,7 @@ and in-process (no ``fork``) a C-level call that never returns cannot be stopped
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import copy
 import gc
@@ -534,6 +535,14 @@ def _copy(args: tuple) -> tuple:
 
 
 def _unchanged(before: Any, after: Any) -> bool:
+    """True when the reader's copy of an argument still equals the original."""
+    try:
+        return _equal(before, after)
+    except Exception:  # a dtype or device changed in place, say: not the same any more
+        return False
+
+
+def _equal(before: Any, after: Any) -> bool:
     if isinstance(before, torch.Tensor):
         return (
             isinstance(after, torch.Tensor)
@@ -697,6 +706,7 @@ def _text(obj: Any) -> str:
 RUN_IN_CHILD = sys.platform.startswith("linux") and hasattr(os, "fork")
 
 _GRACE = 1.0  # seconds the parent waits past the time limit before it kills the child
+_MAX_ENTRIES = 10**6  # a larger result travels back as its description only
 _MAX_OUTPUT = 20_000  # characters of the reader's printed output relayed to the notebook
 
 
@@ -732,14 +742,14 @@ def _portable(x: Any, depth: int = 0) -> Any:
     if x is None or isinstance(x, (bool, int, float, complex, str, bytes, np.number, np.bool_)):
         return x
     if isinstance(x, torch.Tensor):
-        if x.is_meta or x.layout != torch.strided:
+        if x.is_meta or x.layout != torch.strided or x.numel() > _MAX_ENTRIES:
             return _describe(x)
         try:
             return x.detach().cpu().clone()
         except Exception:
             return _describe(x)
     if isinstance(x, np.ndarray):
-        return x.copy() if x.dtype != object else _describe(x)
+        return x.copy() if x.dtype != object and x.size <= _MAX_ENTRIES else _describe(x)
     if type(x) in (tuple, list) and depth < 3 and len(x) <= 1000:
         return type(x)(_portable(e, depth + 1) for e in x)
     return _describe(x)
@@ -760,6 +770,7 @@ def _child(work: Callable[[Callable[[int], None]], _Outcome], fd: int) -> None:
         torch.set_num_threads(1)  # OpenMP's threads do not survive a fork
         sys.stdout, sys.stderr = _Capped(), _Capped()
         out, err = sys.stdout, sys.stderr
+        _quiet_the_kernel()
         outcome = work(lambda index: _send(fd, ("case", index)))
         outcome.stdout, outcome.stderr = out.getvalue(), err.getvalue()
         outcome.expected, outcome.got = _portable(outcome.expected), _portable(outcome.got)
@@ -775,6 +786,23 @@ def _child(work: Callable[[Callable[[int], None]], _Outcome], fd: int) -> None:
             pass
     finally:
         os._exit(0)
+
+
+def _quiet_the_kernel() -> None:
+    """In the child: no input() and no rich display, which would talk to the Jupyter
+    kernel over the parent's sockets (not safe from a forked process)."""
+
+    def no_input(*args: Any) -> str:
+        raise RuntimeError("input() is not available while an answer is checked")
+
+    builtins.input = no_input
+    ipython = sys.modules.get("IPython")
+    try:
+        shell = ipython.get_ipython() if ipython is not None else None
+        if shell is not None and getattr(shell, "display_pub", None) is not None:
+            shell.display_pub.publish = lambda *args, **kwargs: None
+    except Exception:  # not a kernel we know: leave it
+        pass
 
 
 _ZOMBIES: list[int] = []
@@ -800,21 +828,28 @@ def _in_child(
     """
     _reap()
     read, write = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork with threads
-        pid = os.fork()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork with threads
+            pid = os.fork()
+    except OSError:  # no memory or too many processes: check in-process instead
+        os.close(read)
+        os.close(write)
+        return "no fork", None, None
     if pid == 0:
         os.close(read)
         _child(work, write)
     os.close(write)
     deadline = time.monotonic() + seconds + _GRACE
     buffer, last, result = b"", None, None
+    waiting = select.poll()  # Linux only, as the fork is
+    waiting.register(read, select.POLLIN)
     try:
         while result is None:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([read], [], [], left)[0]:
-                if time.monotonic() >= deadline:
-                    break
+            if left <= 0:
+                break
+            if not waiting.poll(left * 1000):
                 continue
             chunk = os.read(read, 1 << 16)
             if not chunk:
@@ -912,31 +947,24 @@ def check(name: str, answer: Any, *, seed: int | None = None, time_limit: float 
         sys.stdout.write(outcome.stdout)
     if outcome.stderr:
         sys.stderr.write(outcome.stderr)
-    msg = outcome.message
-    inputs = None
+    msg, case, inputs = outcome.message, None, None
     if outcome.index is not None:
-        inputs = _case(ex, seed, outcome.index)[1]
+        case, inputs = _case(ex, seed, outcome.index)
     if outcome.replay:
         msg += _details(ex, answer, seed, outcome)
     print(("✓ " if outcome.passed else "✗ ") + f"{name}: {msg}")
     if ex.explanation is not None and answer is not None:
         print(f"  Why: {ex.explanation}")
-    return Verdict(
-        name,
-        outcome.passed,
-        msg,
-        seed,
-        case=_case(ex, seed, outcome.index)[0] if outcome.index is not None else None,
-        inputs=inputs,
-        expected=outcome.expected if ex.inputs is not None else None,
-        got=outcome.got,
-    )
+    expected = outcome.expected if ex.inputs is not None else None  # a value: no spoiler
+    return Verdict(name, outcome.passed, msg, seed, case, inputs, expected, outcome.got)
 
 
 def _run_check(ex: Exercise, work, seed: int | None, time_limit: float) -> _Outcome:
     if not RUN_IN_CHILD:
         return work(lambda index: None)
     kind, payload, last = _in_child(work, time_limit)
+    if kind == "no fork":
+        return work(lambda index: None)
     if kind == "done":
         return payload
     if kind == "crash":  # the checker itself failed in the child: say so, do not guess
@@ -978,7 +1006,10 @@ def _check_value(ex: Exercise, answer: Any, time_limit: float) -> _Outcome:
     if answer is None:
         return _Outcome(False, "no answer yet (the value is None).")
     expected = ex.reference()
-    msg = compare(expected, answer)
+    try:
+        msg = compare(expected, answer)
+    except Exception:  # a comparison that cannot read the answer at all
+        msg = f"expected {_describe_kind(expected)}, got {_describe(answer)}"
     if msg is None:
         return _Outcome(True, "correct.", got=answer)
     if msg.startswith(("expected a", "expected shape")) and "differ" not in msg:
@@ -1046,7 +1077,10 @@ def _check_function(
                 got=got,
                 replay=True,
             )
-        msg = compare(expected, got)
+        try:
+            msg = compare(expected, got)
+        except Exception as err:  # a comparison that cannot read the answer at all
+            msg = f"expected {_describe_kind(expected)}, got {_describe(got)} ({_text(err)})"
         if msg is not None:
             named = _name_mistake(
                 ex, compare, expected, got, lambda wrong, args=args: wrong(*_copy(args))
