@@ -1133,7 +1133,12 @@ def _name_mistake(
             continue  # indistinguishable from the right answer here (or not comparable)
         if _agrees(compare, out, got):
             return mistake, True
-        if values_only is None and _dtype_name(out) != _dtype_name(got) and _same(out, got):
+        if (
+            values_only is None
+            and _dtype_name(out) != _dtype_name(got)
+            and _same(out, got)
+            and not _same(out, expected)  # a mistake of values, not itself of the dtype
+        ):
             values_only = (mistake, False)
     return values_only
 
