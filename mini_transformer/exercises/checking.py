@@ -300,22 +300,27 @@ def _tolerances(expected: Any, rtol: float, atol: float) -> tuple[float, float]:
 
 
 def _not_numbers(expected: Any, got: Any, g: np.ndarray | None) -> str:
-    kind = "a tensor" if isinstance(expected, torch.Tensor) else _describe_kind(expected)
+    kind = _describe_kind(expected)
     if got is None:
         return f"expected {kind}, got None (does your function return its result?)"
     return f"expected {kind}, got {_describe(got)}"
 
 
 def _describe_kind(x: Any) -> str:
+    """What kind of value x is, without its values (a value exercise's answer is secret)."""
     if isinstance(x, np.ndarray):
         return f"an array of shape {tuple(x.shape)}"
+    if isinstance(x, torch.Tensor):
+        return f"a tensor of shape {tuple(x.shape)}"
     if isinstance(x, (bool, np.bool_)):
         return "a bool"
     if isinstance(x, (int, np.integer)):
         return "an integer"
     if isinstance(x, (float, np.floating)):
         return "a number"
-    return _describe(x)
+    if isinstance(x, tuple):
+        return f"a tuple of {len(x)} items"
+    return f"a {type(x).__name__}"
 
 
 def _value_difference(e: np.ndarray, g: np.ndarray, rtol: float, atol: float) -> str | None:
@@ -841,7 +846,7 @@ def _in_child(
         _child(work, write)
     os.close(write)
     deadline = time.monotonic() + seconds + _GRACE
-    buffer, last, result = b"", None, None
+    buffer, last, result = bytearray(), None, None
     waiting = select.poll()  # Linux only, as the fork is
     waiting.register(read, select.POLLIN)
     try:
@@ -860,7 +865,7 @@ def _in_child(
                 if len(buffer) < 8 + size:
                     break
                 kind, payload = pickle.loads(buffer[8 : 8 + size])
-                buffer = buffer[8 + size :]
+                del buffer[: 8 + size]
                 if kind == "case":
                     last = payload
                 else:
