@@ -398,7 +398,8 @@ def test_a_random_case_is_replayed_with_the_same_inputs(square, capsys):
 
 def test_sixteen_entries_are_shown_in_full_more_by_shape_and_first_difference():
     assert exercises._describe(torch.arange(16.0)).startswith("tensor float32 [ 0.,  1.,")
-    assert exercises._describe(np.zeros((2, 9))) == "an array of shape (2, 9) (float64)"
+    text = exercises._describe(np.linspace(-1, 2, 18).reshape(2, 9))
+    assert text == "an array of shape (2, 9) (float64, from -1 to 2)"
     msg = exercises.close()(np.zeros((2, 64)), np.eye(2, 64))
     assert msg == "expected 0 at index (0, 0), got 1 (2 of 128 entries differ)"
 

@@ -259,7 +259,7 @@ def _describe(x: Any) -> str:
         if a.size <= _SMALL:
             return f"{kind} {_dtype_name(x)} {_values(a)}"
         article = "an" if kind == "array" else "a"
-        return f"{article} {kind} of shape {shape} ({_dtype_name(x)})"
+        return f"{article} {kind} of shape {shape} ({_dtype_name(x)}{_range(a)})"
     if isinstance(x, (list, tuple)) and len(x) > 8:
         return f"a {type(x).__name__} of {len(x)} items"
     text = _safe_repr(x)
@@ -268,6 +268,16 @@ def _describe(x: Any) -> str:
             return f"the function {x.__name__}"
         return f"a {type(x).__name__} object"
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _range(a: np.ndarray) -> str:
+    """ ", from LOW to HIGH" of the finite entries of a numeric array ("" for bool or none)."""
+    if a.dtype.kind not in "iuf":
+        return ""
+    finite = a[np.isfinite(a)] if a.dtype.kind == "f" else a
+    if finite.size == 0:
+        return ""
+    return f", from {_num(finite.min())} to {_num(finite.max())}"
 
 
 def _values(a: np.ndarray) -> str:
