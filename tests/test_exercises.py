@@ -603,3 +603,32 @@ def test_ctrl_c_still_interrupts_a_check(square, mode):
         exercises.check(square, forever, time_limit=30)
     timer.join()
     assert time.monotonic() - start < 5
+
+
+def test_diagnoses_of_shifted_and_reshaped_results():
+    e = np.arange(1.0, 6.0) ** 2
+    assert checking._diagnose(e, np.r_[0.0, e[:-1]]) == (
+        "your result is the expected one shifted by one along axis 0"
+    )
+    assert "transposed" in exercises.close()(np.zeros((2, 3)), np.zeros((3, 2)))
+    assert "keepdim" in exercises.close()(np.zeros((2, 1)), np.zeros(2))
+    assert checking._diagnose(e, e + np.arange(5.0) ** 3) is None
+
+
+def test_a_failed_fork_falls_back_to_checking_in_process(square, monkeypatch, capsys):
+    def no_fork():
+        raise OSError("no memory")
+
+    monkeypatch.setattr(checking, "RUN_IN_CHILD", True)
+    monkeypatch.setattr(os, "fork", no_fork)
+    assert exercises.check(square, lambda x: x**2)
+    assert not exercises.check(square, lambda x: 2 * x)
+    assert "doubled instead of squared" in capsys.readouterr().out
+
+
+@child_only
+def test_a_huge_result_comes_back_as_its_description_and_input_is_refused(square, capsys):
+    verdict = exercises.check(square, lambda x: np.zeros(2_000_001))
+    assert isinstance(verdict.got, str) and verdict.got.startswith("an array of shape (2000001,)")
+    assert not exercises.check(square, lambda x: float(input("x? ")))
+    assert "input() is not available" in capsys.readouterr().out
