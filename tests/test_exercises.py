@@ -570,6 +570,7 @@ def test_global_state_set_by_the_answer_does_not_survive(square, mode):
         np.geterr(),
         list(warnings.filters),
         torch.get_num_threads(),
+        torch.get_default_device(),
     )
 
     def meddles(x):
@@ -578,6 +579,7 @@ def test_global_state_set_by_the_answer_does_not_survive(square, mode):
         np.seterr(all="raise")
         warnings.simplefilter("error")
         torch.set_num_threads(1)
+        torch.set_default_device("meta")
         return x**2
 
     assert exercises.check(square, meddles)
@@ -587,6 +589,7 @@ def test_global_state_set_by_the_answer_does_not_survive(square, mode):
         np.geterr(),
         list(warnings.filters),
         torch.get_num_threads(),
+        torch.get_default_device(),
     )
     assert after == before
 

@@ -617,7 +617,7 @@ class _TimeUp(BaseException):
 @contextlib.contextmanager
 def _global_state_kept():
     """Restore what the reader's code may change globally: the random states of Python,
-    NumPy and torch, torch's default dtype, grad mode, anomaly mode, deterministic flag,
+    NumPy and torch, torch's default dtype and device, grad mode, anomaly mode, deterministic flag,
     thread count and matmul precision, NumPy's error handling and print options, the
     warning filters, ``sys.stdout``/``sys.stderr`` and the recursion limit."""
     py_state, np_state = random.getstate(), np.random.get_state()
@@ -626,6 +626,7 @@ def _global_state_kept():
     deterministic = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     matmul = torch.get_float32_matmul_precision()
+    device = torch.get_default_device() if hasattr(torch, "get_default_device") else None
     np_err, np_print = np.geterr(), np.get_printoptions()
     out, err, recursion = sys.stdout, sys.stderr, sys.getrecursionlimit()
     try:
@@ -648,6 +649,8 @@ def _global_state_kept():
             )  # slow: if changed
         if torch.get_float32_matmul_precision() != matmul:
             torch.set_float32_matmul_precision(matmul)
+        if device is not None and torch.get_default_device() != device:
+            torch.set_default_device(device)
         np.seterr(**np_err)
         np.set_printoptions(**np_print)
         sys.stdout, sys.stderr = out, err
