@@ -7,7 +7,10 @@ against right and wrong answers in tests/test_exercises_answers.py.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import random
+import signal
 import threading
 import time
 
@@ -16,6 +19,7 @@ import pytest
 import torch
 
 from mini_transformer import exercises
+from mini_transformer.exercises import checking
 
 
 @pytest.fixture
@@ -82,17 +86,12 @@ def test_failure_on_a_random_case_names_the_seed_that_replays_it(square, capsys)
 
 
 def test_every_call_draws_fresh_cases(square, capsys):
-    seen = []
+    def wrong_on_random_cases(x):  # right on the edge case, so the first random case fails
+        return x**2 if len(x) == 2 and x[0] == 0.0 else x
 
-    def recorder(x):
-        seen.append(x.tobytes())
-        return x**2
-
-    exercises.check(square, recorder)
-    first = set(seen[1:])  # after the fixed edge case
-    seen.clear()
-    exercises.check(square, recorder)
-    assert first.isdisjoint(seen[1:])
+    first = exercises.check(square, wrong_on_random_cases).inputs[0]
+    second = exercises.check(square, wrong_on_random_cases).inputs[0]
+    assert first.tobytes() != second.tobytes()
 
 
 def test_wrong_shape_and_nan_are_reported(square, capsys):
@@ -314,3 +313,325 @@ def test_a_checked_prediction_explains_the_right_answer_after_the_verdict(capsys
             checking.exercise("test-bad", "x", inputs=lambda rng: (1,), explanation="no")
     finally:
         checking._REGISTRY.pop(name, None)
+
+
+# --- messages name the actual difference (issue 25) --------------------------------------
+
+
+@pytest.fixture
+def mask():
+    """A bool-mask exercise whose first edge case (T = 3) tells every mistake apart."""
+    name = "test-mask"
+    exercises.exercise(
+        name,
+        "f(T) -> the (T, T) bool causal mask.",
+        inputs=lambda rng: (int(rng.integers(2, 7)),),
+        edge_cases={"T = 3": (3,), "T = 1": (1,)},
+        mistakes={
+            "the transpose": lambda T: torch.ones(T, T, dtype=torch.bool).triu(),
+            "a float mask": lambda T: torch.ones(T, T).tril(),
+        },
+        compare=exercises.close(same_dtype=True),
+    )(lambda T: torch.ones(T, T, dtype=torch.bool).tril())
+    yield name
+    exercises._REGISTRY.pop(name)
+
+
+def test_a_dtype_only_difference_is_a_dtype_error_and_names_no_value_mistake(mask, capsys):
+    assert not exercises.check(mask, lambda T: torch.ones(T, T).tril())
+    out = capsys.readouterr().out
+    assert "expected a bool tensor, got float32: only the dtype is wrong, the values agree" in out
+    assert "This looks like: a float mask." in out and "transpose" not in out
+
+
+def test_a_mistake_that_agrees_with_the_reference_on_the_case_is_not_named(mask, capsys):
+    """At T = 1 the transpose *is* the right mask: a float answer must not be told it
+    has the transpose (the learner review's misleading message)."""
+    exercises._REGISTRY[mask] = dataclasses.replace(
+        exercises._REGISTRY[mask],
+        edge_cases={"T = 1": (1,)},
+        mistakes={"the transpose": (lambda T: torch.ones(T, T, dtype=torch.bool).triu())},
+    )
+    assert not exercises.check(mask, lambda T: torch.ones(T, T).tril())
+    out = capsys.readouterr().out
+    assert "only the dtype is wrong" in out and "This looks like" not in out
+
+
+def test_a_wrong_dtype_with_wrong_values_says_both_and_names_the_value_mistake(mask, capsys):
+    assert not exercises.check(mask, lambda T: torch.ones(T, T).triu())
+    out = capsys.readouterr().out
+    assert "expected a bool tensor, got float32 (the dtype is wrong), and the values differ" in out
+    assert "Apart from the dtype, this looks like: the transpose." in out
+
+
+def test_a_shape_difference_comes_before_values_and_mistakes(mask, capsys):
+    assert not exercises.check(mask, lambda T: torch.ones(T, T + 1).tril())
+    out = capsys.readouterr().out
+    assert "expected shape (3, 3), got shape (3, 4)" in out and "dtype differs too" in out
+    assert "This looks like" not in out and "expected True" not in out
+
+
+def test_the_verdict_carries_the_failing_case_and_the_message_says_how_to_replay(square, capsys):
+    def cube(x):
+        return x**3
+
+    verdict = exercises.check(square, cube, seed=5)
+    out = capsys.readouterr().out
+    assert verdict.case == "edge case 'a zero'" and verdict.seed == 5
+    np.testing.assert_array_equal(verdict.inputs[0], [0.0, -2.0])
+    np.testing.assert_array_equal(verdict.expected, [0.0, 4.0])
+    np.testing.assert_array_equal(verdict.got, [0.0, -8.0])
+    assert "exercises.check('test-square', cube, seed=5)" in out and "v.inputs" in out
+    assert "  expected: [0., 4.]\n  got:      [ 0., -8.]\n" in out  # small arrays in full
+
+
+def test_a_random_case_is_replayed_with_the_same_inputs(square, capsys):
+    def right_only_for_short_inputs(x):
+        return x**2 if len(x) < 3 else x
+
+    first = exercises.check(square, right_only_for_short_inputs)
+    again = exercises.check(square, right_only_for_short_inputs, seed=first.seed)
+    assert first.case.startswith("random case") and first.case == again.case
+    np.testing.assert_array_equal(first.inputs[0], again.inputs[0])
+    assert first.message == again.message
+
+
+def test_sixteen_entries_are_shown_in_full_more_by_shape_and_first_difference():
+    assert exercises._describe(torch.arange(16.0)).startswith("tensor float32 [ 0.,  1.,")
+    text = exercises._describe(np.linspace(-1, 2, 18).reshape(2, 9))
+    assert text == "an array of shape (2, 9) (float64, from -1 to 2)"
+    msg = exercises.close()(np.zeros((2, 64)), np.eye(2, 64))
+    assert msg == "expected 0 at index (0, 0), got 1 (2 of 128 entries differ)"
+
+
+@pytest.fixture
+def softmax():
+    """Softmax over the last axis of a square matrix, random cases only."""
+    name = "test-softmax"
+    exercises.exercise(
+        name,
+        "softmax over the last axis",
+        inputs=lambda rng: (torch.from_numpy(rng.normal(size=(4, 4))),),
+        n_random=3,
+    )(lambda s: s.softmax(-1))
+    yield name
+    exercises._REGISTRY.pop(name)
+
+
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        (lambda s: s.softmax(0), "sums to 1 along axis 0, the expected one along axis 1"),
+        (lambda s: s.softmax(-1).T, "the expected one transposed"),
+        (lambda s: 2 * s.softmax(-1), "2 times the expected one (off by a constant factor)"),
+        (lambda s: -s.softmax(-1), "the sign flipped"),
+        (lambda s: s.softmax(-1) + 0.5, "plus 0.5 (off by a constant)"),
+        (lambda s: s.softmax(-1).flip(-1), "reversed along axis 1"),
+        (lambda s: s.softmax(-1).log().exp() / 0 * 0, "NaN at index (0, 0) where the expected"),
+    ],
+    ids=["wrong axis", "transposed", "factor", "sign", "offset", "reversed", "NaN"],
+)
+def test_an_unnamed_mistake_gets_a_generic_diagnosis(softmax, capsys, answer, words):
+    assert not exercises.check(softmax, answer)
+    assert words in capsys.readouterr().out
+
+
+def test_no_diagnosis_when_none_holds(softmax, capsys):
+    assert not exercises.check(softmax, lambda s: s.exp())
+    out = capsys.readouterr().out.splitlines()[0]
+    assert out.endswith("entries differ).")
+
+
+def test_close_handles_float16_inf_nan_strings_and_meta_tensors():
+    compare = exercises.close()
+    x = torch.tensor([0.1, 0.7, 3.0])
+    assert compare(x.half().exp(), x.exp().half()) is None  # float16 resolution
+    assert compare(torch.tensor([0.5, 1.0]).half(), torch.tensor([0.5, 1.002]).half()) is None
+    msg = compare(torch.tensor([1e4, 1.0]).half(), torch.tensor([float("inf"), 1.0]).half())
+    assert msg == "your answer has inf at index (0,) where the expected value is finite (10000)" + (
+        "; 1 of 2 entries are NaN or inf"
+    )
+    assert "float16, which keeps about 3 significant digits" in compare(x.exp(), x.exp().half())
+    assert compare(torch.tensor([float("nan"), 1.0]), torch.tensor([float("nan"), 1.0])) is None
+    assert compare(torch.tensor([-float("inf")]), torch.tensor([-float("inf")])) is None
+    assert "got -inf" in compare(torch.tensor([float("inf")]), torch.tensor([-float("inf")]))
+    assert "an array of strings" in compare(np.zeros(2), np.array(["0", "0"]))
+    assert "a meta tensor" in compare(np.zeros(2), torch.zeros(2, device="meta"))
+    assert "got None (does your function return" in compare(np.zeros(2), None)
+
+
+# --- the reader's code cannot break the notebook, whatever it does (issue 26) ----------------
+
+
+@pytest.fixture(params=["child process", "in-process"])
+def mode(request, monkeypatch):
+    """Both ways of running the reader's code: a forked child (Linux), the fallback."""
+    if request.param == "child process" and not checking.RUN_IN_CHILD:
+        pytest.skip("no fork on this platform")
+    monkeypatch.setattr(checking, "RUN_IN_CHILD", request.param == "child process")
+    return request.param
+
+
+child_only = pytest.mark.skipif(not checking.RUN_IN_CHILD, reason="needs fork")
+
+
+def _timed(name, answer, limit):
+    start = time.monotonic()
+    verdict = exercises.check(name, answer, time_limit=limit)
+    return verdict, time.monotonic() - start
+
+
+@child_only
+def test_a_loop_with_a_bare_except_is_stopped_within_the_limit_plus_a_second(square):
+    def swallows_everything(x):
+        while True:
+            try:
+                time.sleep(0.01)
+            except:  # noqa: E722  (the point of the test)
+                pass
+
+    verdict, took = _timed(square, swallows_everything, 0.5)
+    assert not verdict and "did not finish within 0.5 s" in verdict.message
+    assert took < 0.5 + 1.0 + 1.0  # the limit, the grace second, slack for a loaded machine
+
+
+@child_only
+def test_a_long_c_level_call_is_stopped(square):
+    verdict, took = _timed(square, lambda x: sum(range(10**11)), 0.5)
+    assert not verdict and "did not finish" in verdict.message and took < 2.5
+    assert verdict.case == "edge case 'a zero'"  # the case that was running
+
+
+@child_only
+def test_an_answer_that_ends_the_process_is_reported(square, capsys):
+    assert not exercises.check(square, lambda x: os._exit(3))
+    assert "exit status 3" in capsys.readouterr().out
+
+
+@child_only
+def test_what_the_answer_prints_is_shown_before_the_verdict(square, capsys):
+    def chatty(x):
+        print("debugging", len(x))
+        return x**2
+
+    assert exercises.check(square, chatty)
+    out = capsys.readouterr().out
+    assert out.startswith("debugging 2\n") and "\n✓ test-square" in out
+
+
+class _NeverShown:
+    def __repr__(self):
+        while True:
+            pass
+
+    __str__ = __repr__
+
+
+class _Unprintable(Exception):
+    def __str__(self):
+        while True:
+            pass
+
+
+def test_an_answer_whose_repr_never_returns_is_described_by_its_type(square, value, mode):
+    verdict, took = _timed(square, lambda x: _NeverShown(), 2.0)
+    assert not verdict and "got a _NeverShown object" in verdict.message and took < 4
+    verdict, took = _timed(value, _NeverShown(), 2.0)
+    assert not verdict and "_NeverShown object" in verdict.message and took < 4
+
+
+def test_an_exception_whose_message_never_returns_is_reported(square, mode):
+    def raises(x):
+        raise _Unprintable
+
+    verdict, took = _timed(square, raises, 2.0)
+    assert not verdict and "raised _Unprintable: (its message could not be shown)" in (
+        verdict.message
+    )
+    assert took < 5
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [lambda x: np.array(["a"] * len(x)), lambda x: torch.zeros(len(x), device="meta")],
+    ids=["strings", "meta"],
+)
+def test_answers_that_are_not_numbers_are_reported_not_raised(square, mode, answer, capsys):
+    assert not exercises.check(square, answer)
+    assert "✗ test-square: edge case 'a zero'" in capsys.readouterr().out
+
+
+def test_global_state_set_by_the_answer_does_not_survive(square, mode):
+    import warnings
+
+    before = (
+        torch.get_default_dtype(),
+        torch.is_grad_enabled(),
+        np.geterr(),
+        list(warnings.filters),
+        torch.get_num_threads(),
+        torch.get_default_device(),
+    )
+
+    def meddles(x):
+        torch.set_default_dtype(torch.float64)
+        torch.set_grad_enabled(False)
+        np.seterr(all="raise")
+        warnings.simplefilter("error")
+        torch.set_num_threads(1)
+        torch.set_default_device("meta")
+        return x**2
+
+    assert exercises.check(square, meddles)
+    after = (
+        torch.get_default_dtype(),
+        torch.is_grad_enabled(),
+        np.geterr(),
+        list(warnings.filters),
+        torch.get_num_threads(),
+        torch.get_default_device(),
+    )
+    assert after == before
+
+
+def test_ctrl_c_still_interrupts_a_check(square, mode):
+    def forever(x):
+        while True:
+            pass
+
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        exercises.check(square, forever, time_limit=30)
+    timer.join()
+    assert time.monotonic() - start < 5
+
+
+def test_diagnoses_of_shifted_and_reshaped_results():
+    e = np.arange(1.0, 6.0) ** 2
+    assert checking._diagnose(e, np.r_[0.0, e[:-1]]) == (
+        "your result is the expected one shifted by one along axis 0"
+    )
+    assert "transposed" in exercises.close()(np.zeros((2, 3)), np.zeros((3, 2)))
+    assert "keepdim" in exercises.close()(np.zeros((2, 1)), np.zeros(2))
+    assert checking._diagnose(e, e + np.arange(5.0) ** 3) is None
+
+
+def test_a_failed_fork_falls_back_to_checking_in_process(square, monkeypatch, capsys):
+    def no_fork():
+        raise OSError("no memory")
+
+    monkeypatch.setattr(checking, "RUN_IN_CHILD", True)
+    monkeypatch.setattr(os, "fork", no_fork)
+    assert exercises.check(square, lambda x: x**2)
+    assert not exercises.check(square, lambda x: 2 * x)
+    assert "doubled instead of squared" in capsys.readouterr().out
+
+
+@child_only
+def test_a_huge_result_comes_back_as_its_description_and_input_is_refused(square, capsys):
+    verdict = exercises.check(square, lambda x: np.zeros(2_000_001))
+    assert isinstance(verdict.got, str) and verdict.got.startswith("an array of shape (2000001,)")
+    assert not exercises.check(square, lambda x: float(input("x? ")))
+    assert "input() is not available" in capsys.readouterr().out

@@ -714,3 +714,25 @@ def _key(args):
         return repr(a)
 
     return tuple(one(a) for a in args)
+
+
+@pytest.mark.parametrize(
+    ("name", "answer"),
+    [
+        ("causal-mask", lambda T: torch.ones(T, T).tril()),
+        ("causal-mask", lambda T: torch.ones(T, T, dtype=torch.long).tril()),
+        ("prefix-lm-mask", lambda T, P: prefix_mask(T, P).float()),
+        ("prefix-lm-mask", lambda T, P: prefix_mask(T, P).long()),
+    ],
+    ids=["causal float", "causal int64", "prefix float", "prefix int64"],
+)
+def test_right_values_in_the_wrong_dtype_are_told_so_and_no_value_mistake_is_named(
+    name, answer, capsys
+):
+    """The learner review: a correct float mask was told "the transpose" or "prefix one
+    token too long", mistakes that equal the right mask on the first edge case."""
+    assert not exercises.check(name, answer, seed=SEED)
+    out = capsys.readouterr().out
+    assert "only the dtype is wrong, the values agree" in out
+    named = [m for m in exercises._get(name).mistakes if m in out]
+    assert all(m.startswith("a float") for m in named), named

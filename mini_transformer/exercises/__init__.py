@@ -7,19 +7,30 @@ mistakes of that exercise (a fully masked row, a step past the end of a schedule
 logits in float32, an input that must not be modified), and a few named *mistakes*.
 :func:`check` runs the reader's function on every edge case and on fresh random cases,
 compares each result with the reference and stops at the first disagreement. It then
-prints the inputs, the seed that reproduces the case, what differs, and, when the
-reader's output equals one of the named mistakes, the mistake's name ("the transpose
-R(-offset)", "Post-LN instead of Pre-LN", ...).
+prints the inputs, what differs (not numbers at all, then the shape, then the dtype, then
+NaN or inf, then the first differing entry, with small arrays in full) and, when the
+reader's output equals one of the named mistakes (by the exercise's own comparison, so
+in dtype and shape too) the mistake's name ("the transpose R(-offset)", "Post-LN instead
+of Pre-LN", ...). A mistake is named only when its output differs from the reference on
+that case, since otherwise it cannot be the bug. An unnamed mistake gets a generic
+diagnosis where one holds (transposed, normalised along another axis, sign flipped, off
+by a constant factor or offset, reversed or shifted along an axis).
 
 Fresh cases on every call: an answer cannot pass by memorising inputs. The random cases
 come from a NumPy generator seeded by a new seed on each call (or by ``seed=``), and a
-failure message names that seed, so ``check(name, answer, seed=...)`` replays it.
+failure message names that seed, so ``check(name, answer, seed=...)`` replays it; the
+returned :class:`Verdict` holds the failing case (``case``, ``inputs``, ``expected``,
+``got``).
 
 The reader's code cannot break the notebook: every exception it raises is reported,
-never raised; it runs under a time limit (``time_limit`` seconds in all, a SIGALRM timer
-in the main thread, which interrupts a Python loop inside a Jupyter kernel); it gets
-copies of the inputs, and an input it modified in place is reported; the global random
-states of Python, NumPy and torch are restored after it ran.
+never raised. Where the platform has ``fork`` (Linux) each check runs in a forked child
+process that is killed at most a second past ``time_limit`` whatever the code does (a
+C-level loop, a bare ``except:``, an object whose ``__repr__`` never returns), and what
+the code changes (default dtype, grad mode, ``np.seterr``, warning filters, random
+states) stays in the child; what it prints is relayed. Elsewhere it runs in-process
+under a SIGALRM timer with that global state restored after each call. Either way it
+gets copies of the inputs, and an input it modified in place is reported; Ctrl-C still
+interrupts a check. Neither is a sandbox against code written to do harm on purpose.
 
 In a chapter::
 
@@ -29,7 +40,8 @@ In a chapter::
         ...  # your code here
     exercises.check("binary-encoding", my_binary)
 
-:func:`check` prints one line (``✓ ...`` or ``✗ ...``) and returns a :class:`Verdict`,
+:func:`check` prints one line (``✓ ...``, or ``✗ ...`` followed by the failing case's small
+arrays and how to replay it) and returns a :class:`Verdict`,
 true when the answer passed, which Jupyter does not echo; solution cells call
 ``assert exercises.check(...)`` so CI executes every solution against its checker.
 """
