@@ -61,7 +61,7 @@ def test_memn2n_append_accepts_the_prediction_and_explains(capsys):
         ((8, 0), "middle dimension"),
         ((1, 15), "only the word that was last"),
         ((7, 1), "is not right"),
-        (8, "is not right"),  # a bare number instead of the tuple
+        (8, "expected a tuple of 2 items, got 8"),  # a bare number instead of the tuple
     ],
 )
 def test_memn2n_append_names_each_mistake(answer, words, capsys):
