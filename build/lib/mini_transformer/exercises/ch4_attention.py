@@ -1,0 +1,214 @@
+"""Chapter 4's exercises (attention): the causal mask, masked softmax, attention, the
+prefix-LM mask, the softmax Jacobian.
+
+One block per exercise: the reference (written from the formula, independently of
+the package's modules), its random inputs, edge cases and named mistakes. Importing
+this module registers its exercises (:func:`~mini_transformer.exercises.checking.exercise`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .checking import close, exercise, random_tensor
+
+
+@exercise(
+    "causal-mask",
+    "f(T) -> a (T, T) bool tensor, True where query i may attend to key j (j <= i).",
+    inputs=lambda rng: (int(rng.integers(1, 13)),),
+    edge_cases={"T = 1": (1,), "T = 3": (3,)},
+    mistakes={
+        "the transpose (j >= i): every query sees the future": lambda T: (
+            torch.ones(T, T).triu().bool()
+        ),
+        "strict (j < i): a token may not see itself": lambda T: torch.ones(T, T).tril(-1).bool(),
+        "a float 0/1 mask: PyTorch adds a float mask to the scores": lambda T: torch.ones(
+            T, T
+        ).tril(),
+    },
+    compare=close(same_dtype=True),
+)
+def _causal_mask(T: int) -> torch.Tensor:
+    return torch.tensor([[j <= i for j in range(T)] for i in range(T)], dtype=torch.bool).reshape(
+        T, T
+    )
+
+
+def _softmax_rows(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Row by row: softmax over the allowed keys (shifted by their maximum), 0 elsewhere."""
+    out = torch.zeros_like(scores, dtype=torch.float64)
+    for i in range(scores.shape[0]):
+        allowed = mask[i]
+        if allowed.any():
+            s = scores[i, allowed].double()
+            e = torch.exp(s - s.max())
+            out[i, allowed] = e / e.sum()
+    return out.to(scores.dtype)
+
+
+def _masked_softmax_inputs(rng: np.random.Generator) -> tuple:
+    T_q, T_k = (int(n) for n in rng.integers(1, 7, size=2))
+    dtype = torch.float32 if rng.random() < 0.5 else torch.float64
+    scores = random_tensor(rng, T_q, T_k, scale=3.0, dtype=dtype)
+    mask = torch.from_numpy(rng.random((T_q, T_k)) < 0.6)
+    if rng.random() < 0.5:
+        mask[int(rng.integers(T_q))] = False
+    return scores, mask
+
+
+_FULLY_MASKED = (
+    torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]]),
+    torch.tensor([[True, False, True], [False, False, False]]),
+)
+_LARGE = (
+    torch.tensor([[1000.0, 998.0, 990.0], [-1000.0, -1001.0, 5.0]]),
+    torch.tensor([[True, True, False], [True, True, False]]),
+)
+
+
+def _softmax_fill_inf(s, m):
+    return s.masked_fill(~m, float("-inf")).softmax(-1)
+
+
+@exercise(
+    "masked-softmax",
+    "f(scores, mask) -> softmax over the last axis of scores where mask is True, exactly 0 "
+    "where it is False, an all-zero row where a row is fully masked; same dtype as scores.",
+    inputs=_masked_softmax_inputs,
+    edge_cases={
+        "a fully masked row": _FULLY_MASKED,
+        "large scores in float32": _LARGE,
+        "one allowed key": (torch.tensor([[3.0, 4.0]]), torch.tensor([[False, True]])),
+    },
+    mistakes={
+        "masked scores filled with -inf: a fully masked row becomes 0/0 = NaN": _softmax_fill_inf,
+        "softmax over all keys, then zeroed (the row no longer sums to 1)": lambda s, m: (
+            s.softmax(-1) * m
+        ),
+        "exp without subtracting the row maximum: overflows for large scores": lambda s, m: (
+            (s.exp() * m) / (s.exp() * m).sum(-1, keepdim=True).clamp_min(1e-300)
+        ),
+    },
+    compare=close(rtol=1e-5, atol=1e-6, same_dtype=True),
+)
+def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return _softmax_rows(scores, mask)
+
+
+def _attention_inputs(rng: np.random.Generator) -> tuple:
+    T_q, T_k, d_v = (int(n) for n in rng.integers(1, 7, size=3))
+    d_k = int(rng.choice([1, 4, 16, 64]))
+    q = random_tensor(rng, T_q, d_k)  # drawn in this order: q, k, v
+    k = random_tensor(rng, T_k, d_k)
+    v = random_tensor(rng, T_k, d_v)
+    mask = torch.from_numpy(rng.random((T_q, T_k)) < 0.7)
+    mask[:, int(rng.integers(T_k))] = True  # every query may attend to at least one key
+    return q, k, v, mask
+
+
+def _attention_scaled(q, k, v, mask, scale):
+    w = _softmax_rows(q @ k.T * scale, mask)
+    return w @ v, w
+
+
+@exercise(
+    "attention-weights",
+    "f(q, k, v, mask) -> (out, weights) of masked scaled dot-product attention: weights = "
+    "softmax(q k^T / sqrt(d_k)) with masked keys at 0, out = weights v.",
+    inputs=_attention_inputs,
+    edge_cases={
+        "d_k = 64, where the scaling matters": (
+            torch.linspace(-1, 1, 128).reshape(2, 64).double(),
+            torch.linspace(1, -1, 192).reshape(3, 64).double(),
+            torch.arange(6.0).reshape(3, 2).double(),
+            torch.ones(2, 3, dtype=torch.bool),
+        )
+    },
+    mistakes={
+        "no 1/sqrt(d_k) scaling": lambda q, k, v, m: _attention_scaled(q, k, v, m, 1.0),
+        "divided by d_k instead of sqrt(d_k)": lambda q, k, v, m: _attention_scaled(
+            q, k, v, m, 1.0 / q.shape[-1]
+        ),
+        "divided by sqrt(d_v) instead of sqrt(d_k)": lambda q, k, v, m: _attention_scaled(
+            q, k, v, m, 1.0 / math.sqrt(v.shape[-1])
+        ),
+    },
+)
+def _attention(q, k, v, mask):
+    d_k = q.shape[-1]
+    scores = torch.tensor(
+        [
+            [float((q[i] * k[j]).sum()) / math.sqrt(d_k) for j in range(k.shape[0])]
+            for i in range(q.shape[0])
+        ],
+        dtype=q.dtype,
+    ).reshape(q.shape[0], k.shape[0])
+    weights = _softmax_rows(scores, mask)
+    return weights @ v, weights
+
+
+def _prefix(T, P, plus=0, prefix_sees_all=False):
+    return torch.tensor(
+        [
+            [(j <= i or j < P + plus or (prefix_sees_all and i < P)) for j in range(T)]
+            for i in range(T)
+        ],
+        dtype=torch.bool,
+    ).reshape(T, T)
+
+
+@exercise(
+    "prefix-lm-mask",
+    "f(T, n_prefix) -> the (T, T) bool mask of a prefix-LM: the first n_prefix tokens (the "
+    "prompt) are seen by every query, the rest causally (key j visible from i when j <= i).",
+    inputs=lambda rng: (lambda T: (T, int(rng.integers(0, T + 1))))(int(rng.integers(1, 12))),
+    edge_cases={
+        "no prefix (plain causal)": (4, 0),
+        "all prefix (bidirectional)": (4, 4),
+        "T = 5, prefix 2": (5, 2),
+    },
+    mistakes={
+        "prefix one token too long (j <= n_prefix)": lambda T, P: _prefix(T, P, plus=1),
+        "prefix queries see every key: the prompt reads the answer": lambda T, P: _prefix(
+            T, P, prefix_sees_all=True
+        ),
+        "the transpose (queries in columns)": lambda T, P: _prefix(T, P).T.contiguous(),
+    },
+    compare=close(same_dtype=True),
+)
+def _prefix_lm_mask(T: int, n_prefix: int) -> torch.Tensor:
+    return _prefix(T, n_prefix)
+
+
+def _jacobian_inputs(rng: np.random.Generator) -> tuple:
+    return (random_tensor(rng, int(rng.integers(1, 9)), scale=float(rng.choice([0.5, 3.0, 10.0]))),)
+
+
+@exercise(
+    "softmax-jacobian",
+    "f(s) -> the (n, n) Jacobian J[i, j] = d p_i / d s_j of p = softmax(s) for a score vector "
+    "s of shape (n,).",
+    inputs=_jacobian_inputs,
+    edge_cases={
+        "one score (J = 0)": (torch.tensor([2.0], dtype=torch.float64),),
+        "saturated scores": (torch.tensor([40.0, 0.0, -3.0], dtype=torch.float64),),
+    },
+    mistakes={
+        "sign flipped: p p^T - diag(p)": lambda s: (
+            torch.outer(s.softmax(0), s.softmax(0)) - torch.diag(s.softmax(0))
+        ),
+        "diagonal only: diag(p (1 - p))": lambda s: torch.diag(s.softmax(0) * (1 - s.softmax(0))),
+        "diag(p) alone (the -p p^T term forgotten)": lambda s: torch.diag(s.softmax(0)),
+    },
+)
+def _softmax_jacobian(s: torch.Tensor) -> torch.Tensor:
+    e = [math.exp(v - float(s.max())) for v in s.tolist()]
+    p = [x / sum(e) for x in e]
+    n = len(p)
+    return torch.tensor(
+        [[p[i] * ((i == j) - p[j]) for j in range(n)] for i in range(n)], dtype=s.dtype
+    ).reshape(n, n)

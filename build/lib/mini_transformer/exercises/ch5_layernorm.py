@@ -1,0 +1,270 @@
+"""Chapter 5's exercises (LayerNorm, residuals, Pre-LN): LayerNorm, BatchNorm statistics,
+the Pre-LN block, RMSNorm, the LayerNorm Jacobian.
+
+One block per exercise: the reference (written from the formula, independently of
+the package's modules), its random inputs, edge cases and named mistakes. Importing
+this module registers its exercises (:func:`~mini_transformer.exercises.checking.exercise`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from .checking import close, exercise, random_tensor
+
+
+def _ln_inputs(rng: np.random.Generator) -> tuple:
+    B, T, d = int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(2, 9))
+    dtype = torch.float32 if rng.random() < 0.5 else torch.float64
+    x = random_tensor(rng, B, T, d, scale=float(rng.uniform(0.1, 5)), dtype=dtype) + float(
+        rng.normal(0, 3)
+    )
+    gamma = (1.0 + random_tensor(rng, d, scale=0.5)).to(dtype)
+    beta = random_tensor(rng, d, scale=0.5, dtype=dtype)
+    return x, gamma, beta, float(rng.choice([1e-5, 1e-3, 0.1, 1.0]))
+
+
+def _ln(x, g, b, eps, unbiased=False, eps_outside=False, dims=(-1,), one_pass=False):
+    mu = x.mean(dims, keepdim=True)
+    var = (
+        (x * x).mean(dims, keepdim=True) - mu * mu
+        if one_pass
+        else x.var(dims, keepdim=True, unbiased=unbiased)
+    )
+    return g * (x - mu) / (var.sqrt() + eps if eps_outside else (var + eps).sqrt()) + b
+
+
+_OFFSET32 = (
+    torch.tensor([[[1000.0, 1001.0, 999.0, 1002.5], [-1000.5, -999.0, -1001.0, -998.0]]]),
+    torch.ones(4),
+    torch.zeros(4),
+    1e-5,
+)
+
+
+@exercise(
+    "layer-norm",
+    "f(x, gamma, beta, eps) -> LayerNorm of x (B, T, d): each token vector normalised with its "
+    "own mean and biased variance (eps inside the root), scaled by gamma, shifted by beta; "
+    "same shape and dtype as x, x left unchanged.",
+    inputs=_ln_inputs,
+    edge_cases={
+        "eps = 1 (where eps goes matters)": (
+            torch.tensor([[[1.0, 2.0, 4.0]]]),
+            torch.ones(3),
+            torch.zeros(3),
+            1.0,
+        ),
+        "float32 values near 1000 (E[x^2] - E[x]^2 cancels)": _OFFSET32,
+        "a constant token": (torch.full((1, 1, 4), 3.0), torch.ones(4), torch.arange(4.0), 1e-5),
+    },
+    mistakes={
+        "unbiased variance (divided by d - 1; LayerNorm divides by d)": lambda x, g, b, e: _ln(
+            x, g, b, e, unbiased=True
+        ),
+        "eps added outside the square root": lambda x, g, b, e: _ln(x, g, b, e, eps_outside=True),
+        "statistics over the batch and positions (BatchNorm's axes)": lambda x, g, b, e: _ln(
+            x, g, b, e, dims=(0, 1)
+        ),
+        "one-pass variance E[x^2] - E[x]^2: cancels in float32": lambda x, g, b, e: _ln(
+            x, g, b, e, one_pass=True
+        ),
+    },
+    compare=close(rtol=1e-4, atol=1e-4, same_dtype=True),
+)
+def _layer_norm(x, gamma, beta, eps):
+    z = x.double()
+    d = z.shape[-1]
+    mu = z.sum(-1, keepdim=True) / d
+    var = ((z - mu) ** 2).sum(-1, keepdim=True) / d  # biased: divide by d
+    return (gamma.double() * (z - mu) / torch.sqrt(var + eps) + beta.double()).to(x.dtype)
+
+
+def _bn_inputs(rng: np.random.Generator) -> tuple:
+    B, T, d = int(rng.integers(2, 6)), int(rng.integers(1, 6)), int(rng.integers(1, 6))
+    return (random_tensor(rng, B, T, d, scale=2.0) + random_tensor(rng, d, scale=2.0),)
+
+
+@exercise(
+    "batch-norm-stats",
+    "f(x) for x of shape (B, T, d) -> (mean, var): BatchNorm's per-feature statistics over the "
+    "batch and position axes, each of shape (d,), var biased.",
+    inputs=_bn_inputs,
+    edge_cases={"one position": (torch.arange(6.0).reshape(3, 1, 2).double(),)},
+    mistakes={
+        "unbiased variance": lambda x: (x.mean((0, 1)), x.var((0, 1), unbiased=True)),
+        "statistics over the batch axis only (one per position and feature)": lambda x: (
+            x.mean(0),
+            x.var(0, unbiased=False),
+        ),
+        "statistics over the features (LayerNorm's axis)": lambda x: (
+            x.mean(-1),
+            x.var(-1, unbiased=False),
+        ),
+    },
+)
+def _batch_norm_stats(x):
+    rows = x.reshape(-1, x.shape[-1]).double()  # (B*T, d): every token is a sample
+    mean = rows.sum(0) / len(rows)
+    return mean.to(x.dtype), (((rows - mean) ** 2).sum(0) / len(rows)).to(x.dtype)
+
+
+class CausalSelfAttention(nn.Module):
+    """Causal multi-head self-attention built on PyTorch's own module: attn(h) -> (B, T, d)."""
+
+    def __init__(self, d_model: int, n_heads: int):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        T = h.shape[1]
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)  # True = may NOT attend
+        return self.mha(h, h, h, attn_mask=future, need_weights=False)[0]
+
+
+def _block_inputs(rng: np.random.Generator) -> tuple:
+    d, seed = 4 * int(rng.integers(1, 5)), int(rng.integers(2**31))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        attn = CausalSelfAttention(d, 2)
+        ffn = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+        ln1, ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        with torch.no_grad():
+            for ln in (ln1, ln2):
+                ln.weight.normal_(1.0, 0.3)
+                ln.bias.normal_(0.0, 0.3)
+        x = 2.0 * torch.randn(int(rng.integers(1, 4)), int(rng.integers(1, 7)), d)
+    return x, attn, ffn, ln1, ln2
+
+
+def _no_grad(fn):
+    def run(*args):
+        with torch.no_grad():
+            return fn(*args)
+
+    return run
+
+
+@exercise(
+    "pre-ln-block",
+    "f(x, attn, ffn, ln1, ln2) -> one Pre-LN block: h = x + attn(ln1(x)), then h + ffn(ln2(h)); "
+    "attn(h) is causal self-attention returning a tensor like h.",
+    inputs=_block_inputs,
+    mistakes={
+        "Post-LN instead of Pre-LN: ln1(x + attn(x)), then ln2(h + ffn(h))": _no_grad(
+            lambda x, a, f, l1, l2: (lambda h: l2(h + f(h)))(l1(x + a(x)))
+        ),
+        "no residual connections: ffn(ln2(attn(ln1(x))))": _no_grad(
+            lambda x, a, f, l1, l2: f(l2(a(l1(x))))
+        ),
+        "ln1 used for both sub-layers": _no_grad(
+            lambda x, a, f, l1, l2: (lambda h: h + f(l1(h)))(x + a(l1(x)))
+        ),
+        "residual added after the norm: x' = ln1(x) + attn(ln1(x))": _no_grad(
+            lambda x, a, f, l1, l2: (lambda h: l2(h) + f(l2(h)))(l1(x) + a(l1(x)))
+        ),
+    },
+    compare=close(rtol=1e-4, atol=1e-5),
+    n_random=6,
+)
+def _pre_ln_block(x, attn, ffn, ln1, ln2):
+    with torch.no_grad():
+        h = x + attn(ln1(x))  # x + Attn(LN1(x))
+        return h + ffn(ln2(h))  # h + FFN(LN2(h))
+
+
+def _rms(x, g, eps, center=False, l2=False, eps_outside=False):
+    if center:
+        x = x - x.mean(-1, keepdim=True)
+    ms = (x * x).sum(-1, keepdim=True) if l2 else (x * x).mean(-1, keepdim=True)
+    return g * x / (ms.sqrt() + eps if eps_outside else (ms + eps).sqrt())
+
+
+def _rms_inputs(rng: np.random.Generator) -> tuple:
+    B, T, d = int(rng.integers(1, 4)), int(rng.integers(1, 5)), int(rng.integers(2, 9))
+    x = random_tensor(rng, B, T, d, scale=float(rng.uniform(0.2, 4))) + float(rng.normal(0, 2))
+    return x, 1.0 + random_tensor(rng, d, scale=0.5), float(rng.choice([1e-6, 1e-2, 0.5]))
+
+
+@exercise(
+    "rms-norm",
+    "f(x, gain, eps) -> RMSNorm of x (..., d): x / sqrt(mean(x^2 over d) + eps) * gain, "
+    "with no mean subtraction and no shift.",
+    inputs=_rms_inputs,
+    edge_cases={
+        "eps = 1 (where eps goes matters)": (
+            torch.tensor([[3.0, 4.0]]).double(),
+            torch.ones(2).double(),
+            1.0,
+        ),
+        "a token with a large mean": (
+            torch.tensor([[10.0, 11.0, 12.0]]).double(),
+            torch.ones(3).double(),
+            1e-6,
+        ),
+    },
+    mistakes={
+        "subtracted the mean: that is LayerNorm without beta": lambda x, g, e: _rms(
+            x, g, e, center=True
+        ),
+        "divided by the L2 norm (the 1/d inside the root is missing)": lambda x, g, e: _rms(
+            x, g, e, l2=True
+        ),
+        "eps added outside the square root": lambda x, g, e: _rms(x, g, e, eps_outside=True),
+    },
+)
+def _rms_norm(x, gain, eps):
+    d = x.shape[-1]
+    rms = torch.sqrt((x.double() ** 2).sum(-1, keepdim=True) / d + eps)  # sqrt(mean x^2 + eps)
+    return (gain.double() * x.double() / rms).to(x.dtype)
+
+
+def _ln_jac(x, eps, drop_mean=False, drop_scale=False, unbiased=False):
+    d = x.shape[0]
+    z = x - x.mean()
+    sigma = torch.sqrt(z.var(unbiased=unbiased) + eps)
+    y = z / sigma
+    j = torch.eye(d, dtype=x.dtype)
+    if not drop_mean:
+        j = j - 1.0 / d
+    if not drop_scale:
+        j = j - torch.outer(y, y) / d
+    return j / sigma
+
+
+@exercise(
+    "ln-jacobian",
+    "f(x, eps) -> the (d, d) Jacobian J[i, j] = d y_i / d x_j of y = (x - mean(x)) / "
+    "sqrt(var(x) + eps) (biased variance, no gain or shift) for a vector x of shape (d,).",
+    inputs=lambda rng: (
+        random_tensor(rng, int(rng.integers(2, 9)), scale=float(rng.uniform(0.3, 3))),
+        float(rng.choice([1e-5, 0.1])),
+    ),
+    edge_cases={"d = 2": (torch.tensor([1.0, 3.0], dtype=torch.float64), 1e-5)},
+    mistakes={
+        "the mean treated as a constant (no -1/d term)": lambda x, e: _ln_jac(x, e, drop_mean=True),
+        "the standard deviation treated as a constant (no -y y^T / d term)": lambda x, e: _ln_jac(
+            x, e, drop_scale=True
+        ),
+        "unbiased variance": lambda x, e: _ln_jac(x, e, unbiased=True),
+    },
+)
+def _ln_jacobian(x, eps):
+    # Central differences of the plain formula, in float64: an independent numerical statement.
+    def ln(v):
+        mu = sum(v) / len(v)
+        var = sum((a - mu) ** 2 for a in v) / len(v)
+        return [(a - mu) / math.sqrt(var + eps) for a in v]
+
+    v, d, h = x.tolist(), len(x), 1e-6
+    cols = []
+    for j in range(d):
+        up, down = list(v), list(v)
+        up[j] += h
+        down[j] -= h
+        cols.append([(a - b) / (2 * h) for a, b in zip(ln(up), ln(down), strict=True)])
+    return torch.tensor(cols, dtype=torch.float64).T.to(x.dtype)

@@ -1,0 +1,245 @@
+"""Chapter 6's exercises (training): the learning-rate schedule, perplexity, parameter
+count, training FLOPs, top-k filtering.
+
+One block per exercise: the reference (written from the formula, independently of
+the package's modules), its random inputs, edge cases and named mistakes. Importing
+this module registers its exercises (:func:`~mini_transformer.exercises.checking.exercise`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .checking import close, exact_int, exercise, random_tensor
+
+
+def _lr(step, lr, min_lr, warmup, steps, cap=True, from_zero=False, to_zero=False):
+    if step < warmup:
+        return lr * (step if from_zero else step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    progress = min(1.0, progress) if cap else progress
+    low = 0.0 if to_zero else min_lr
+    return low + 0.5 * (lr - low) * (1 + math.cos(math.pi * progress))
+
+
+def _lr_inputs(rng: np.random.Generator) -> tuple:
+    lr = float(10 ** rng.uniform(-4, -2))
+    warmup = int(rng.integers(0, 50))
+    steps = warmup + int(rng.integers(1, 500))
+    return (
+        int(rng.integers(0, steps + 200)),
+        lr,
+        float(lr * rng.choice([0.0, 0.1, 0.5])),
+        warmup,
+        steps,
+    )
+
+
+@exercise(
+    "lr-schedule",
+    "f(step, lr, min_lr, warmup_steps, steps) -> the rate of update step (0-based): lr * (step "
+    "+ 1) / warmup_steps during warm-up, then half a cosine from lr to min_lr at step = steps, "
+    "and min_lr after it.",
+    inputs=_lr_inputs,
+    edge_cases={
+        "no warm-up, first step": (0, 1e-3, 1e-4, 0, 100),
+        "well past the last step": (250, 1e-3, 1e-4, 10, 100),
+        "the last step": (100, 1e-3, 1e-4, 10, 100),
+        "first warm-up step": (0, 1e-3, 0.0, 10, 100),
+    },
+    mistakes={
+        "cosine not capped past the last step (the rate climbs back up)": lambda *a: _lr(
+            *a, cap=False
+        ),
+        "warm-up from 0 (update 0 gets rate 0 and is wasted)": lambda *a: _lr(*a, from_zero=True),
+        "cosine down to 0 instead of min_lr": lambda *a: _lr(*a, to_zero=True),
+    },
+    compare=close(rtol=1e-9, atol=1e-15),
+)
+def _lr_schedule(step, lr, min_lr, warmup_steps, steps):
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps  # linear warm-up
+    if step >= steps:
+        return min_lr  # after the schedule
+    t = (step - warmup_steps) / (steps - warmup_steps)  # 0 -> 1 over the decay
+    return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * t)) / 2
+
+
+def _ppl_inputs(rng: np.random.Generator) -> tuple:
+    B, T, V = int(rng.integers(1, 4)), int(rng.integers(1, 9)), int(rng.integers(2, 30))
+    logits = random_tensor(rng, B, T, V, scale=float(rng.uniform(0.5, 4.0)), dtype=torch.float32)
+    return logits + float(rng.choice([0.0, 50.0, -200.0])), torch.from_numpy(
+        rng.integers(0, V, size=(B, T))
+    )
+
+
+def _naive_ppl(z, t, per_token=False, no_exp=False, stable=False):
+    p = z.double().softmax(-1) if stable else z.exp() / z.exp().sum(-1, keepdim=True)
+    nll = -p.gather(-1, t[..., None]).squeeze(-1).log()
+    if no_exp:
+        return float(nll.mean())
+    return float(nll.exp().mean()) if per_token else float(nll.mean().exp())
+
+
+@exercise(
+    "perplexity",
+    "f(logits, targets) for logits (B, T, V) and targets (B, T) -> exp of the mean cross-entropy "
+    "(natural log) of the targets, a Python float, computed stably.",
+    inputs=_ppl_inputs,
+    edge_cases={
+        "float32 logits near 1000 (exp overflows)": (
+            torch.tensor([[[1000.0, 999.0, 997.0], [1001.0, 1000.0, 1000.0]]]),
+            torch.tensor([[0, 2]]),
+        ),
+        "float32 logits near -1000 (exp underflows)": (
+            torch.tensor([[[-1000.0, -999.0, -1003.0]]]),
+            torch.tensor([[1]]),
+        ),
+        "one class": (torch.zeros(1, 3, 1), torch.zeros(1, 3, dtype=torch.long)),
+    },
+    mistakes={
+        "exp without subtracting the maximum (overflows or underflows in float32)": _naive_ppl,
+        "2 ** loss with the loss in nats: mixing the bases (e ** nats = 2 ** bits)": lambda z, t: (
+            2.0 ** _naive_ppl(z, t, no_exp=True, stable=True)
+        ),
+        "mean of per-token perplexities instead of exp of the mean loss": lambda z, t: _naive_ppl(
+            z, t, per_token=True, stable=True
+        ),
+        "the cross-entropy itself, not its exponential": lambda z, t: _naive_ppl(
+            z, t, no_exp=True, stable=True
+        ),
+    },
+    compare=close(rtol=1e-4, atol=0.0),  # float32 logits near 200: log-sum-exp error ~1e-5
+)
+def _perplexity(logits, targets):
+    total, count = 0.0, 0
+    for row, tgt in zip(
+        logits.double().reshape(-1, logits.shape[-1]), targets.reshape(-1), strict=True
+    ):
+        m = float(row.max())
+        log_z = m + math.log(sum(math.exp(float(v) - m) for v in row))  # logsumexp
+        total += log_z - float(row[int(tgt)])  # -log p(target)
+        count += 1
+    return math.exp(total / count)
+
+
+def _count(V, block, d, L, d_ff, positional, bias, head=False, final_ln=True, learned_always=False):
+    b = int(bias)
+    per_layer = 4 * (d * d + b * d) + d * d_ff + b * d_ff + d_ff * d + b * d + 2 * (1 + b) * d
+    pos = block * d if (positional == "learned" or learned_always) else 0
+    return V * d * (2 if head else 1) + pos + L * per_layer + ((1 + b) * d if final_ln else 0)
+
+
+def _count_inputs(rng: np.random.Generator) -> tuple:
+    d = 4 * int(rng.integers(1, 33))
+    return (
+        int(rng.integers(2, 300)),
+        int(rng.integers(1, 513)),
+        d,
+        int(rng.integers(1, 7)),
+        int(rng.integers(1, 5)) * d,
+        str(rng.choice(["learned", "rope", "sinusoidal"])),
+        bool(rng.integers(0, 2)),
+    )
+
+
+@exercise(
+    "param-count",
+    "f(vocab_size, block_size, d_model, n_layers, d_ff, positional, bias) -> the number of "
+    "trainable parameters of the chapter's decoder-only LM (Pre-LN, final LayerNorm, head tied "
+    "to the token embedding; with bias=False no linear biases and LayerNorms without shift).",
+    inputs=_count_inputs,
+    edge_cases={
+        "learned positions, biases": (65, 256, 384, 6, 1536, "learned", True),
+        "RoPE, no biases": (84, 128, 128, 4, 512, "rope", False),
+    },
+    mistakes={
+        "the tied head counted a second time": lambda *a: _count(*a, head=True),
+        "the final LayerNorm forgotten": lambda *a: _count(*a, final_ln=False),
+        "a position table counted for every scheme": lambda *a: _count(*a, learned_always=True),
+    },
+    compare=exact_int,
+)
+def _param_count(vocab_size, block_size, d_model, n_layers, d_ff, positional, bias):
+    linear = lambda n_in, n_out: n_in * n_out + (n_out if bias else 0)  # noqa: E731
+    norm = d_model * (2 if bias else 1)  # gain (+ shift)
+    block = 4 * linear(d_model, d_model) + linear(d_model, d_ff) + linear(d_ff, d_model) + 2 * norm
+    table = block_size * d_model if positional == "learned" else 0
+    return vocab_size * d_model + table + n_layers * block + norm
+
+
+def _flops(N, L, d, T, tokens, fwd=False, attn=True, seq=False):
+    per_token = (2 if fwd else 6) * N + ((12 * L * d * (T * T if seq else T)) if attn else 0)
+    return per_token * tokens
+
+
+def _flops_inputs(rng: np.random.Generator) -> tuple:
+    L, d = int(rng.integers(1, 49)), 64 * int(rng.integers(1, 65))
+    N = 12 * L * d * d + int(rng.integers(1000, 10**8))
+    return N, L, d, int(2 ** rng.integers(6, 14)), int(rng.integers(10**6, 10**12))
+
+
+@exercise(
+    "train-flops",
+    "f(n_params, n_layers, d_model, T, n_tokens) -> the floating-point operations of training "
+    "on n_tokens tokens: (6 N + 12 L d T) per token (forward and backward, attention scores "
+    "included).",
+    inputs=_flops_inputs,
+    edge_cases={"nanoGPT's shakespeare-char size": (10_650_000, 6, 384, 256, 5000 * 64 * 256)},
+    mistakes={
+        "forward pass only (2 N per token)": lambda *a: _flops(*a, fwd=True),
+        "the attention term 12 L d T left out": lambda *a: _flops(*a, attn=False),
+        "attention counted per sequence (T^2) for every token": lambda *a: _flops(*a, seq=True),
+    },
+    compare=close(rtol=1e-9, atol=0.0),
+)
+def _train_flops(n_params, n_layers, d_model, T, n_tokens):
+    matmuls = 2 * n_params  # a multiply and an add per weight, forward
+    attention = 2 * n_layers * T * d_model * 2  # q k^T and weights @ v, forward, per token
+    return 3 * (matmuls + attention) * n_tokens  # backward costs twice the forward
+
+
+def _top_k_inputs(rng: np.random.Generator) -> tuple:
+    B, V = int(rng.integers(1, 4)), int(rng.integers(1, 20))
+    return random_tensor(rng, B, V, scale=2.0, dtype=torch.float32), int(rng.integers(1, V + 3))
+
+
+def _topk(z, k, fill=float("-inf"), plus=0, smallest=False):
+    out = z.clone()
+    for row in out:
+        order = sorted(row.tolist(), reverse=not smallest)
+        kth = order[min(k + plus, len(order)) - 1]
+        for c in range(len(row)):
+            if (row[c] > kth) if smallest else (row[c] < kth):
+                row[c] = fill
+    return out
+
+
+@exercise(
+    "top-k",
+    "f(logits, k) for logits (B, V) -> a new tensor in which every logit smaller than the k-th "
+    "largest of its row is -inf (ties with the k-th are kept; k >= V keeps all); logits unchanged.",
+    inputs=_top_k_inputs,
+    edge_cases={
+        "ties at the k-th value": (torch.tensor([[1.0, 3.0, 3.0, 0.5, 3.0]]), 2),
+        "k larger than the vocabulary": (torch.tensor([[0.0, -1.0]]), 5),
+        "k = 1": (torch.tensor([[0.2, 0.9, -0.3], [2.0, 1.0, 0.0]]), 1),
+    },
+    mistakes={
+        "the others set to 0, not -inf (a logit of 0 is not a probability of 0)": lambda z, k: (
+            _topk(z, k, fill=0.0)
+        ),
+        "k + 1 kept": lambda z, k: _topk(z, k, plus=1),
+        "the k smallest kept": lambda z, k: _topk(z, k, smallest=True),
+    },
+    compare=close(rtol=0.0, atol=0.0, same_dtype=True),
+)
+def _top_k(logits, k):
+    out = logits.clone()
+    for row in out:
+        kth = sorted(row.tolist(), reverse=True)[min(k, len(row)) - 1]  # k-th largest value
+        row[row < kth] = float("-inf")
+    return out

@@ -1,0 +1,127 @@
+"""Chapter 4's miniature of Vaswani et al.'s section 3.2.1: three score functions as d_k grows.
+
+Vaswani et al. (2017, section 3.2.1) motivate the :math:`1/\\sqrt{d_k}` by an observation:
+"for small values of :math:`d_k` the two mechanisms perform similarly, additive attention
+outperforms dot product attention without scaling for larger values of :math:`d_k`", which
+they *suspect* is due to saturated softmax gradients. This module trains one attention layer
+with a given score function and width ``d_k`` on a small retrieval task
+(:func:`train_scores`).
+
+The task (:func:`retrieval_batch`): a sequence holds ``T`` random key vectors
+:math:`x_j \\in \\mathbb{R}^{d_{in}}`, each with a random label :math:`y_j` among ``C``; the
+query is a noisy copy of one of them, :math:`x_{j^*} + 0.5\\,\\varepsilon`. The values are the
+labels' one-hot vectors, so the attention output :math:`o = \\sum_j a_j\\, e_{y_j}` is a
+distribution over labels and the loss is :math:`-\\ln o_{y_{j^*}}`: the gradient reaches the
+scores only through the softmax, as in a real attention layer. A model that has not learned
+to find the key gets accuracy about :math:`1/C` plus the chance that a random key shares the
+label.
+
+Score functions (:class:`ScoreModel`), all mapping :math:`d_{in}` to width ``d_k`` with
+PyTorch's default ``nn.Linear`` initialisation:
+
+- ``"scaled"``: :math:`q \\cdot k / \\sqrt{d_k}` with :math:`q = W^Q x_q`, :math:`k = W^K x_j`;
+- ``"unscaled"``: :math:`q \\cdot k`;
+- ``"additive"``: :math:`w^\\top \\tanh(W_q x_q + W_k x_j + b)`
+  (:class:`~mini_transformer.additive.AdditiveAttention` with hidden width ``d_k``).
+
+The sweep over ``d_k``, learning rates, score functions and seeds that produced the
+chapter's results is a repository tool, not part of this package (29 minutes of wall time
+on a 2-core machine shared with other jobs, one thread)::
+
+    python tools/score_functions.py --out mini_transformer/results/04_score_functions.json
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .additive import AdditiveAttention
+
+__all__ = ["SCORE_KINDS", "ScoreModel", "retrieval_batch", "train_scores"]
+
+SCORE_KINDS = ("additive", "unscaled", "scaled")
+
+
+def retrieval_batch(
+    generator: torch.Generator, batch_size: int = 64, T: int = 16, d_in: int = 32, C: int = 16
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """One retrieval batch: query (B, 1, d_in), keys (B, T, d_in), values (B, T, C), targets (B,).
+
+    The values are the one-hot labels of the keys; the target is the label of the key the
+    query copies.
+    """
+    x = torch.randn(batch_size, T, d_in, generator=generator)
+    labels = torch.randint(0, C, (batch_size, T), generator=generator)
+    j = torch.randint(0, T, (batch_size,), generator=generator)
+    rows = torch.arange(batch_size)
+    query = x[rows, j] + 0.5 * torch.randn(batch_size, d_in, generator=generator)
+    return query[:, None], x, F.one_hot(labels, C).float(), labels[rows, j]
+
+
+class ScoreModel(nn.Module):
+    """One attention layer's score function: ``kind`` in ``SCORE_KINDS``, width ``d_k``."""
+
+    def __init__(self, kind: str, d_k: int, d_in: int = 32) -> None:
+        super().__init__()
+        if kind not in SCORE_KINDS:
+            raise ValueError(f"kind must be one of {SCORE_KINDS}, got {kind!r}")
+        self.kind = kind
+        if kind == "additive":
+            self.additive = AdditiveAttention(d_in, d_in, d_k)
+        else:
+            self.q_proj = nn.Linear(d_in, d_k, bias=False)
+            self.k_proj = nn.Linear(d_in, d_k, bias=False)
+            self.scale = 1 / math.sqrt(d_k) if kind == "scaled" else 1.0
+
+    def forward(self, query: Tensor, keys: Tensor) -> Tensor:
+        """``query`` (B, 1, d_in), ``keys`` (B, T, d_in) -> scores (B, 1, T)."""
+        if self.kind == "additive":
+            return self.additive.scores(query, keys)
+        return (self.q_proj(query) @ self.k_proj(keys).transpose(1, 2)) * self.scale
+
+
+def _loss_and_accuracy(model: ScoreModel, batch) -> tuple[Tensor, Tensor, Tensor]:
+    query, keys, values, target = batch
+    scores = model(query, keys)  # (B, 1, T)
+    out = (scores.softmax(-1) @ values)[:, 0]  # (B, C): a distribution over labels
+    loss = F.nll_loss(torch.log(out + 1e-9), target)
+    return loss, (out.argmax(-1) == target).float().mean(), scores
+
+
+def train_scores(kind: str, d_k: int, lr: float, seed: int = 0, steps: int = 200) -> dict:
+    """Train one :class:`ScoreModel` with Adam; return held-out loss, accuracy and init stats.
+
+    ``init_score_std`` is the standard deviation of the scores at initialisation and
+    ``init_max_weight`` the mean largest attention weight there (1/T = uniform, 1 = one-hot).
+    """
+    torch.manual_seed(seed)
+    model = ScoreModel(kind, d_k)
+    held_out = [retrieval_batch(torch.Generator().manual_seed(999 + i)) for i in range(4)]
+    with torch.no_grad():
+        scores = torch.cat([model(b[0], b[1]) for b in held_out])
+    init_std = scores.std().item()
+    init_max = scores.softmax(-1).max(-1).values.mean().item()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    data = torch.Generator().manual_seed(100 + seed)
+    for _ in range(steps):
+        loss, _, _ = _loss_and_accuracy(model, retrieval_batch(data))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        results = [_loss_and_accuracy(model, b) for b in held_out]
+    return {
+        "kind": kind,
+        "d_k": d_k,
+        "lr": lr,
+        "seed": seed,
+        "steps": steps,
+        "loss": round(sum(r[0].item() for r in results) / len(results), 5),
+        "accuracy": round(sum(r[1].item() for r in results) / len(results), 5),
+        "init_score_std": round(init_std, 4),
+        "init_max_weight": round(init_max, 4),
+    }

@@ -1,0 +1,242 @@
+"""Post-LN vs Pre-LN experiments of chapter 5: gradients at initialisation and training stability.
+
+Two experiments, both on a small causal language model built here from
+:class:`~mini_transformer.layers.TransformerStack` (token embedding + learned positions +
+stack + linear head; deliberately independent of :mod:`mini_transformer.model`):
+
+1. :func:`grad_norms_at_init`: the norm of the gradient of each layer's second FFN matrix
+   :math:`W^{2,\\ell}` at initialisation (Xavier-normal weights, zero biases, as in the
+   analysis of Xiong et al., 2020), averaged over seeds, for a Post-LN and a Pre-LN stack.
+2. :func:`train_run`: the same model trained with Adam on a synthetic copy task, for each
+   placement, learning rate, and with or without a linear learning-rate warm-up.
+
+The copy task: a sequence is ``K`` random symbols, a separator, then the same ``K``
+symbols again. Only the second half is predictable; the loss reported is the mean
+cross-entropy (nats) on those ``K`` positions. A model that has not learned to copy sits
+at :math:`\\ln V` (uniform guess); a perfect copier reaches 0.
+
+The sweep over placements, learning rates, warm-ups and seeds that produced the chapter's
+results (its command line, and the per-configuration summary over the seeds: mean, min and
+max of the final loss, how many seeds learned the copy, the mean training curve) is a
+repository tool, not part of this package: ``tools/stability_sweep.py`` (3 seeds per
+configuration, 48 training runs of 11 to 25 s each on one CPU thread: about ten minutes)::
+
+    python tools/stability_sweep.py --seeds 0 1 2 --out mini_transformer/results/05_stability.json
+
+Everything runs on CPU with one thread and fixed seeds, so the notebook can re-run one
+configuration and get the same numbers as the JSON file.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .checks import check_choice, check_float, check_int
+from .core import Schedule, train_step
+from .layers import ACTIVATIONS, TransformerStack
+
+LEARNED_BELOW = 0.5
+"""A run "learned the copy" if its held-out copy loss ends below this many nats.
+
+The uniform guess is :math:`\\ln 16 \\approx 2.77` nats; 0.5 nats means a geometric-mean
+probability of :math:`e^{-0.5} \\approx 0.6` on the right symbol, against 1/16 by chance."""
+
+__all__ = [
+    "LEARNED_BELOW",
+    "StabilityConfig",
+    "TinyCausalLM",
+    "copy_task_batch",
+    "grad_norms_at_init",
+    "train_run",
+]
+
+
+@dataclass(frozen=True)
+class StabilityConfig:
+    """Model and task sizes shared by both experiments (defaults: the committed sweep)."""
+
+    vocab_size: int = 16  # V symbols; the separator is an extra token V
+    copy_len: int = 12  # K: the sequence is K symbols, SEP, the same K symbols
+    d_model: int = 64
+    n_heads: int = 4
+    d_ff: int = 256
+    n_layers: int = 6
+    activation: str = "relu"  # as in the original Transformer and Xiong et al.
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        check_int("vocab_size", self.vocab_size, low=2)
+        for name in ("copy_len", "d_model", "n_heads", "d_ff", "n_layers", "batch_size"):
+            check_int(name, getattr(self, name), low=1)
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model must be divisible by n_heads, got d_model={self.d_model}, "
+                f"n_heads={self.n_heads}"
+            )
+        check_choice("activation", self.activation, ACTIVATIONS)
+
+    @property
+    def block_size(self) -> int:
+        return 2 * self.copy_len  # inputs are the first 2K tokens of the 2K + 1
+
+
+class TinyCausalLM(nn.Module):
+    """Token + learned position embedding -> causal TransformerStack -> linear head.
+
+    Weights are initialised as in Xiong et al.'s analysis: Xavier-normal matrices and zero
+    biases in every ``nn.Linear``, embeddings :math:`\\mathcal{N}(0, 1)` entries (so a
+    token vector has squared norm about ``d_model``, as with the original Transformer's
+    ``sqrt(d_model)`` embedding scale), LayerNorm ``gamma = 1``, ``beta = 0``.
+    """
+
+    def __init__(self, cfg: StabilityConfig, norm_position: str) -> None:
+        super().__init__()
+        self.cfg = cfg
+        n_tokens = cfg.vocab_size + 1
+        self.tok = nn.Embedding(n_tokens, cfg.d_model)
+        self.pos = nn.Embedding(cfg.block_size, cfg.d_model)
+        self.stack = TransformerStack(
+            cfg.n_layers,
+            cfg.d_model,
+            cfg.n_heads,
+            cfg.d_ff,
+            norm_position=norm_position,
+            causal=True,
+            activation=cfg.activation,
+        )
+        self.head = nn.Linear(cfg.d_model, n_tokens)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_normal_(m.weight)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Embedding):
+                nn.init.normal_(m.weight, 0.0, 1.0)
+        with torch.no_grad():  # positions on the same scale as tokens, but smaller
+            self.pos.weight.mul_(0.5)
+
+    def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """``idx`` (B, T) long -> ``(logits (B, T, V + 1), loss)``.
+
+        ``targets`` (B, K) are the tokens the *last* K positions must predict (the copy);
+        the loss is their mean cross-entropy in nats, or ``None`` without targets.
+        """
+        T = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(T))  # (B, T, d_model)
+        logits = self.head(self.stack(x))  # (B, T, V + 1)
+        if targets is None:
+            return logits, None
+        K = targets.shape[1]
+        copy = logits[:, -K:]  # positions SEP .. 2K-1 predict the copy
+        return logits, F.cross_entropy(copy.reshape(-1, copy.shape[-1]), targets.reshape(-1))
+
+
+def copy_task_batch(cfg: StabilityConfig, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """One batch of the copy task: inputs ``(B, 2K)`` and targets ``(B, K)``.
+
+    The full sequence is ``s_1..s_K, SEP, s_1..s_K``; the model reads its first ``2K``
+    tokens and must predict the last ``K`` (each from the positions before it).
+    """
+    K, V, B = cfg.copy_len, cfg.vocab_size, cfg.batch_size
+    s = torch.randint(0, V, (B, K), generator=generator)
+    sep = torch.full((B, 1), V, dtype=torch.long)
+    seq = torch.cat([s, sep, s], dim=1)  # (B, 2K + 1)
+    return seq[:, :-1], seq[:, K + 1 :]
+
+
+def grad_norms_at_init(
+    norm_position: str,
+    n_layers: int,
+    seeds: tuple[int, ...] = (0, 1, 2, 3),
+    cfg: StabilityConfig | None = None,
+) -> list[float]:
+    """Mean over seeds of :math:`\\|\\partial L / \\partial W^{2,\\ell}\\|_F` for each layer.
+
+    ``W^{2,l}`` is the second matrix of layer ``l``'s FFN (``ffn.linear2.weight``). The
+    loss is the copy-task loss of a fresh model on one batch; seed ``s`` fixes both the
+    weights and the batch. Returns ``n_layers`` floats, input side first.
+    """
+    cfg = cfg or StabilityConfig()
+    cfg = StabilityConfig(**{**asdict(cfg), "n_layers": n_layers})
+    total = torch.zeros(n_layers, dtype=torch.float64)
+    for seed in seeds:
+        torch.manual_seed(seed)
+        model = TinyCausalLM(cfg, norm_position)
+        idx, targets = copy_task_batch(cfg, torch.Generator().manual_seed(10_000 + seed))
+        model(idx, targets)[1].backward()
+        total += torch.tensor(
+            [b.ffn.linear2.weight.grad.norm().item() for b in model.stack.blocks],
+            dtype=torch.float64,
+        )
+    return (total / len(seeds)).tolist()
+
+
+def train_run(
+    norm_position: str,
+    lr: float,
+    warmup_steps: int,
+    steps: int = 300,
+    seed: int = 0,
+    cfg: StabilityConfig | None = None,
+    log_every: int = 10,
+    eval_batches: int = 4,
+) -> dict:
+    """Train one TinyCausalLM with Adam (betas 0.9, 0.98, as Vaswani et al.) on the copy task.
+
+    No gradient clipping (it would hide the instability we want to see). The model and
+    the data stream are seeded by ``seed`` (the same for every configuration, so runs
+    differ only in placement and schedule). Training stops early if the loss becomes
+    non-finite.
+
+    Returns:
+        dict with ``losses`` (training loss every ``log_every`` steps), ``final_loss``
+        (held-out copy loss after training, on ``eval_batches`` fresh batches),
+        ``diverged`` (non-finite loss), ``steps_run``.
+    """
+    check_choice("norm_position", norm_position, ("pre", "post"))
+    check_float("lr", lr, low=0, low_open=True)
+    check_int("warmup_steps", warmup_steps, low=0)
+    check_int("steps", steps, low=1)
+    check_int("seed", seed, low=0)
+    check_int("log_every", log_every, low=1)
+    check_int("eval_batches", eval_batches, low=1)
+    cfg = cfg or StabilityConfig()
+    torch.manual_seed(seed)
+    model = TinyCausalLM(cfg, norm_position)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
+    schedule = Schedule(lr=lr, warmup_steps=warmup_steps, arithmetic="stability")
+    data = torch.Generator().manual_seed(1_000 + seed)
+    losses: list[float] = []
+    diverged = False
+    step = 0
+    for step in range(steps):
+        idx, targets = copy_task_batch(cfg, data)
+        loss, _ = train_step(model, opt, idx, targets, schedule(step))
+        if not torch.isfinite(loss):  # the update it made is never used
+            diverged = True
+            break
+        if step % log_every == 0 or step == steps - 1:
+            losses.append(round(loss.item(), 5))
+    final = float("nan")
+    if not diverged:
+        held_out = torch.Generator().manual_seed(999_999)
+        with torch.no_grad():
+            final = (
+                sum(model(*copy_task_batch(cfg, held_out))[1].item() for _ in range(eval_batches))
+                / eval_batches
+            )
+        diverged = not math.isfinite(final)
+    return {
+        "norm_position": norm_position,
+        "lr": lr,
+        "warmup_steps": warmup_steps,
+        "seed": seed,
+        "losses": losses,
+        "final_loss": round(final, 5) if math.isfinite(final) else None,
+        "diverged": diverged,
+        "steps_run": step + 1,
+    }

@@ -1,0 +1,325 @@
+r"""Training the character-level Shakespeare model: the public names and the command line.
+
+The pieces live in small modules, each one idea; this module gathers the names a reader
+uses (``from mini_transformer.train import ...`` keeps working) and holds the CLI:
+
+- :mod:`~mini_transformer.presets`: ``PRESETS``, ``TrainConfig``, ``get_preset``,
+  ``lr_at``, ``configure_optimizer`` (see :func:`~mini_transformer.presets.get_preset`);
+- :mod:`~mini_transformer.loop`: :func:`~mini_transformer.loop.train`;
+- :mod:`~mini_transformer.model`: :func:`~mini_transformer.model.evaluate` (perplexity);
+- :mod:`~mini_transformer.core`: the step and the schedule shared with chapters 3 and 5;
+- :mod:`~mini_transformer.checkpoints`: ``save_checkpoint``, ``load_checkpoint``,
+  ``load_model``, ``export_weights``, ``load_pretrained``, ``read_log``;
+- :mod:`~mini_transformer.devices`: peak FLOP/s (``GPU_PEAK_FLOPS``) and the record of
+  where a run happened.
+
+Command line::
+
+    python -m mini_transformer.train --preset cpu --out runs/cpu           # train
+    python -m mini_transformer.train --preset gpu --out runs/gpu --compile # on a GPU
+    python -m mini_transformer.train --out runs/cpu --resume --steps 3000  # continue
+    python -m mini_transformer.train sample --ckpt gpu --prompt "ROMEO:"  # bundled model
+    python -m mini_transformer.train export --ckpt runs/cpu/best.pt        # -> assets/
+
+Bad arguments exit with status 2 and a usage message before any work; a failure while
+running (disk full, unreadable file) exits with status 1 and a one-line message; Ctrl-C
+saves ``last.pt`` at the next step boundary and exits with 130.
+
+In Python (chapter 6)::
+
+    from mini_transformer.train import load_pretrained, read_log
+    model, tok = load_pretrained("gpu")  # a committed model ("cpu" or "gpu"), eval mode
+    log = read_log("gpu")                # its metrics log: a list of dicts
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from .checkpoints import (
+    PRETRAINED,
+    PRETRAINED_WEIGHTS,
+    config_diff,
+    export_weights,
+    load_checkpoint,
+    load_model,
+    load_pretrained,
+    pretrained_path,
+    read_log,
+    save_checkpoint,
+)
+from .cli import check_output_dir, check_output_file, positive_float, positive_int, run_cli
+from .core import TrainingDivergedError
+from .devices import GPU_PEAK_FLOPS, measure_matmul_flops, peak_flops, resolve_device
+from .loop import _distributed, train
+from .model import POSITIONAL_SCHEMES, TransformerLM, evaluate
+from .precision import PRECISIONS, physical_cores
+from .presets import (
+    COMPILE_MODES,
+    MODEL_KEYS,
+    PRESETS,
+    TrainConfig,
+    configure_optimizer,
+    get_preset,
+    lr_at,
+)
+
+__all__ = [
+    "PRESETS",
+    "TrainConfig",
+    "get_preset",
+    "lr_at",
+    "configure_optimizer",
+    "measure_matmul_flops",
+    "peak_flops",
+    "GPU_PEAK_FLOPS",
+    "evaluate",
+    "train",
+    "TrainingDivergedError",
+    "save_checkpoint",
+    "load_checkpoint",
+    "load_model",
+    "export_weights",
+    "load_pretrained",
+    "read_log",
+    "PRETRAINED",
+    "PRETRAINED_WEIGHTS",
+    "main",
+]
+
+#: For the refusal of ``--preset gpu`` on a CPU: the share of the measured fp32 matmul
+#: ceiling a training step of the gpu model reaches on a CPU (benchmarks/train_step.py
+#: measured 63% on a 2-core EPYC with 1 thread, 2026-11-23); the estimate uses 50%.
+CPU_STEP_CEILING_SHARE = 0.5
+
+
+# ---------------------------------------------------------------------------- arguments
+
+
+def _train_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m mini_transformer.train",
+        description="Train the character-level Shakespeare model. Other commands: "
+        "'sample' (generate text) and 'export' (write a small weights file).",
+    )
+    p.add_argument("--preset", choices=sorted(PRESETS), help="model size and schedule")
+    p.add_argument("--out", required=True, help="run folder (checkpoints, metrics.jsonl)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    p.add_argument("--overwrite", action="store_true", help="start afresh even if OUT has a run")
+    p.add_argument(
+        "--steps",
+        type=positive_int,
+        help="total optimizer steps (with --resume: a new total; the cosine "
+        "schedule is recomputed for it)",
+    )
+    p.add_argument("--batch-size", type=positive_int)
+    p.add_argument("--lr", type=positive_float)
+    p.add_argument("--eval-interval", type=positive_int)
+    p.add_argument("--eval-batches", type=positive_int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--positional", choices=POSITIONAL_SCHEMES)
+    p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+    p.add_argument(
+        "--compile",
+        nargs="?",
+        const="default",
+        choices=COMPILE_MODES,
+        metavar="MODE",
+        help="torch.compile the model (MODE: %(choices)s; "
+        "default 'default'; the CUDA-graph modes suit small models)",
+    )
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        help="torch.set_num_threads (default: one per physical core)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="auto (default: bf16 where native and it pays), fp32 or bf16",
+    )
+    p.add_argument("--peak-tflops", type=positive_float, help="device peak for MFU (TFLOP/s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--allow-cpu",
+        action="store_true",
+        help="train the gpu preset even without CUDA (hours to days)",
+    )
+    return p
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    overrides = dict(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        eval_interval=args.eval_interval,
+        eval_batches=args.eval_batches,
+        seed=args.seed,
+        positional=args.positional,
+        device=args.device,
+        precision=args.precision,
+        threads=args.threads
+        or (None if args.resume else max(1, physical_cores() // _distributed()[2])),
+        peak_flops=args.peak_tflops * 1e12 if args.peak_tflops else None,
+    )
+    if args.compile:
+        overrides |= {"compile": True, "compile_mode": args.compile}
+    if args.no_progress:
+        overrides["progress"] = False
+    return overrides
+
+
+def _resume_config(parser, args, overrides: dict) -> TrainConfig:
+    last = Path(args.out) / "last.pt"
+    try:
+        ckpt = load_checkpoint(last)
+    except (FileNotFoundError, ValueError) as err:
+        parser.error(f"cannot resume: {err}")
+    stored = TrainConfig.from_dict(ckpt["train_config"])
+    if args.preset is not None:
+        wanted = get_preset(args.preset, **overrides).model
+        if wanted != stored.model:
+            parser.error(
+                f"{last} was trained with a different model config than preset "
+                f"{args.preset!r} ({config_diff(stored.model, wanted)})"
+            )
+    if any(overrides.get(k) is not None for k in MODEL_KEYS):
+        parser.error("model settings (e.g. --positional) cannot change on --resume")
+    run = {**stored.to_dict(), **{k: v for k, v in overrides.items() if v is not None}}
+    return TrainConfig.from_dict(run)
+
+
+def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
+    """Why the ``gpu`` preset should not run here, with a time estimate; ``None`` if it may.
+
+    On a machine without CUDA the run's FLOPs (6N + attention per token, for every
+    training token) are divided by :data:`CPU_STEP_CEILING_SHARE` of a matmul ceiling
+    measured now on the CPU.
+    """
+    if cfg.preset != "gpu" or torch.cuda.is_available() or cfg.device.startswith("cuda"):
+        return None
+    model = TransformerLM(cfg.model_config(84))
+    tokens = cfg.steps * cfg.batch_size * model.config.block_size
+    rate = CPU_STEP_CEILING_SHARE * measure_matmul_flops(n=1024, repeats=3)
+    hours = tokens * model.flops_per_token() / rate / 3600
+    return (
+        f"--preset gpu needs a CUDA GPU, and none is available. On this CPU its "
+        f"{cfg.steps} steps x {cfg.batch_size * model.config.block_size:,} tokens would take "
+        f"about {hours:,.0f} hours (estimated at {rate / 1e9:.0f} GFLOP/s, half of the fp32 "
+        "matmul rate this CPU reaches right now; a busy machine measures less). Instead: "
+        "train '--preset cpu' (about a minute on 2 quiet cores), or sample the committed "
+        "H100 model: "
+        "python -m mini_transformer.train sample --ckpt gpu. "
+        "Pass --allow-cpu to train the gpu preset here anyway."
+    )
+
+
+def _main_train(argv: list[str]) -> int:
+    parser = _train_parser()
+    args = parser.parse_args(argv)
+    overrides = _overrides(args)
+
+    def body() -> int:
+        check_output_dir(args.out)
+        if args.resume:
+            cfg = _resume_config(parser, args, overrides)
+        elif args.preset is None:
+            raise ValueError("--preset is required (unless --resume)")
+        else:
+            cfg = get_preset(args.preset, **overrides)
+        refusal = None if args.allow_cpu else gpu_preset_refusal(cfg)
+        if refusal:
+            raise ValueError(refusal)
+        try:
+            result = train(
+                cfg,
+                args.out,
+                resume=args.resume,
+                overwrite=args.overwrite,
+                argv=["python", "-m", "mini_transformer.train", *argv],
+            )
+        except TrainingDivergedError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        if _distributed()[0] == 0:
+            print(
+                f"done: step {result['step']}, val loss {result['val_loss']:.4f}, "
+                f"best {result['best_val_loss']:.4f}, {result['wall_time_s']:.0f} s; "
+                f"checkpoints in {args.out}"
+            )
+        return 0
+
+    return run_cli(parser, body)
+
+
+def _main_sample(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m mini_transformer.train sample",
+        description="Generate text from a checkpoint.",
+    )
+    p.add_argument(
+        "--ckpt",
+        default="cpu",
+        help="checkpoint or weights file, or 'cpu' / 'gpu' for a bundled model",
+    )
+    p.add_argument("--prompt", default="\n", help="text to continue")
+    p.add_argument("--tokens", type=positive_int, default=500, help="characters to generate")
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-k", type=positive_int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    args = p.parse_args(argv)
+
+    def body() -> int:
+        resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
+        model, tok, _ = load_model(pretrained_path(args.ckpt), args.device)
+        idx = tok.encode(args.prompt)[None, :].to(args.device)
+        out = model.generate(
+            idx,
+            args.tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            generator=torch.Generator().manual_seed(args.seed),
+        )
+        print(tok.decode(out[0]))
+        return 0
+
+    return run_cli(p, body)
+
+
+def _main_export(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m mini_transformer.train export",
+        description="Write a half-precision weights-only file.",
+    )
+    p.add_argument("--ckpt", required=True, help="a full checkpoint, e.g. runs/cpu/best.pt")
+    p.add_argument("--out", default=str(PRETRAINED_WEIGHTS), help="the weights file (.pt)")
+    p.add_argument("--log", help="metrics log to copy beside it (default: the run's)")
+    args = p.parse_args(argv)
+    log = args.log or Path(args.ckpt).parent / "metrics.jsonl"
+
+    def body() -> int:
+        check_output_file(args.out)
+        path = export_weights(args.ckpt, args.out, log if Path(log).is_file() else None)
+        print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
+        return 0
+
+    return run_cli(p, body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``train`` (default), ``sample`` or ``export``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"train": _main_train, "sample": _main_sample, "export": _main_export}
+    if argv and argv[0] in commands:
+        return commands[argv[0]](argv[1:])
+    return _main_train(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
