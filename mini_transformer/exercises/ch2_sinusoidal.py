@@ -208,8 +208,8 @@ def _rope_half_ref(x: np.ndarray, pos: np.ndarray, base: float) -> np.ndarray:
     },
     compare=exact_int,
     explanation=(
-        "lambda_i = 2 pi * 10000^(2i/128) < 512 holds while 2i/128 < log10(512 / (2 pi)) / 4 "
-        "= 0.478, that is for i = 0..30: 31 pairs. The fraction 0.478 depends on i/d_model "
+        "lambda_i = 2 pi * 10000^(2i/128) is below 512 while 2i/128 is below "
+        "log10(512 / (2 pi)) / 4 = 0.478, that is for i = 0..30: 31 pairs. The fraction 0.478 depends on i/d_model "
         "only, which is why section 2.2 found 48% of the 256 pairs wrapping at d_model = 512."
     ),
 )
