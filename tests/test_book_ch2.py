@@ -43,7 +43,9 @@ def test_wavelengths_at_d_model_128():
     assert round(float(lam[-1])) == 54_410 and round(2 * np.pi * 10000) == 62_832
     assert [round(float(lam[c // 2]), 1) for c in (0, 20, 40, 60)] == [6.3, 26.5, 111.7, 471.2]
     # the slowest wavelength approaches 2 pi 10000 only as d_model grows (review m4)
-    gaps = [1 - 2 * np.pi / P.sinusoidal_frequencies(d)[-1] / (2 * np.pi * 1e4) for d in (4, 128, 512)]
+    gaps = [
+        1 - 2 * np.pi / P.sinusoidal_frequencies(d)[-1] / (2 * np.pi * 1e4) for d in (4, 128, 512)
+    ]
     assert gaps[0] > 0.98 and 0.12 < gaps[1] < 0.14 and gaps[2] < gaps[1]
 
 
@@ -51,7 +53,9 @@ def test_tensor2tensor_spacing():
     omega = P.sinusoidal_frequencies(128)
     omega_t2t = 10.0 ** (-4 * np.arange(64) / 63)
     assert math.isclose(2 * np.pi / omega_t2t[-1], 2 * np.pi * 10000, rel_tol=1e-12)
-    assert np.all(omega >= omega_t2t) and math.isclose(np.max(omega / omega_t2t), 10000 ** (2 / 128))
+    assert np.all(omega >= omega_t2t) and math.isclose(
+        np.max(omega / omega_t2t), 10000 ** (2 / 128)
+    )
 
 
 def why_10000_rows(d=512, n=512):
@@ -122,8 +126,12 @@ def test_rotation_matrix_is_orthogonal_and_composes(d):
         R = P.rotation_matrix(k, d)
         assert np.allclose(R.T @ R, np.eye(d), rtol=0, atol=1e-14)
         assert np.allclose(R @ P.rotation_matrix(-k, d), np.eye(d), rtol=0, atol=1e-14)
-    assert np.allclose(P.rotation_matrix(5, d) @ P.rotation_matrix(37, d),
-                       P.rotation_matrix(42, d), rtol=0, atol=1e-12)
+    assert np.allclose(
+        P.rotation_matrix(5, d) @ P.rotation_matrix(37, d),
+        P.rotation_matrix(42, d),
+        rtol=0,
+        atol=1e-12,
+    )
 
 
 def test_dot_product_curve_numbers():
@@ -156,7 +164,7 @@ def test_four_terms_and_the_commuting_case():
     W_c = np.zeros((d, d))
     for i in range(d // 2):
         a, b = g.normal(size=2)
-        W_c[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[a, b], [-b, a]]
+        W_c[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = [[a, b], [-b, a]]
     for k in (1, 3, 50):
         R = P.rotation_matrix(k, d)
         assert np.allclose(W_c @ R, R @ W_c, rtol=0, atol=1e-12)
@@ -187,7 +195,9 @@ def test_float32_drift_numbers():
     for c in np.array_split(pos, 16):
         a32 = (c.astype(np.float32)[:, None] * omega32).astype(np.float64)
         a64 = c.astype(np.float64)[:, None] * omega64
-        dev[c] = np.maximum(np.abs(np.sin(a32) - np.sin(a64)), np.abs(np.cos(a32) - np.cos(a64))).max(1)
+        dev[c] = np.maximum(
+            np.abs(np.sin(a32) - np.sin(a64)), np.abs(np.cos(a32) - np.cos(a64))
+        ).max(1)
     first_bad = int(np.argmax(dev > 1e-3))
     assert 1e-4 < dev[:4096].max() < 5e-4 and round(dev[:4096].max(), 5) == 0.00024
     assert first_bad == 17_780

@@ -66,7 +66,9 @@ WRONG = {
 }
 
 
-@pytest.mark.parametrize(("name", "answer"), RIGHT, ids=[f"{n}-{i}" for i, (n, _) in enumerate(RIGHT)])
+@pytest.mark.parametrize(
+    ("name", "answer"), RIGHT, ids=[f"{n}-{i}" for i, (n, _) in enumerate(RIGHT)]
+)
 def test_right_answer_passes(name, answer, capsys):
     assert exercises.check(name, answer, seed=SEED), capsys.readouterr().out
 
@@ -107,7 +109,7 @@ def test_prediction_answers_agree_with_the_package():
     s = r @ r.T
     assert torch.allclose(s[20, 27], s[20, 13], atol=1e-5)  # the same token: symmetric
     y = torch.randn(8, generator=torch.Generator().manual_seed(1)).expand(1, 1, 40, 8)
-    t = (r @ rope(y)[0, 0].double().T)
+    t = r @ rope(y)[0, 0].double().T
     assert abs(t[20, 27] - t[20, 13]) > 1e-3  # different tokens: not symmetric
 
 

@@ -209,8 +209,9 @@ def _rope_half_ref(x: np.ndarray, pos: np.ndarray, base: float) -> np.ndarray:
     compare=exact_int,
     explanation=(
         "lambda_i = 2 pi * 10000^(2i/128) is below 512 while 2i/128 is below "
-        "log10(512 / (2 pi)) / 4 = 0.478, that is for i = 0..30: 31 pairs. The fraction 0.478 depends on i/d_model "
-        "only, which is why section 2.2 found 48% of the 256 pairs wrapping at d_model = 512."
+        "log10(512 / (2 pi)) / 4 = 0.478, that is for i = 0..30: 31 pairs. The fraction "
+        "0.478 depends on i/d_model only, which is why section 2.2 found 48% of the 256 "
+        "pairs wrapping at d_model = 512."
     ),
 )
 def _pairs_that_wrap() -> int:
@@ -268,9 +269,7 @@ def _base_from(pe: np.ndarray, pair: int = 1, swap: bool = False, exponent: int 
     },
     mistakes={
         "read from pair 0, whose frequency is 1 for every base": lambda pe: _base_from(pe, 0),
-        "atan2(cos, sin): the angle pi/2 - omega, not omega": lambda pe: _base_from(
-            pe, swap=True
-        ),
+        "atan2(cos, sin): the angle pi/2 - omega, not omega": lambda pe: _base_from(pe, swap=True),
         "exponent i/d_model instead of 2i/d_model: the base squared": lambda pe: _base_from(
             pe, exponent=1
         ),
