@@ -30,6 +30,7 @@ def infer_base_slowest_pair(pe):
 
 
 RIGHT = [
+    ("rope-half", lambda x, p, b: rope_half(x, p, b)),
     ("pairs-that-wrap", 31),
     ("rope-same-token", True),
     ("infer-base", infer_base),
@@ -63,7 +64,36 @@ WRONG = {
         lambda pe: float(np.arctan2(pe[1, 1], pe[1, pe.shape[1] // 2 + 1]) ** (-pe.shape[1] / 2)),
         None,
     ),
+    # mistakes the learner review (2026-11-24) found unnamed in the older exercises
+    "dot-offset: pair index from 1": (
+        "sinusoidal-dot-offset",
+        lambda k, d: float(np.cos(k * 10000.0 ** (-2 * np.arange(1, d // 2 + 1) / d)).sum()),
+        "pair index counted from 1",
+    ),
+    "near-repeat: searched from position 0": (
+        "near-repeat",
+        lambda d, b, n, t: (lambda h: int(h[0]) if len(h) else None)(
+            np.flatnonzero(
+                np.linalg.norm(P.sinusoidal_encoding(n, d, base=b) - [0, 1] * (d // 2), axis=1) < t
+            )
+        ),
+        "searched from position 0",
+    ),
+    "rope-half: exponent i/d": (
+        "rope-half",
+        lambda x, p, b: rope_half(x, p, b, exponent=1),
+        "exponent i/d instead of 2i/d",
+    ),
 }
+
+
+def rope_half(x, pos, base, exponent=2):
+    h = x.shape[1] // 2
+    angle = np.asarray(pos)[:, None] * base ** (-exponent * np.arange(h) / (2 * h))
+    a, b = x[:, :h], x[:, h:]
+    return np.concatenate(
+        [a * np.cos(angle) - b * np.sin(angle), a * np.sin(angle) + b * np.cos(angle)], axis=1
+    )
 
 
 @pytest.mark.parametrize(

@@ -65,6 +65,10 @@ def _sinusoidal_encoding(n_positions: int, d_model: int) -> np.ndarray:
         "exponent i/d_model instead of 2i/d_model": lambda k, d: float(
             sum(math.cos(k * 10000.0 ** (-i / d)) for i in range(d // 2))
         ),
+        "pair index counted from 1 (i = 1..d_model/2): the fastest pair, omega = 1, is "
+        "missing": lambda k, d: float(
+            sum(math.cos(k * 10000.0 ** (-2 * i / d)) for i in range(1, d // 2 + 1))
+        ),
     },
 )
 def _dot_offset(k: int, d_model: int) -> float:
@@ -134,6 +138,9 @@ def _near_repeat_inputs(rng: np.random.Generator) -> tuple:
         "exponent i/d_model instead of 2i/d_model": lambda d, b, n, t: _near_repeat(
             d, b, n, t, exponent=1
         ),
+        "searched from position 0, which always repeats itself (distance 0)": lambda d, b, n, t: (
+            0 if n >= 1 else None
+        ),
     },
     compare=exact_int,
 )
@@ -145,12 +152,12 @@ def _near_repeat_ref(d_model: int, base: float, n: int, tol: float) -> int | Non
     return None
 
 
-def _rope_half(x, pos, base, sign=1, interleaved=False):
+def _rope_half(x, pos, base, sign=1, interleaved=False, exponent=2):
     t, d = x.shape
     h = d // 2
     ang = (
         np.asarray(pos, dtype=np.float64)[:, None]
-        * np.array([base ** (-2 * i / d) for i in range(h)])[None, :]
+        * np.array([base ** (-exponent * i / d) for i in range(h)])[None, :]
     )
     c, s = np.cos(ang), sign * np.sin(ang)
     out = np.empty_like(x, dtype=np.float64)
@@ -178,6 +185,9 @@ def _rope_inputs(rng: np.random.Generator) -> tuple:
             _rope_half(x, p, b, interleaved=True)
         ),
         "rotated clockwise (by -pos * theta)": lambda x, p, b: _rope_half(x, p, b, sign=-1),
+        "exponent i/d instead of 2i/d: the frequencies fall too slowly": lambda x, p, b: _rope_half(
+            x, p, b, exponent=1
+        ),
     },
 )
 def _rope_half_ref(x: np.ndarray, pos: np.ndarray, base: float) -> np.ndarray:
