@@ -589,6 +589,11 @@ CASES = {
     ),
 }
 
+# chapter 4's newer exercises (window-mask, prefix-lm-zeros) live in their own test file
+from test_exercises_ch4 import CASES_CH4  # noqa: E402
+
+CASES.update(CASES_CH4)
+
 
 def test_every_exercise_has_a_right_and_two_wrong_answers():
     assert sorted(CASES) == exercises.available()

@@ -28,11 +28,17 @@ PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
 
 def install_wheel(where: Path) -> Path:
     """Build the package's wheel and install it under ``where/site``; return that folder."""
-    dist, site = where / "dist", where / "site"
+    dist, site, src = where / "dist", where / "site", where / "src"
+    # Build from a clean copy: setuptools' build/ folder in the repository could carry files
+    # that no longer exist in the source into the wheel.
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    shutil.copytree(ROOT / "mini_transformer", src / "mini_transformer", ignore=ignore)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, src / name)
     quiet = {"check": True, "stdout": subprocess.DEVNULL}
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(dist), str(ROOT)],
+         "-w", str(dist), str(src)],
         **quiet,
     )  # fmt: skip
     (wheel,) = dist.glob("mini_transformer-*.whl")
