@@ -147,3 +147,15 @@ def test_infer_base_recovers_the_packages_base():
     for base in (10.0, 500.0, 10000.0, 1e5):
         pe = P.sinusoidal_encoding(4, 16, base=base)
         assert math.isclose(exercises._get("infer-base").reference(pe), base, rel_tol=1e-9)
+
+
+# chapter 2's newer exercises in the format of tests/test_exercises_answers.py, which merges
+# them into its CASES (every registered exercise: one right answer, at least two wrong ones)
+NEW_EXERCISES = ("pairs-that-wrap", "rope-same-token", "infer-base")
+CASES_CH2 = {
+    name: (
+        next(answer for n, answer in RIGHT if n == name),
+        {case: (answer, words) for case, (n, answer, words) in WRONG.items() if n == name},
+    )
+    for name in NEW_EXERCISES
+}
