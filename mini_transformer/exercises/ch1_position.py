@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .checking import exact_int, exercise
+from .checking import close, exact_int, exercise
 
 
 def _bits(n: int, n_bits: int, msb_first: bool = False, first: int = 0) -> np.ndarray:
@@ -153,3 +153,95 @@ def _probe_r2(x, y, x_test, y_test) -> float:
     ss_res = sum((t - p) ** 2 for t, p in zip(y_test, pred, strict=True))
     ss_tot = sum((t - np.mean(y_test)) ** 2 for t in y_test)
     return float(1 - ss_res / ss_tot)
+
+
+def _circles(
+    n: int, thetas: np.ndarray, swap: bool = False, concat: bool = False, first: int = 0
+) -> np.ndarray:
+    ang = np.arange(first, first + n)[:, None] * np.asarray(thetas, dtype=float)[None, :]
+    a, b = (np.cos(ang), np.sin(ang)) if swap else (np.sin(ang), np.cos(ang))
+    if concat:
+        return np.concatenate([a, b], axis=1)
+    return np.stack([a, b], axis=-1).reshape(n, -1)
+
+
+def _circle_inputs(rng: np.random.Generator) -> tuple:
+    return int(rng.integers(1, 60)), rng.uniform(0.01, 3.0, size=int(rng.integers(2, 6)))
+
+
+@exercise(
+    "circle-code",
+    "f(n, thetas) -> the (n, 2 * len(thetas)) array whose columns 2i and 2i + 1 hold "
+    "sin(pos * thetas[i]) and cos(pos * thetas[i]) for pos = 0..n-1: one circle per speed.",
+    inputs=_circle_inputs,
+    edge_cases={
+        "one position": (1, np.array([1.0])),
+        "the sinusoid's four speeds at d_model = 8": (12, 10000.0 ** (-np.arange(0, 8, 2) / 8)),
+    },
+    mistakes={
+        "cos before sin in each pair (column 2i must be the sine)": lambda n, t: _circles(
+            n, t, swap=True
+        ),
+        "all sines, then all cosines (the pairs must sit side by side: sin, cos, sin, cos)": (
+            lambda n, t: _circles(n, t, concat=True)
+        ),
+        "positions counted from 1 (position 0 is the point (0, 1) of every circle)": (
+            lambda n, t: _circles(n, t, first=1)
+        ),
+    },
+)
+def _circle_code(n: int, thetas) -> np.ndarray:
+    out = np.zeros((n, 2 * len(thetas)))
+    for pos in range(n):
+        for i, theta in enumerate(thetas):
+            out[pos, 2 * i] = math.sin(pos * theta)
+            out[pos, 2 * i + 1] = math.cos(pos * theta)
+    return out
+
+
+def _phi(x: float) -> float:
+    """The standard normal CDF."""
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def scalar_readout_accuracy(n_positions: int) -> float:
+    """The expected share of positions read back right from ``e + (pos/N) u_0`` by the
+    nearest code, with ``e ~ N(0, I)``, whatever ``d_model`` is.
+
+    Only channel 0 differs between the codes, so the other channels cancel in the
+    comparison. Codes sit ``1/N`` apart: an inner position is read right when its noise
+    is within ``1/(2N)`` of zero, the two end positions when the noise points inwards.
+
+    >>> round(scalar_readout_accuracy(10), 3)
+    0.136
+    """
+    half = 1.0 / (2 * n_positions)
+    inner = 2 * _phi(half) - 1
+    if n_positions == 1:
+        return 1.0
+    return ((n_positions - 2) * inner + 2 * _phi(half)) / n_positions
+
+
+@exercise(
+    "scalar-readout",
+    "Predict, before measuring: the share of positions the nearest-code readout gets right "
+    "for the scalar pos/N in channel 0 of x = e + (pos/N) u_0, e ~ N(0, I), with N = 20 "
+    "positions and d_model = 4096 (a number between 0 and 1, within 0.01).",
+    mistakes={
+        "chance, 1/N = 0.05: the two end positions are read right about half the time": 0.05,
+        "the N = 10 value of the chapter's table (0.13): with twice the positions, the codes "
+        "are half as far apart": 0.133,
+        "0, 'drowned': the share of the squared norm is tiny, but the readout only looks at "
+        "the channel that differs": 0.0,
+    },
+    compare=close(rtol=0.0, atol=0.01),
+    explanation=(
+        "the codes differ only in channel 0, so the other 4095 channels add the same noise to "
+        "every candidate's distance and cancel: d_model does not matter. The 20 codes sit "
+        "1/20 apart; an inner position is read right when its N(0, 1) noise is within 1/40 "
+        "of zero (2.0 % of the time), each end position when the noise points inwards "
+        "(51 %): (18 x 0.020 + 2 x 0.510) / 20 = 0.069."
+    ),
+)
+def _scalar_readout() -> float:
+    return scalar_readout_accuracy(20)

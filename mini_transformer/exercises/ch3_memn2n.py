@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .checking import exercise, int_list
+from .checking import close, exercise, int_list
 
 
 def _alibi(n_heads, t, first=1, sign=-1, signed=False):
@@ -121,3 +121,71 @@ def _alibi_window(slope: float, T: int, w: int) -> float:
     scores = [-slope * r for r in range(T)]  # bias -m * offset
     z = sum(math.exp(s) for s in scores)
     return sum(math.exp(s) for s in scores[:w]) / z
+
+
+def _slopes_power_of_two(n: int) -> list[float]:
+    """ALiBi's slopes for a power of two: the geometric sequence 2^(-8/n), 2^(-16/n), ..."""
+    start = 2.0 ** (-8.0 / n)
+    return [start ** (h + 1) for h in range(n)]
+
+
+def _slopes_wrong(n, how):
+    p = 2 ** int(math.floor(math.log2(n)))
+    if how == "formula":
+        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+    if how == "first":
+        return _slopes_power_of_two(p) + _slopes_power_of_two(2 * p)[: n - p]
+    return sorted(_alibi_slopes_ref(n), reverse=True)  # "sorted"
+
+
+@exercise(
+    "alibi-slopes",
+    "f(n_heads) -> ALiBi's n_heads slopes for any head count: for a power of two the "
+    "geometric sequence 2^(-8h/n), h = 1..n; otherwise the slopes of the closest smaller "
+    "power of two p, followed by every other slope of 2p (the first n - p of them).",
+    inputs=lambda rng: (int(rng.integers(1, 33)),),
+    edge_cases={"6 heads (the paper's example)": (6,), "3 heads": (3,), "8 heads": (8,)},
+    mistakes={
+        "the power-of-two formula 2^(-8h/n) used for a head count that is not one": (
+            lambda n: _slopes_wrong(n, "formula")
+        ),
+        "the first n - p slopes of 2p instead of every other one": lambda n: _slopes_wrong(
+            n, "first"
+        ),
+        "sorted from steep to shallow: the paper appends the extra slopes after the first p": (
+            lambda n: _slopes_wrong(n, "sorted")
+        ),
+    },
+)
+def _alibi_slopes_ref(n_heads: int) -> list[float]:
+    p = 2 ** int(math.floor(math.log2(n_heads)))
+    if p == n_heads:
+        return _slopes_power_of_two(n_heads)
+    return _slopes_power_of_two(p) + _slopes_power_of_two(2 * p)[0::2][: n_heads - p]
+
+
+@exercise(
+    "memn2n-append",
+    "Predict before running anything: a MemN2N model encodes an input of T tokens with J = T "
+    "and d = 16. When a 9th token is appended to 8 tokens, (a) for how many of the first 8 "
+    "positions does the factor l_j change, and (b) how many of the 16 dimensions of l_1 keep "
+    "their value? Answer with the tuple (a, b).",
+    mistakes={
+        "a causal scheme: nothing before the new token changes (true of sinusoidal, learned, "
+        "RoPE, ALiBi; not of MemN2N with J = T)": (0, 16),
+        "the middle dimension k = d/2 was forgotten: it is 1/2 for every J": (8, 0),
+        "only the word that was last moves (its l_kJ = k/d)": (1, 15),
+    },
+    compare=close(rtol=0, atol=0),
+    explanation=(
+        "l_kj = (1 - k/d) + (j/J)(2k/d - 1). With J = T every fraction j/J changes when T grows "
+        "from 8 to 9 (1/8 -> 1/9, ..., 8/8 -> 8/9), so all 8 factors change, in every dimension "
+        "but k = d/2, where 2k/d - 1 = 0 keeps 1/2. The input at position t depends on how many "
+        "tokens follow it: MemN2N with J = T is not causal, and generation cannot reuse a "
+        "key/value cache."
+    ),
+)
+def _memn2n_append() -> tuple[int, int]:
+    before, after = _memn2n(8, 16), _memn2n(9, 16)[:8]
+    same = np.isclose(before, after, rtol=0, atol=1e-12)  # (8, 16)
+    return int((~same.all(axis=1)).sum()), int(same[0].sum())

@@ -1,0 +1,202 @@
+"""Chapter 3's checks that are not in the reader's way: exact pins of the committed lab
+result, bookkeeping of its set-up, and secondary properties of MemN2N's encoding.
+
+Every number here is computed from the package (``mini_transformer.positional``) or read from
+the committed result (``data.load_result("extrapolation")``), so a change of either fails a
+test. The rounded equalities are regression pins of committed data: they hold the numbers the
+chapter's prose quotes to the file they come from.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mini_transformer import data
+from mini_transformer import positional as P
+
+
+@pytest.fixture(scope="module")
+def res():
+    return data.load_result("extrapolation")
+
+
+def _acc(res, s, T, key="accuracy"):
+    return res["results"][s][key][str(T)]
+
+
+def _mean(res, s, T, key="accuracy"):
+    return _acc(res, s, T, key)["mean"]
+
+
+def _per_seed(res, s, T, key="accuracy"):
+    return np.array(_acc(res, s, T, key)["per_seed"])
+
+
+def _before_L(res, s, T):
+    """Accuracy on the scored positions t < L, from the two stored accuracies."""
+    cfg = res["config"]
+    L = cfg["train_length"]
+    n_all, n_beyond = T - cfg["offset"], T - L
+    both = _per_seed(res, s, T) * n_all - _per_seed(res, s, T, "accuracy_beyond") * n_beyond
+    return both / (n_all - n_beyond)
+
+
+def _r2(x):
+    return round(float(x), 2)
+
+
+# --- section 3.1: MemN2N's encoding -------------------------------------------------------
+
+
+def test_memn2n_encoding_is_a_bounded_straight_ramp_ending_at_k_over_d():
+    J, d = 12, 20
+    l_ = P.memn2n_encoding(J, d)
+    assert l_.min() >= 0 and l_.max() <= 1
+    assert np.allclose(np.diff(l_, n=2, axis=0), 0, atol=1e-14)  # straight line in j
+    assert np.allclose(l_[-1], np.arange(1, d + 1) / d, atol=1e-15)  # last word: k/d
+
+
+def test_example_sentences_start_values():
+    # the prose quotes 0.875 and 0.890 for the first word at k = 1, J = 12 and 15, d = 20
+    assert [round(P.memn2n_encoding(J, 20)[0, 0], 3) for J in (12, 15)] == [0.875, 0.890]
+
+
+def test_offset_3_step_at_every_longer_length_is_smaller_than_any_trained(res):
+    cfg = res["config"]
+    L, d = cfg["train_length"], cfg["d_model"]
+
+    def step(J):
+        l_ = P.memn2n_encoding(J, d)
+        return np.abs(l_[3:] - l_[:-3]).max()
+
+    trained = [step(J) for J in range(cfg["min_train_length"], L + 1)]
+    assert [round(min(trained), 4), round(max(trained), 4)] == [0.0938, 0.1875]
+    assert all(step(T) < min(trained) for T in res["eval_lengths"] if T > L)
+    assert round(step(8 * L), 4) == 0.0117
+
+
+# --- section 3.6: the set-up the prose describes ------------------------------------------
+
+
+def test_lab_setup_is_the_one_described(res):
+    cfg = res["config"]
+    L, lengths = cfg["train_length"], res["eval_lengths"]
+    assert (cfg["task"], cfg["offset"], cfg["vocab_size"], L, cfg["min_train_length"]) == (
+        "copy_offset",
+        3,
+        16,
+        32,
+        16,
+    )
+    assert (cfg["d_model"], cfg["n_heads"], cfg["n_layers"], cfg["d_ff"]) == (64, 4, 2, 128)
+    assert (res["steps"], cfg["batch_size"], cfg["lr"], cfg["warmup_steps"]) == (
+        10000,
+        32,
+        3e-3,
+        100,
+    )
+    assert cfg["eval_samples"] == 256 and res["chance_accuracy"] == 1 / 16
+    assert cfg["scheme_lr"] == {} and all(res["results"][s]["lr"] == 3e-3 for s in res["schemes"])
+    assert lengths == [L, 3 * L // 2, 2 * L, 4 * L, 8 * L] and res["seeds"] == [0, 1, 2]
+    assert 30 < res["wall_time_s"] / 60 < 90  # "about an hour"; the prose quotes 56 min
+
+
+# --- section 3.6: loss curves ---------------------------------------------------------------
+
+
+def test_loss_curve_pins(res):
+    curves = {s: np.array(res["results"][s]["loss_curve"]) for s in res["schemes"]}
+    final = {s: np.mean(res["results"][s]["final_loss"]) for s in res["schemes"]}
+    slow = ("alibi", "memn2n", "none")
+    for s in ("learned", "sinusoidal", "rope"):
+        assert max(res["results"][s]["final_loss"]) == 0.0  # stored to 4 decimals: < 5e-5
+    assert all(final[s] > 0.01 for s in slow)
+    assert [_r2(final[s]) for s in slow] == [0.02, 0.03, 0.58]
+    late = {s: curves[s][:, -10:-5].mean() for s in slow}
+    last = {s: curves[s][:, -5:].mean() for s in slow}
+    assert [round(1 - last[s] / late[s], 2) for s in slow] == [0.08, 0.08, 0.03]
+    assert [round(float(curves[s][:, 9].mean()), 1) for s in slow] == [0.5, 0.9, 1.5]
+    assert [round(float(curves[s][:, 1].mean()), 2) for s in ("alibi", "memn2n")] == [1.55, 1.97]
+
+
+def test_learning_rate_side_experiment_pins(res):
+    check = res["lr_check"]
+    assert check["steps"] == res["steps"] and check["seeds"] == [0]
+    assert check["config"]["scheme_lr"] == {"none": 1e-2, "memn2n": 1e-2, "alibi": 1e-2}
+    pair = {
+        s: (res["results"][s]["final_loss"][0], check["results"][s]["final_loss"][0])
+        for s in ("none", "memn2n", "alibi")
+    }
+    assert [round(v, 2) for s in ("none", "memn2n") for v in pair[s]] == [0.56, 0.64, 0.03, 0.09]
+    assert [round(v, 3) for v in pair["alibi"]] == [0.025, 0.024]
+    at_L = [r["alibi"]["accuracy"]["32"]["per_seed"][0] for r in (res["results"], check["results"])]
+    assert [round(v, 2) for v in at_L] == [0.99, 0.99]
+
+
+# --- section 3.6: accuracies ---------------------------------------------------------------
+
+
+def test_accuracy_pins_within_L(res):
+    L = res["config"]["train_length"]
+    assert [_r2(_mean(res, s, L)) for s in ("alibi", "memn2n", "none")] == [0.99, 0.98, 0.68]
+
+
+def test_accuracy_pins_learned_and_sinusoidal(res):
+    L = res["config"]["train_length"]
+    for s in ("learned", "sinusoidal"):
+        beyond = [_r2(_mean(res, s, m * L, "accuracy_beyond")) for m in (2, 4, 8)]
+        assert beyond == [0.11, 0.10, 0.09]
+        assert _r2(_mean(res, s, 2 * L)) == 0.53 and 0.19 <= _r2(_mean(res, s, 8 * L)) <= 0.20
+
+
+def test_accuracy_pins_no_encoding(res):
+    L = res["config"]["train_length"]
+    longer = [T for T in res["eval_lengths"] if T > L]
+    assert all(_r2(_before_L(res, "none", T).mean()) == 0.68 for T in longer)
+    assert [_r2(_mean(res, "none", m * L, "accuracy_beyond")) for m in (2, 8)] == [0.19, 0.11]
+
+
+def test_accuracy_pins_rope_and_alibi(res):
+    """M1 of the 2026-11-24 review: RoPE ahead of ALiBi at 4L, behind at 8L (on t >= L)."""
+    L = res["config"]["train_length"]
+    longer = [T for T in res["eval_lengths"] if T > L]
+    b = "accuracy_beyond"
+    assert [_r2(_mean(res, "rope", m * L, b)) for m in (4, 8)] == [0.94, 0.58]
+    rope_8 = _per_seed(res, "rope", 8 * L, b)
+    assert [_r2(rope_8.min()), _r2(rope_8.max())] == [0.50, 0.62]
+    assert [_r2(_mean(res, "alibi", T, b)) for T in longer] == [0.96, 0.94, 0.90, 0.86]
+    assert all(_r2(_before_L(res, "alibi", T).mean()) == 0.99 for T in longer)
+    assert _mean(res, "rope", 4 * L, b) > _mean(res, "alibi", 4 * L, b) + 0.02
+    assert _mean(res, "alibi", 8 * L, b) > _mean(res, "rope", 8 * L, b) + 0.2
+    assert all(_mean(res, "rope", T, b) >= _mean(res, "alibi", T, b) for T in longer[:3])
+
+
+def test_accuracy_pins_memn2n(res):
+    L = res["config"]["train_length"]
+    longer = [T for T in res["eval_lengths"] if T > L]
+    got = [_r2(_mean(res, "memn2n", L))] + [_r2(_before_L(res, "memn2n", T).mean()) for T in longer]
+    assert got == [0.98, 0.82, 0.60, 0.27, 0.24]
+
+
+# --- section 3.6: the learned table ---------------------------------------------------------
+
+
+def test_learned_table_pins(res):
+    emb = res["learned_embedding"]
+    Lr = emb["train_length"]
+    sim = np.array(emb["cosine_similarity"])
+    off_diag = ~np.eye(Lr, dtype=bool)
+    trained = np.abs(sim[:Lr, :Lr][off_diag]).mean()
+    diag3 = np.diagonal(sim[:Lr, :Lr], 3)
+    spread = np.mean([np.diagonal(sim[:Lr, :Lr], k).std() for k in range(1, Lr // 2 + 1)])
+    d = res["config"]["d_model"]
+    random_cos = math.gamma(d / 2) / (math.sqrt(math.pi) * math.gamma((d + 1) / 2))
+    assert emb["untrained_rows_max_change"] == 0.0  # untrained rows: exactly initial values
+    assert diag3.mean() < -3 * diag3.std() / np.sqrt(len(diag3))  # offset 3: clearly negative
+    assert (
+        round(trained, 2) == 0.28 and round(diag3.mean(), 2) == -0.40 and round(spread, 2) == 0.28
+    )
+    assert round(random_cos, 3) == 0.100

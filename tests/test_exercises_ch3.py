@@ -1,0 +1,79 @@
+"""Chapter 3's newer exercises accept a right answer and name each plausible mistake.
+
+One test per named mistake of ``alibi-slopes`` and ``memn2n-append`` (the older chapter 3
+exercises are covered in ``test_exercises_answers.py``). Fixed seeds: a failure replays.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mini_transformer import exercises
+from mini_transformer import positional as P
+
+SEED = 20261125
+
+
+def slopes(n):
+    """ALiBi's slopes, vectorised as a reader would write them (the paper's recipe)."""
+    p = 2 ** int(math.log2(n))
+    pow2 = lambda m: 2.0 ** (-8.0 * np.arange(1, m + 1) / m)  # noqa: E731
+    return pow2(n) if p == n else np.r_[pow2(p), pow2(2 * p)[0::2][: n - p]]
+
+
+def test_alibi_slopes_accepts_the_papers_recipe_and_the_package(capsys):
+    assert exercises.check("alibi-slopes", slopes, seed=SEED)
+    assert exercises.check("alibi-slopes", lambda n: P.alibi_slopes(n).double(), seed=SEED)
+
+
+SLOPE_MISTAKES = {
+    "2^(-8h/n)": lambda n: 2.0 ** (-8.0 * np.arange(1, n + 1) / n),
+    "the first n - p slopes of 2p": lambda n: np.r_[
+        slopes(2 ** int(math.log2(n))),
+        slopes(2 ** (int(math.log2(n)) + 1))[: n - 2 ** int(math.log2(n))],
+    ],
+    "sorted from steep to shallow": lambda n: np.sort(slopes(n))[::-1],
+}
+
+
+@pytest.mark.parametrize("words", sorted(SLOPE_MISTAKES))
+def test_alibi_slopes_names_each_mistake(words, capsys):
+    verdict = exercises.check("alibi-slopes", SLOPE_MISTAKES[words], seed=SEED)
+    out = capsys.readouterr().out
+    assert not verdict
+    assert "edge case '6 heads" in out  # the paper's own example already shows the mistake
+    assert words in out, out
+
+
+def test_memn2n_append_accepts_the_prediction_and_explains(capsys):
+    assert exercises.check("memn2n-append", (8, 1))
+    out = capsys.readouterr().out
+    assert out.startswith("✓ memn2n-append") and "not causal" in out
+
+
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        ((0, 16), "a causal scheme"),
+        ((8, 0), "middle dimension"),
+        ((1, 15), "only the word that was last"),
+        ((7, 1), "is not right"),
+        (8, "is not right"),  # a bare number instead of the tuple
+    ],
+)
+def test_memn2n_append_names_each_mistake(answer, words, capsys):
+    verdict = exercises.check("memn2n-append", answer)
+    out = capsys.readouterr().out
+    assert not verdict
+    assert words in out, out
+    assert "Why:" in out  # the prediction is committed: the explanation follows
+
+
+def test_memn2n_append_matches_the_package_encoding():
+    before, after = P.memn2n_encoding(8, 16), P.memn2n_encoding(9, 16)[:8]
+    same = np.isclose(before, after, rtol=0, atol=1e-12)
+    answer = (int((~same.all(axis=1)).sum()), int(same[0].sum()))
+    assert exercises.check("memn2n-append", answer)
