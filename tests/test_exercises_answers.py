@@ -654,6 +654,11 @@ from test_exercises_ch4 import CASES_CH4  # noqa: E402
 
 CASES.update(CASES_CH4)
 
+# chapter 2's newer exercises (pairs-that-wrap, rope-same-token, infer-base) likewise
+from test_exercises_ch2 import CASES_CH2  # noqa: E402
+
+CASES.update(CASES_CH2)
+
 
 def test_every_exercise_has_a_right_and_two_wrong_answers():
     # exercises added later are tested in their chapter's tests/test_exercises_chN.py

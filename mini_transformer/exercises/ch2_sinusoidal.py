@@ -1,5 +1,6 @@
 """Chapter 2's exercises (sinusoidal encoding): the encoding, the dot product as a function
-of the offset, the rotation matrix, near repeats, RoPE by halves.
+of the offset, the rotation matrix, near repeats, RoPE by halves, two checked predictions
+(how many pairs wrap; RoPE's symmetric case) and reading the base off a stored table.
 
 One block per exercise: the reference (written from the formula, independently of
 the package's modules), its random inputs, edge cases and named mistakes. Importing
@@ -12,7 +13,7 @@ import math
 
 import numpy as np
 
-from .checking import exact_int, exercise
+from .checking import close, exact_int, exercise
 
 
 def _omega(d_model: int, base: float = 10000.0) -> np.ndarray:
@@ -63,6 +64,10 @@ def _sinusoidal_encoding(n_positions: int, d_model: int) -> np.ndarray:
         ),
         "exponent i/d_model instead of 2i/d_model": lambda k, d: float(
             sum(math.cos(k * 10000.0 ** (-i / d)) for i in range(d // 2))
+        ),
+        "pair index counted from 1 (i = 1..d_model/2): the fastest pair, omega = 1, is "
+        "missing": lambda k, d: float(
+            sum(math.cos(k * 10000.0 ** (-2 * i / d)) for i in range(1, d // 2 + 1))
         ),
     },
 )
@@ -133,6 +138,9 @@ def _near_repeat_inputs(rng: np.random.Generator) -> tuple:
         "exponent i/d_model instead of 2i/d_model": lambda d, b, n, t: _near_repeat(
             d, b, n, t, exponent=1
         ),
+        "searched from position 0, which always repeats itself (distance 0)": lambda d, b, n, t: (
+            0 if n >= 1 else None
+        ),
     },
     compare=exact_int,
 )
@@ -144,12 +152,12 @@ def _near_repeat_ref(d_model: int, base: float, n: int, tol: float) -> int | Non
     return None
 
 
-def _rope_half(x, pos, base, sign=1, interleaved=False):
+def _rope_half(x, pos, base, sign=1, interleaved=False, exponent=2):
     t, d = x.shape
     h = d // 2
     ang = (
         np.asarray(pos, dtype=np.float64)[:, None]
-        * np.array([base ** (-2 * i / d) for i in range(h)])[None, :]
+        * np.array([base ** (-exponent * i / d) for i in range(h)])[None, :]
     )
     c, s = np.cos(ang), sign * np.sin(ang)
     out = np.empty_like(x, dtype=np.float64)
@@ -177,6 +185,9 @@ def _rope_inputs(rng: np.random.Generator) -> tuple:
             _rope_half(x, p, b, interleaved=True)
         ),
         "rotated clockwise (by -pos * theta)": lambda x, p, b: _rope_half(x, p, b, sign=-1),
+        "exponent i/d instead of 2i/d: the frequencies fall too slowly": lambda x, p, b: _rope_half(
+            x, p, b, exponent=1
+        ),
     },
 )
 def _rope_half_ref(x: np.ndarray, pos: np.ndarray, base: float) -> np.ndarray:
@@ -191,3 +202,92 @@ def _rope_half_ref(x: np.ndarray, pos: np.ndarray, base: float) -> np.ndarray:
                 u * math.sin(a) + v * math.cos(a),
             )
     return out
+
+
+# --- checked predictions and the inverse problem (issue 25) ---------------------------
+
+
+@exercise(
+    "pairs-that-wrap",
+    "A prediction: for d_model = 128 and base 10000, how many of the 64 pairs complete a full "
+    "turn within 512 positions (wavelength 2 pi / omega_i below 512)? An integer.",
+    mistakes={
+        "30 is the largest pair index that wraps; the pairs are i = 0..30, 31 of them": 30,
+        "half of the 64 pairs: the fraction that wraps is log(512 / 2 pi) / log(10000), "
+        "just under one half": 32,
+    },
+    compare=exact_int,
+    explanation=(
+        "lambda_i = 2 pi * 10000^(2i/128) is below 512 while 2i/128 is below "
+        "log10(512 / (2 pi)) / 4 = 0.478, that is for i = 0..30: 31 pairs. The fraction "
+        "0.478 depends on i/d_model only, which is why section 2.2 found 48% of the 256 "
+        "pairs wrapping at d_model = 512."
+    ),
+)
+def _pairs_that_wrap() -> int:
+    return sum(1 for w in _omega(128) if 2 * math.pi / w < 512)
+
+
+def _bool_answer(expected: bool, got) -> str | None:
+    if not isinstance(got, (bool, np.bool_)):
+        return f"expected an answer True or False, got {got!r}"
+    return None if bool(got) == expected else "wrong"
+
+
+@exercise(
+    "rope-same-token",
+    "A prediction: with RoPE, W_Q = W_K and the same token at both positions (q = k before "
+    "rotation), is the score of the key k positions after the query equal to the score of "
+    "the key k positions before it, for every k? True or False.",
+    mistakes={
+        "R(k) differs from R(-k), but the score q^T R(k) q does not see the difference": False
+    },
+    compare=_bool_answer,
+    explanation=(
+        "Each pair contributes q_i^T R_i(k) q_i = |q_i|^2 cos(k w_i): the sine terms cancel "
+        "because q_i is rotated against itself. The score is sum_i |q_i|^2 cos(k w_i), even "
+        "in k. The same holds whenever q and k are parallel within every pair; RoPE tells "
+        "before from after only for generic projections and content."
+    ),
+)
+def _rope_same_token() -> bool:
+    return True
+
+
+def _infer_base_inputs(rng: np.random.Generator) -> tuple:
+    d = 2 * int(rng.integers(2, 17))
+    base = float(10 ** rng.uniform(1, 5))
+    return (_pe(int(rng.integers(2, 40)), d, base),)
+
+
+def _base_from(pe: np.ndarray, pair: int = 1, swap: bool = False, exponent: int = 2) -> float:
+    d = pe.shape[1]
+    s, c = pe[1, 2 * pair], pe[1, 2 * pair + 1]
+    w = math.atan2(c, s) if swap else math.atan2(s, c)
+    return float(w ** (-d / (exponent * pair))) if pair else 1.0
+
+
+@exercise(
+    "infer-base",
+    "f(pe) -> the base of a sinusoidal encoding table pe of shape (n, d_model), paper layout "
+    "(sin in column 2i, cos in 2i+1), n >= 2, d_model >= 4.",
+    inputs=_infer_base_inputs,
+    edge_cases={
+        "the paper's base, two positions": (_pe(2, 4, 10000.0),),
+        "a small base": (_pe(5, 8, 10.0),),
+        "a large base, d_model 32": (_pe(3, 32, 1e6),),
+    },
+    mistakes={
+        "read from pair 0, whose frequency is 1 for every base": lambda pe: _base_from(pe, 0),
+        "atan2(cos, sin): the angle pi/2 - omega, not omega": lambda pe: _base_from(pe, swap=True),
+        "exponent i/d_model instead of 2i/d_model: the base squared": lambda pe: _base_from(
+            pe, exponent=1
+        ),
+    },
+    compare=close(rtol=1e-6, atol=0.0),
+)
+def _infer_base_ref(pe: np.ndarray) -> float:
+    # position 1, pair 1: (sin w_1, cos w_1) with w_1 = base^(-2/d_model) < pi
+    d = pe.shape[1]
+    w1 = math.atan2(pe[1, 2], pe[1, 3])
+    return float(w1 ** (-d / 2))

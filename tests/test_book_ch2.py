@@ -1,0 +1,228 @@
+"""Checks of chapter 2 (book/02_sinusoidal.ipynb) moved out of the reader's way.
+
+The chapter keeps one to three asserts per visible cell, the ones that state its claims.
+What lives here: exact pins of committed data, bookkeeping checks, the secondary checks of
+the chapter's asides, and the checks of the solutions that the chapter no longer shows.
+Everything is computed from the package (or from ``data.load_result``), so each test fails
+when the package or the data change, not only when the notebook does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mini_transformer import data, exercises
+from mini_transformer import positional as P
+
+
+def pe_inline(n_positions, d_model, base=10000.0):
+    """The chapter's three-line encoding (section 2.1)."""
+    omega = base ** (-np.arange(0, d_model, 2) / d_model)
+    angles = np.arange(n_positions)[:, None] * omega
+    return np.stack([np.sin(angles), np.cos(angles)], axis=-1).reshape(n_positions, d_model)
+
+
+def f(k, d_model):
+    return np.cos(np.multiply.outer(k, P.sinusoidal_frequencies(d_model))).sum(axis=-1)
+
+
+# --- 2.1-2.2: the formula and the wavelengths -------------------------------------------
+
+
+def test_inline_encoding_is_the_package_bit_for_bit():
+    for n, d in [(6, 8), (1000, 128), (3, 2)]:
+        assert np.array_equal(pe_inline(n, d), P.sinusoidal_encoding(n, d))
+
+
+def test_wavelengths_at_d_model_128():
+    lam = 2 * np.pi / P.sinusoidal_frequencies(128)
+    assert round(float(lam[-1])) == 54_410 and round(2 * np.pi * 10000) == 62_832
+    assert [round(float(lam[c // 2]), 1) for c in (0, 20, 40, 60)] == [6.3, 26.5, 111.7, 471.2]
+    # the slowest wavelength approaches 2 pi 10000 only as d_model grows (review m4)
+    gaps = [
+        1 - 2 * np.pi / P.sinusoidal_frequencies(d)[-1] / (2 * np.pi * 1e4) for d in (4, 128, 512)
+    ]
+    assert gaps[0] > 0.98 and 0.12 < gaps[1] < 0.14 and gaps[2] < gaps[1]
+
+
+def test_tensor2tensor_spacing():
+    omega = P.sinusoidal_frequencies(128)
+    omega_t2t = 10.0 ** (-4 * np.arange(64) / 63)
+    assert math.isclose(2 * np.pi / omega_t2t[-1], 2 * np.pi * 10000, rel_tol=1e-12)
+    assert np.all(omega >= omega_t2t) and math.isclose(
+        np.max(omega / omega_t2t), 10000 ** (2 / 128)
+    )
+
+
+def why_10000_rows(d=512, n=512):
+    rows = {}
+    for base in (10, 100, 1_000, 5_000, 10_000, 20_000, 100_000, 10**8):
+        omega = P.sinusoidal_frequencies(d, base=base)
+        lam = 2 * np.pi / omega
+        rows[base] = (lam.max(), np.mean(lam < n), np.mean(omega * n < 1.0), np.mean(omega > 0.5))
+    return rows
+
+
+def test_why_10000_nothing_singles_it_out():
+    rows, n = why_10000_rows(), 512
+    for b in (5_000, 10_000, 20_000):
+        lam, w, s, _ = rows[b]
+        assert lam > n and 0 < s < w < 1, b
+        assert abs(w - rows[10_000][1]) < 0.1 and abs(s - rows[10_000][2]) < 0.1, b
+    # wrapping is not resolving neighbours: far fewer pairs turn fast than wrap
+    assert rows[10_000][3] < 0.5 * rows[10_000][1]
+    # the numbers the prose quotes
+    assert [round(100 * rows[10_000][i]) for i in (1, 2, 3)] == [48, 32, 8]
+    assert round(rows[10][0]) == 62 and round(100 * rows[10**8][2]) == 66
+    assert round(rows[10_000][0]) == 60_611
+
+
+# --- 2.3: the pictures --------------------------------------------------------------------
+
+
+def test_circle_near_return_and_helix():
+    pe2 = P.sinusoidal_encoding(800, 2)
+    gaps = np.linalg.norm(pe2[1:] - pe2[0], axis=1)
+    assert int(np.argmin(gaps)) + 1 == 710 and gaps.min() < 1e-4
+    pe3 = P.sinusoidal_encoding(720, 3)
+    assert round(float(pe3[710, 2]), 3) == 0.999
+
+
+def test_heatmap_still_pairs():
+    pe = P.sinusoidal_encoding(100, 128)
+    still = np.ptp(pe, axis=0) < 0.1
+    first = min(c for c in range(129) if still[c:].all())
+    assert first == 95 and (first + 1) // 2 == 48
+    assert round(2 * np.pi / P.sinusoidal_frequencies(128)[48]) == 6283
+
+
+# --- 2.4: layouts and the blog post's table -----------------------------------------------
+
+
+def test_layouts_are_a_permutation_for_every_size():
+    for d in (2, 3, 6, 16, 7, 128):
+        perm = np.r_[0:d:2, 1:d:2]
+        inter = P.sinusoidal_encoding(40, d)
+        assert np.array_equal(P.sinusoidal_encoding(40, d, layout="concat"), inter[:, perm])
+
+
+def test_blog_table_numbers_are_the_proved_identities():
+    pe = P.sinusoidal_encoding(5, 6, layout="concat")
+    d = np.linalg.norm(np.diff(pe, axis=0), axis=1)
+    assert np.allclose(d, math.sqrt(6 - 2 * f(1, 6)), rtol=0, atol=1e-12)
+    assert f"{d[0]:.4f} {math.sqrt(3):.4f} {f(1, 6):.4f}" == "0.9600 1.7321 2.5392"
+
+
+# --- 2.5: proofs --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("d", [2, 8, 16, 64])
+def test_rotation_matrix_is_orthogonal_and_composes(d):
+    for k in (1, 5, -12, 37):
+        R = P.rotation_matrix(k, d)
+        assert np.allclose(R.T @ R, np.eye(d), rtol=0, atol=1e-14)
+        assert np.allclose(R @ P.rotation_matrix(-k, d), np.eye(d), rtol=0, atol=1e-14)
+    assert np.allclose(
+        P.rotation_matrix(5, d) @ P.rotation_matrix(37, d),
+        P.rotation_matrix(42, d),
+        rtol=0,
+        atol=1e-12,
+    )
+
+
+def test_dot_product_curve_numbers():
+    k = np.arange(1, 1001)
+    fk = f(k, 128)
+    step = np.diff(fk)
+    assert int((step > 0).sum()) == 479
+    assert f"{step.min():.3f} {step.max():.3f}" == "-5.196 3.695"
+
+
+def test_blog_code_with_column_index_fails_the_checks():
+    enc = np.array([p / np.power(10000, 2 * i / 8) for p in range(100) for i in range(8)])
+    enc[::2], enc[1::2] = np.sin(enc[::2]), np.cos(enc[1::2])
+    norms = np.linalg.norm(enc.reshape(100, 8), axis=1)
+    assert f"{norms.min():.2f} {norms.max():.2f}" == "1.76 2.37"
+
+
+# --- 2.6: the attention score -------------------------------------------------------------
+
+
+def test_four_terms_and_the_commuting_case():
+    g = np.random.default_rng(0)
+    T, d = 12, 8
+    X, Pm = g.normal(size=(T, d)), P.sinusoidal_encoding(T, d)
+    W_Q, W_K = g.normal(size=(d, d)), g.normal(size=(d, d))
+    W = W_Q @ W_K.T
+    scores = ((X + Pm) @ W_Q) @ ((X + Pm) @ W_K).T
+    assert np.allclose(X @ W @ X.T + X @ W @ Pm.T + Pm @ W @ X.T + Pm @ W @ Pm.T, scores)
+    # a block-diagonal W made of [[a, b], [-b, a]] commutes with every R(k)
+    W_c = np.zeros((d, d))
+    for i in range(d // 2):
+        a, b = g.normal(size=2)
+        W_c[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = [[a, b], [-b, a]]
+    for k in (1, 3, 50):
+        R = P.rotation_matrix(k, d)
+        assert np.allclose(W_c @ R, R @ W_c, rtol=0, atol=1e-12)
+    S = Pm @ W_c @ Pm.T
+    assert max(np.ptp(np.diagonal(S, offset=o)) for o in range(-T + 1, T)) < 1e-12
+
+
+def test_lab_sinusoidal_beyond_training_length_is_pinned():
+    # regression pin of committed data (mini_transformer/results/extrapolation.json)
+    res = data.load_result("extrapolation")
+    assert res["config"]["train_length"] == 32 and res["chance_accuracy"] == 0.0625
+    beyond = res["results"]["sinusoidal"]["accuracy_beyond"]
+    assert beyond["48"]["per_seed"] == [0.1184, 0.1348, 0.1101]
+    assert beyond["256"]["per_seed"] == [0.1095, 0.0845, 0.0785]
+    best = max(max(v["per_seed"]) for T, v in beyond.items() if int(T) > 32)
+    assert round(best, 2) == 0.13
+
+
+# --- 2.7: limits --------------------------------------------------------------------------
+
+
+def test_float32_drift_numbers():
+    # machine-independent float32 rounding: a change in the package's frequencies shows here
+    omega64 = P.sinusoidal_frequencies(128)
+    omega32 = omega64.astype(np.float32)
+    pos = np.arange(2**16)
+    dev = np.empty(len(pos))
+    for c in np.array_split(pos, 16):
+        a32 = (c.astype(np.float32)[:, None] * omega32).astype(np.float64)
+        a64 = c.astype(np.float64)[:, None] * omega64
+        dev[c] = np.maximum(
+            np.abs(np.sin(a32) - np.sin(a64)), np.abs(np.cos(a32) - np.cos(a64))
+        ).max(1)
+    first_bad = int(np.argmax(dev > 1e-3))
+    assert 1e-4 < dev[:4096].max() < 5e-4 and round(dev[:4096].max(), 5) == 0.00024
+    assert first_bad == 17_780
+    assert np.all(dev <= pos * 2.0**-23 + 1e-15)
+
+
+def test_rope_applied_to_pe0_is_the_encoding():
+    rope = P.RotaryEmbedding(16)
+    pe0 = torch.zeros(1, 1, 64, 16)
+    pe0[..., 1::2] = 1.0
+    assert np.allclose(rope(pe0)[0, 0].double().numpy(), P.sinusoidal_encoding(64, 16), atol=1e-6)
+
+
+# --- the exercises the chapter no longer shows (their checkers stay registered) ----------
+
+
+def test_dot_offset_solution(capsys):
+    def my_dot_offset(k, d_model):
+        return float(np.cos(k * 10000.0 ** (-np.arange(0, d_model, 2) / d_model)).sum())
+
+    assert exercises.check("sinusoidal-dot-offset", my_dot_offset, seed=1)
+    assert my_dot_offset(0, 64) == 32 and my_dot_offset(-7, 64) == my_dot_offset(7, 64)
+
+
+def test_rotation_matrix_solution(capsys):
+    assert exercises.check("rotation-matrix", P.rotation_matrix, seed=1)
+    assert not exercises.check("rotation-matrix", lambda k, d: P.rotation_matrix(-k, d), seed=1)
+    assert "transpose" in capsys.readouterr().out

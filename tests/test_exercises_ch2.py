@@ -1,0 +1,161 @@
+"""Chapter 2's new exercises: a right answer passes, and every named mistake is caught and named.
+
+The older chapter-2 exercises (sinusoidal-encoding, sinusoidal-dot-offset, rotation-matrix,
+near-repeat, rope-half) are covered in tests/test_exercises_answers.py. Each check runs with
+a fixed seed so that a failure is reproducible.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mini_transformer import exercises
+from mini_transformer import positional as P
+
+SEED = 20261125
+
+
+def infer_base(pe):
+    d = pe.shape[1]
+    return float(np.arctan2(pe[1, 2], pe[1, 3]) ** (-d / 2))
+
+
+def infer_base_slowest_pair(pe):
+    # another right answer: the slowest pair, w = base^(-(d - 2)/d)
+    d = pe.shape[1]
+    return float(np.arctan2(pe[1, -2], pe[1, -1]) ** (-d / (d - 2)))
+
+
+RIGHT = [
+    ("rope-half", lambda x, p, b: rope_half(x, p, b)),
+    ("pairs-that-wrap", 31),
+    ("rope-same-token", True),
+    ("infer-base", infer_base),
+    ("infer-base", infer_base_slowest_pair),
+]
+
+# (exercise, wrong answer, words the message must contain)
+WRONG = {
+    "pairs-that-wrap: largest index": ("pairs-that-wrap", 30, "largest pair index"),
+    "pairs-that-wrap: half": ("pairs-that-wrap", 32, "half of the 64 pairs"),
+    "pairs-that-wrap: a float": ("pairs-that-wrap", 31.0, "expected an integer"),
+    "rope-same-token: R(k) != R(-k)": ("rope-same-token", False, "does not see the difference"),
+    "rope-same-token: not a bool": ("rope-same-token", "yes", "True or False"),
+    "infer-base: pair 0": (
+        "infer-base",
+        lambda pe: float(np.arctan2(pe[1, 0], pe[1, 1]) ** (-pe.shape[1] / 2)),
+        "pair 0",
+    ),
+    "infer-base: atan2 swapped": (
+        "infer-base",
+        lambda pe: float(np.arctan2(pe[1, 3], pe[1, 2]) ** (-pe.shape[1] / 2)),
+        "atan2(cos, sin)",
+    ),
+    "infer-base: exponent i/d": (
+        "infer-base",
+        lambda pe: float(np.arctan2(pe[1, 2], pe[1, 3]) ** (-pe.shape[1])),
+        "the base squared",
+    ),
+    "infer-base: concat layout read": (
+        "infer-base",
+        lambda pe: float(np.arctan2(pe[1, 1], pe[1, pe.shape[1] // 2 + 1]) ** (-pe.shape[1] / 2)),
+        None,
+    ),
+    # mistakes the learner review (2026-11-24) found unnamed in the older exercises
+    "dot-offset: pair index from 1": (
+        "sinusoidal-dot-offset",
+        lambda k, d: float(np.cos(k * 10000.0 ** (-2 * np.arange(1, d // 2 + 1) / d)).sum()),
+        "pair index counted from 1",
+    ),
+    "near-repeat: searched from position 0": (
+        "near-repeat",
+        lambda d, b, n, t: (lambda h: int(h[0]) if len(h) else None)(
+            np.flatnonzero(
+                np.linalg.norm(P.sinusoidal_encoding(n, d, base=b) - [0, 1] * (d // 2), axis=1) < t
+            )
+        ),
+        "searched from position 0",
+    ),
+    "rope-half: exponent i/d": (
+        "rope-half",
+        lambda x, p, b: rope_half(x, p, b, exponent=1),
+        "exponent i/d instead of 2i/d",
+    ),
+}
+
+
+def rope_half(x, pos, base, exponent=2):
+    h = x.shape[1] // 2
+    angle = np.asarray(pos)[:, None] * base ** (-exponent * np.arange(h) / (2 * h))
+    a, b = x[:, :h], x[:, h:]
+    return np.concatenate(
+        [a * np.cos(angle) - b * np.sin(angle), a * np.sin(angle) + b * np.cos(angle)], axis=1
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "answer"), RIGHT, ids=[f"{n}-{i}" for i, (n, _) in enumerate(RIGHT)]
+)
+def test_right_answer_passes(name, answer, capsys):
+    assert exercises.check(name, answer, seed=SEED), capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", sorted(WRONG))
+def test_named_mistake_is_caught_and_named(case, capsys):
+    name, answer, words = WRONG[case]
+    verdict = exercises.check(name, answer, seed=SEED)
+    out = capsys.readouterr().out
+    assert not verdict, f"{name} accepted {case!r}"
+    assert out.startswith(f"✗ {name}:")
+    if words is not None:
+        assert words in out, out
+
+
+def test_predictions_explain_after_any_committed_answer(capsys):
+    for name, answer in [("pairs-that-wrap", 30), ("rope-same-token", True)]:
+        exercises.check(name, answer)
+        assert "  Why: " in capsys.readouterr().out
+    exercises.check("pairs-that-wrap", None)  # nothing committed yet: no explanation
+    assert "Why" not in capsys.readouterr().out
+
+
+def test_the_wrong_value_never_shows_the_right_one(capsys):
+    exercises.check("pairs-that-wrap", 17)
+    verdict_line = capsys.readouterr().out.splitlines()[0]
+    assert "31" not in verdict_line
+
+
+def test_prediction_answers_agree_with_the_package():
+    lam = 2 * math.pi / P.sinusoidal_frequencies(128)
+    assert int((lam < 512).sum()) == exercises._get("pairs-that-wrap").reference()
+    rope = P.RotaryEmbedding(8)
+    import torch
+
+    x = torch.randn(8, generator=torch.Generator().manual_seed(0)).expand(1, 1, 40, 8)
+    r = rope(x)[0, 0].double()
+    s = r @ r.T
+    assert torch.allclose(s[20, 27], s[20, 13], atol=1e-5)  # the same token: symmetric
+    y = torch.randn(8, generator=torch.Generator().manual_seed(1)).expand(1, 1, 40, 8)
+    t = r @ rope(y)[0, 0].double().T
+    assert abs(t[20, 27] - t[20, 13]) > 1e-3  # different tokens: not symmetric
+
+
+def test_infer_base_recovers_the_packages_base():
+    for base in (10.0, 500.0, 10000.0, 1e5):
+        pe = P.sinusoidal_encoding(4, 16, base=base)
+        assert math.isclose(exercises._get("infer-base").reference(pe), base, rel_tol=1e-9)
+
+
+# chapter 2's newer exercises in the format of tests/test_exercises_answers.py, which merges
+# them into its CASES (every registered exercise: one right answer, at least two wrong ones)
+NEW_EXERCISES = ("pairs-that-wrap", "rope-same-token", "infer-base")
+CASES_CH2 = {
+    name: (
+        next(answer for n, answer in RIGHT if n == name),
+        {case: (answer, words) for case, (n, answer, words) in WRONG.items() if n == name},
+    )
+    for name in NEW_EXERCISES
+}
