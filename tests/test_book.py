@@ -99,3 +99,25 @@ def test_requirements_pin_the_toolchain():
     assert pins["torch"] == "2.13.0"
     for name in ("nbval", "pytest", "numpy", "matplotlib", "scikit-learn", "ipykernel", "tqdm"):
         assert name in pins, f"{name} is pinned"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_the_install_cell_pins_the_version_that_made_the_outputs(path):
+    import mini_transformer
+
+    first = _cells(path)[0]
+    assert "install-if-missing" in first["metadata"]["tags"]
+    pinned = re.search(r'BOOK_VERSION = "([^"]+)"', _text(first))
+    assert pinned and pinned.group(1) == mini_transformer.__version__, "re-run `make execute`"
+    assert "@v{BOOK_VERSION}" in _text(first), "the install cell installs that exact version"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_no_chapter_reads_a_path_into_the_repository(path):
+    code = "\n".join(_text(c) for c in _cells(path) if c["cell_type"] == "code")
+    for pattern in (
+        r"Path\(\s*['\"]\.\.",
+        r"open\(\s*['\"](?:\.\./|data/)",
+        r"['\"]data/[\w.]+\.json",
+    ):
+        assert not re.search(pattern, code), f"{path.name} reads a repository path ({pattern})"

@@ -1,0 +1,99 @@
+"""``make test-notebooks``: test the chapters the way a Colab reader runs them.
+
+1. Build a wheel of the package and install it (``pip install --no-deps --target``) into a
+   temporary folder outside the repository: the chapters import that copy, not the
+   repository's source, so package data missing from the wheel fails here.
+2. Copy each chapter, alone, into an empty folder of its own: a chapter that reads a path
+   relative to the repository (``data/x.json``, ``../mini_transformer``) fails here.
+3. In those folders, run nbval (every stored output reproduced, strict mode) and, at the same
+   time on the second core, ``tests/notebooks/rerun_check.py`` (every code cell prints the
+   same text when run twice in a row).
+
+Usage: ``python tools/test_notebooks.py [book/NN_name.ipynb ...]`` (default: all chapters).
+Exits with the first non-zero status of the two pytest runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
+
+
+def install_wheel(where: Path) -> Path:
+    """Build the package's wheel and install it under ``where/site``; return that folder."""
+    dist, site, src = where / "dist", where / "site", where / "src"
+    # Build from a clean copy: setuptools' build/ folder in the repository could carry files
+    # that no longer exist in the source into the wheel.
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    shutil.copytree(ROOT / "mini_transformer", src / "mini_transformer", ignore=ignore)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, src / name)
+    quiet = {"check": True, "stdout": subprocess.DEVNULL}
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(dist), str(src)],
+        **quiet,
+    )  # fmt: skip
+    (wheel,) = dist.glob("mini_transformer-*.whl")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site),
+         str(wheel)],
+        **quiet,
+    )  # fmt: skip
+    return site
+
+
+def sandbox(where: Path, notebooks: list[Path]) -> Path:
+    """Each chapter alone in an empty folder ``where/chapters/<stem>/``."""
+    chapters = where / "chapters"
+    for nb in notebooks:
+        (chapters / nb.stem).mkdir(parents=True)
+        shutil.copy2(nb, chapters / nb.stem / nb.name)
+    shutil.copy2(ROOT / ".ci" / "nbval_sanitize.cfg", where / "nbval_sanitize.cfg")
+    return chapters
+
+
+def main(argv: list[str]) -> int:
+    notebooks = [Path(a).resolve() for a in argv] or sorted(
+        (ROOT / "book").glob("[0-9][0-9]_*.ipynb")
+    )
+    with tempfile.TemporaryDirectory(prefix="mini_transformer_chapters_") as tmp:
+        where = Path(tmp)
+        site = install_wheel(where)
+        chapters = sandbox(where, notebooks)
+        env = dict(
+            os.environ,
+            PYTHONPATH=str(site),
+            MT_CHAPTERS=str(chapters),
+            MT_EXPECTED_CHAPTERS=str(len(notebooks)),
+        )
+        # The kernels must import the installed wheel, not the repository's source.
+        probe = "import mini_transformer as m; print(m.__file__, m.__version__)"
+        found = subprocess.run(
+            [sys.executable, "-c", probe], env=env, cwd=where, capture_output=True, text=True
+        ).stdout.split()
+        if not found or not found[0].startswith(str(site)):
+            print(f"the wheel is not what the chapters import: {found}", file=sys.stderr)
+            return 1
+        print(f"chapters run alone in {chapters}; mini_transformer {found[1]} from {site}")
+        nbval = subprocess.Popen(
+            PYTEST + ["--nbval", "--nbval-current-env", "--nbval-sanitize-with",
+                      str(where / "nbval_sanitize.cfg"), str(chapters)],
+            env=env, cwd=where,
+        )  # fmt: skip
+        rerun = subprocess.Popen(
+            PYTEST + [str(ROOT / "tests" / "notebooks" / "rerun_check.py")], env=env, cwd=where
+        )
+        codes = [nbval.wait(), rerun.wait()]
+    return next((c for c in codes if c), 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
