@@ -106,7 +106,9 @@ def _naive_ppl(z, t, per_token=False, no_exp=False, stable=False, log_of_softmax
         # m11 of the 2026-11-24 review: a target 200 below its row's maximum. The stable
         # answer is finite (mean NLL ~ 200 / 4 = 50); softmax-then-log gives log(0) = -inf.
         "a float32 target 200 below the maximum logit (softmax underflows to 0)": (
-            torch.tensor([[[0.0, -200.0, -1.0], [3.0, 0.0, 1.0], [0.5, 0.0, 0.2], [0.0, 0.0, 0.0]]]),
+            torch.tensor(
+                [[[0.0, -200.0, -1.0], [3.0, 0.0, 1.0], [0.5, 0.0, 0.2], [0.0, 0.0, 0.0]]]
+            ),
             torch.tensor([[1, 0, 0, 2]]),
         ),
     },
@@ -258,16 +260,20 @@ def _top_k(logits, k):
 
 
 def _clip_inputs(rng: np.random.Generator) -> tuple:
-    shapes = [tuple(int(n) for n in rng.integers(1, 5, size=rng.integers(1, 3)))
-              for _ in range(int(rng.integers(1, 4)))]
+    shapes = [
+        tuple(int(n) for n in rng.integers(1, 5, size=rng.integers(1, 3)))
+        for _ in range(int(rng.integers(1, 4)))
+    ]
     scale = float(10 ** rng.uniform(-1, 1))
     return [random_tensor(rng, *s, scale=scale) for s in shapes], float(rng.uniform(0.5, 3.0))
 
 
 def _clip(grads, max_norm, per_tensor=False, norm_after=False, always=False):
     if per_tensor:
-        out = [g * min(1.0, max_norm / float(g.norm())) if float(g.norm()) > 0 else g.clone()
-               for g in grads]
+        out = [
+            g * min(1.0, max_norm / float(g.norm())) if float(g.norm()) > 0 else g.clone()
+            for g in grads
+        ]
         total = math.sqrt(sum(float(g.norm()) ** 2 for g in grads))
         return out, total
     total = math.sqrt(sum(float((g.double() ** 2).sum()) for g in grads))
@@ -324,10 +330,16 @@ def _compare_clip(expected, got) -> str | None:
     inputs=_clip_inputs,
     edge_cases={
         "norm below the threshold (nothing changes)": (
-            [torch.tensor([0.3, 0.4], dtype=torch.float64)], 1.0),
+            [torch.tensor([0.3, 0.4], dtype=torch.float64)],
+            1.0,
+        ),
         "two tensors, each under the threshold, together over it": (
-            [torch.tensor([0.6, 0.0], dtype=torch.float64),
-             torch.tensor([[0.0], [0.8]], dtype=torch.float64)], 0.9),
+            [
+                torch.tensor([0.6, 0.0], dtype=torch.float64),
+                torch.tensor([[0.0], [0.8]], dtype=torch.float64),
+            ],
+            0.9,
+        ),
     },
     compare=_compare_clip,
 )
