@@ -11,9 +11,9 @@ self-attention on a batch ``(B, T, d_model)``:
 
 Variants:
 
-- ``scratch``: ``MultiHeadAttention(fused=False)``: scores, softmax and weights are
+- ``scratch``: ``MultiHeadAttention(fused_attention=False)``: scores, softmax and weights are
   materialised as ``(B, h, T, T)`` tensors and saved for backward.
-- ``fused``: ``MultiHeadAttention(fused=True)``: ``F.scaled_dot_product_attention`` (a
+- ``fused``: ``MultiHeadAttention(fused_attention=True)``: ``F.scaled_dot_product_attention`` (a
   flash-attention style kernel on CPU: no ``(T, T)`` tensor is kept).
 - ``fused-qkv``: the fused path with q, k and v from one matmul with the three weights
   concatenated (as ``nn.MultiheadAttention`` does) instead of ``MultiHeadAttention``'s three.
@@ -53,9 +53,9 @@ from mini_transformer.devices import where_it_ran
 class ConcatQKVMHA(MultiHeadAttention):
     """The fused path, with q, k and v from one matmul with the concatenated weights."""
 
-    def _project(self, x, context):
-        if context is not None:
-            return super()._project(x, context)
+    def _project(self, x, memory):
+        if memory is not None:
+            return super()._project(x, memory)
         w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
         b = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
         B, T, _ = x.shape
@@ -89,7 +89,7 @@ def make_variants(
         )
         ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
         ref.out_proj.load_state_dict(ours.out_proj.state_dict())
-    scratch = MultiHeadAttention(d_model, n_heads, fused=False)
+    scratch = MultiHeadAttention(d_model, n_heads, fused_attention=False)
     scratch.load_state_dict(ours.state_dict())
     for m in (ours, concat, ref, scratch):
         m.to(device=device, dtype=dtype)
@@ -104,9 +104,9 @@ def make_variants(
         return ref(x, x, x, need_weights=False, attn_mask=masks[T], is_causal=True)[0]
 
     return {
-        "scratch": (scratch, lambda x, causal: scratch(x, is_causal=causal)[0]),
-        "fused": (ours, lambda x, causal: ours(x, is_causal=causal)[0]),
-        "fused-qkv": (concat, lambda x, causal: concat(x, is_causal=causal)[0]),
+        "scratch": (scratch, lambda x, causal: scratch(x, causal=causal)[0]),
+        "fused": (ours, lambda x, causal: ours(x, causal=causal)[0]),
+        "fused-qkv": (concat, lambda x, causal: concat(x, causal=causal)[0]),
         "torch": (ref, torch_call),
     }
 

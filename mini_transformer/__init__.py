@@ -31,3 +31,9 @@ One module per idea:
 """
 
 __version__ = "0.2.0"
+
+# The seven modules of the book's contract, importable as attributes (d2l's habit):
+# ``import mini_transformer as mt; mt.attention.causal_mask(4)``.
+from . import attention, data, exercises, layers, model, positional, train  # noqa: E402
+
+__all__ = ["attention", "data", "exercises", "layers", "model", "positional", "train"]

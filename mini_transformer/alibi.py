@@ -83,10 +83,10 @@ def alibi_bias(n_heads: int, T_q: int, T_k: int | None = None) -> torch.Tensor:
         )
     n_heads = _check_int("n_heads", n_heads)
     check_size("the bias (n_heads, T_q, T_k)", (n_heads, T_q, T_k), torch.float32)
-    slopes = alibi_slopes(n_heads)  # (h,)
-    i = torch.arange(T_k - T_q, T_k, dtype=torch.float32)[:, None]  # (T_q, 1)
-    j = torch.arange(T_k, dtype=torch.float32)[None, :]  # (1, T_k)
-    return -slopes[:, None, None] * (i - j).abs()  # (h, T_q, T_k)
+    slopes = alibi_slopes(n_heads)  # m_h = 2^(-8h/n) for n a power of two     (h,)
+    i = torch.arange(T_k - T_q, T_k, dtype=torch.float32)[:, None]  # query positions (T_q, 1)
+    j = torch.arange(T_k, dtype=torch.float32)[None, :]  # key positions            (1, T_k)
+    return -slopes[:, None, None] * (i - j).abs()  # B_hij = -m_h |i - j|  (h, T_q, T_k)
 
 
 class ALiBi(nn.Module):

@@ -15,18 +15,21 @@ Conventions (the same as PyTorch's ``F.scaled_dot_product_attention``):
 - A mask is a **boolean** tensor, ``True`` = *may attend*. It broadcasts against the score
   tensor ``(..., T_q, T_k)``; in :class:`MultiHeadAttention` against ``(B, n_heads, T_q, T_k)``.
   Additive float masks are not accepted as ``mask`` (a ``TypeError`` says so): pass them as
-  ``bias``, which is *added* to the scores.
+  ``score_bias``, which is *added* to the scores (``bias`` always means a Linear layer's bias).
 - Masked scores are filled with ``torch.finfo(dtype).min``, the most negative finite number
   of the scores' dtype. Not ``-inf`` (a row with every key masked would give
   ``softmax([-inf, ..., -inf]) = 0/0 = NaN``) and not a fixed constant such as ``-2**30``
   (which overflows to ``-inf`` in float16, whose largest magnitude is 65504).
 - A query row whose keys are *all* masked gets **zero weights and a zero output** (and zero
   gradient), never NaN. Both the from-scratch path and the fused path do this. An additive
-  ``bias`` may hold ``-inf``: each ``-inf`` entry counts as a masked key, so a row that is
+  ``score_bias`` may hold ``-inf``: each ``-inf`` entry counts as a masked key, so a row that is
   ``-inf`` everywhere follows the same rule instead of giving ``0/0 = NaN``.
 - Bad arguments raise ``TypeError``/``ValueError`` naming them (:mod:`mini_transformer.checks`):
   integer, bool or complex inputs, mixed dtypes, empty dimensions, a non-finite ``scale``, and
-  score tensors too big to allocate. The checks read shapes and dtypes only (no GPU sync).
+  score tensors too big to allocate. The checks read shapes and dtypes only (no GPU sync),
+  and each input is checked once, where it enters: :class:`MultiHeadAttention` checks its
+  arguments and then calls the unchecked core :func:`_attend` that the public function
+  shares.
 """
 
 from __future__ import annotations
@@ -62,13 +65,14 @@ __all__ = [
 ]
 
 
-def _check_bias(bias: object, name: str, target: tuple[int, ...], expected: str) -> None:
-    if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
+def _check_score_bias(score_bias: object, target: tuple[int, ...], expected: str) -> None:
+    if not isinstance(score_bias, torch.Tensor) or not score_bias.is_floating_point():
+        got = score_bias.dtype if isinstance(score_bias, torch.Tensor) else type(score_bias)
         raise TypeError(
-            f"{name} must be a floating-point tensor (it is added to the scores), got "
-            + (f"dtype {bias.dtype}" if isinstance(bias, torch.Tensor) else type(bias).__name__)
+            "score_bias must be a floating-point tensor (it is added to the scores), got "
+            + (f"dtype {got}" if isinstance(score_bias, torch.Tensor) else got.__name__)
         )
-    check_broadcast(name, bias, target, expected)
+    check_broadcast("score_bias", score_bias, target, expected)
 
 
 def _known_all(t: torch.Tensor) -> bool:
@@ -83,22 +87,44 @@ def _known_all(t: torch.Tensor) -> bool:
     return bool(t.all())
 
 
-def _split_bias(bias: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Read ``-inf`` entries of an additive bias as "may not attend" (no data read, no sync).
+def _split_bias(
+    score_bias: torch.Tensor, mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Read ``-inf`` entries of a score bias as "may not attend" (no data read, no sync).
 
     ``softmax`` of a row that is ``-inf`` everywhere is ``0/0 = NaN``. Turning each ``-inf``
     into a ``False`` in the boolean mask (and a 0 in the bias) sends such rows through the
     masked-row rule instead: zero weights and a zero output, on both paths. Finite entries
-    are untouched, so a finite bias gives exactly the same numbers as before.
+    are untouched, so a finite bias gives exactly the same numbers.
 
     Returns:
-        ``(bias, mask)``: the bias with ``-inf`` replaced by 0, and the combined bool mask.
+        ``(score_bias, mask)``: the bias with ``-inf`` replaced by 0, and the combined mask.
     """
-    blocked = bias == float("-inf")  # shape of the bias, e.g. (n_heads, T_q, T_k)
+    blocked = score_bias == float("-inf")  # shape of the bias, e.g. (n_heads, T_q, T_k)
     if _known_all(~blocked):
-        return bias, mask
+        return score_bias, mask
     allowed = ~blocked if mask is None else mask & ~blocked
-    return bias.masked_fill(blocked, 0.0), allowed
+    return score_bias.masked_fill(blocked, 0.0), allowed
+
+
+def _attend(q, k, v, mask, score_bias, scale, dropout_p):
+    """The computation of :func:`scaled_dot_product_attention`, on checked arguments."""
+    if score_bias is not None:
+        score_bias, mask = _split_bias(score_bias, mask)
+    scores = (q @ k.transpose(-2, -1)) * scale  # S = q k^T / sqrt(d_k)      (..., T_q, T_k)
+    if score_bias is not None:
+        scores = scores + score_bias.to(scores.dtype)  # S + B (ALiBi)
+    row_has_key = None
+    if mask is not None:
+        # S_ij = finfo.min where mask_ij is False: the most negative *finite* number of this
+        # dtype, so exp(fill - max) underflows to 0, yet a fully masked row stays finite.
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        row_has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)
+    weights = torch.softmax(scores, dim=-1)  # W = softmax_j(S)                (..., T_q, T_k)
+    if row_has_key is not None and not _known_all(row_has_key):
+        weights = weights * row_has_key  # fully masked rows: zero weights, zero output
+    used = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    return used @ v, weights  # out = W v                              (..., T_q, d_v)
 
 
 def scaled_dot_product_attention(
@@ -107,7 +133,7 @@ def scaled_dot_product_attention(
     v: torch.Tensor,
     mask: torch.Tensor | None = None,
     return_weights: bool = False,
-    bias: torch.Tensor | None = None,
+    score_bias: torch.Tensor | None = None,
     *,
     scale: float | None = None,
     dropout_p: float = 0.0,
@@ -116,7 +142,7 @@ def scaled_dot_product_attention(
 
     .. math::
 
-        S = \\frac{q k^\\top}{\\sqrt{d_k}} + \\text{bias}, \\qquad
+        S = \\frac{q k^\\top}{\\sqrt{d_k}} + B, \\qquad
         S_{ij} \\leftarrow \\texttt{finfo.min} \\text{ where } \\text{mask}_{ij} = \\text{False},
         \\qquad W = \\operatorname{softmax}_j(S), \\qquad \\text{out} = W v .
 
@@ -127,8 +153,9 @@ def scaled_dot_product_attention(
         mask: optional **bool** tensor broadcastable to ``(..., T_q, T_k)``; ``True`` = the
             query may attend to the key. A non-bool mask raises ``TypeError``.
         return_weights: also return the attention weights ``(..., T_q, T_k)``.
-        bias: optional float tensor broadcastable to ``(..., T_q, T_k)``, added to the scaled
-            scores before masking (e.g. ALiBi). ``-inf`` entries act as masked keys.
+        score_bias: optional float tensor :math:`B` broadcastable to ``(..., T_q, T_k)``,
+            added to the scaled scores before masking (e.g. ALiBi). ``-inf`` entries act as
+            masked keys.
         scale: the factor applied to :math:`q k^\\top`, a finite number ``> 0``; default
             :math:`1/\\sqrt{d_k}`.
         dropout_p: dropout probability applied to the weights before they multiply ``v``
@@ -156,9 +183,8 @@ def scaled_dot_product_attention(
         )
     dropout_p = check_probability("dropout_p", dropout_p)
     check_bool("return_weights", return_weights)
-    d_k = q.shape[-1]
     if scale is None:
-        scale = 1.0 / math.sqrt(d_k)
+        scale = 1.0 / math.sqrt(q.shape[-1])
     else:
         scale = check_float("scale", scale, low=0, low_open=True)
     try:
@@ -173,24 +199,9 @@ def scaled_dot_product_attention(
     if mask is not None:
         check_mask("mask", mask)
         check_broadcast("mask", mask, target, "(..., T_q, T_k)")
-    if bias is not None:
-        _check_bias(bias, "bias", target, "(..., T_q, T_k)")
-        bias, mask = _split_bias(bias, mask)
-
-    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T_q, T_k)
-    if bias is not None:
-        scores = scores + bias.to(scores.dtype)
-    row_has_key = None
-    if mask is not None:
-        # The most negative *finite* number of this dtype: exp(fill - max) underflows to 0,
-        # yet a fully masked row stays finite (it becomes uniform, and is zeroed below).
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-        row_has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)
-    weights = torch.softmax(scores, dim=-1)
-    if row_has_key is not None and not _known_all(row_has_key):
-        weights = weights * row_has_key  # fully masked rows: zero weights, zero output
-    used = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    out = used @ v  # (..., T_q, d_v)
+    if score_bias is not None:
+        _check_score_bias(score_bias, target, "(..., T_q, T_k)")
+    out, weights = _attend(q, k, v, mask, score_bias, scale, dropout_p)
     return (out, weights) if return_weights else out
 
 
@@ -199,11 +210,11 @@ class MultiHeadAttention(nn.Module):
 
     .. math::
 
-        \\operatorname{MultiHead}(X, C) = \\operatorname{Concat}(\\text{head}_1, \\dots,
+        \\operatorname{MultiHead}(X, M) = \\operatorname{Concat}(\\text{head}_1, \\dots,
         \\text{head}_h) W^O, \\quad \\text{head}_i = \\operatorname{Attention}(X W_i^Q,
-        C W_i^K, C W_i^V),
+        M W_i^K, M W_i^V),
 
-    with :math:`C = X` for self-attention. The ``h`` heads are computed at once: the
+    with :math:`M = X` for self-attention. The ``h`` heads are computed at once: the
     projections give ``(B, T, d_model)``, which is viewed as ``(B, T, h, d_head)`` and
     transposed to ``(B, h, T, d_head)``.
 
@@ -212,9 +223,9 @@ class MultiHeadAttention(nn.Module):
         n_heads: number of heads; each has ``d_head = d_model // n_heads``.
         dropout: dropout probability on the attention weights (training mode only).
         bias: whether the four projections have biases.
-        fused: ``True`` computes attention with ``torch.nn.functional.scaled_dot_product_attention``
-            (unless ``need_weights``); ``False`` with :func:`scaled_dot_product_attention`.
-            The two agree to float rounding (tested).
+        fused_attention: ``True`` computes attention with PyTorch's fused
+            ``F.scaled_dot_product_attention`` (unless weights are asked for); ``False`` with
+            :func:`scaled_dot_product_attention`. The two agree to float rounding (tested).
         rotary: a module with ``forward(t)`` (e.g. ``RotaryEmbedding``) applied to ``q`` and
             ``k`` of shape ``(B, n_heads, T, d_head)`` on every call (positions ``0..T-1``).
         alibi: an :class:`~mini_transformer.alibi.ALiBi` whose ``(n_heads, T_q, T_k)``
@@ -225,9 +236,11 @@ class MultiHeadAttention(nn.Module):
 
     Submodules ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj`` are ``nn.Linear(d_model, d_model)``.
 
-    Setting ``keep_weights = True`` makes every call compute the weights (from-scratch path)
-    and keep them, detached, in ``last_weights`` ``(B, n_heads, T_q, T_k)``: a model's
-    attention maps after one ordinary forward pass, for plotting.
+    Attention maps: setting ``keep_weights = True`` makes every call compute the weights
+    (from-scratch path) and keep them, detached, in ``last_weights`` ``(B, n_heads, T_q, T_k)``,
+    so one ordinary forward pass of a whole model leaves every layer's map behind (what
+    :meth:`~mini_transformer.model.TransformerLM.attention_weights` does); ``return_weights``
+    returns one call's weights.
     """
 
     def __init__(
@@ -236,7 +249,7 @@ class MultiHeadAttention(nn.Module):
         n_heads: int,
         dropout: float = 0.0,
         bias: bool = True,
-        fused: bool = True,
+        fused_attention: bool = True,
         rotary: torch.nn.Module | None = None,
         alibi: torch.nn.Module | None = None,
     ) -> None:
@@ -247,158 +260,146 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"d_model must be divisible by n_heads, got d_model={d_model} and n_heads={n_heads}"
             )
-        dropout = check_probability("dropout", dropout)
         check_bool("bias", bias)
-        check_bool("fused", fused)
+        check_bool("fused_attention", fused_attention)
         check_size("the projections (4, d_model, d_model)", (4, d_model, d_model), torch.float32)
-        self.d_model = d_model
-        self.n_heads = n_heads
-        self.d_head = d_model // n_heads
-        self.dropout = dropout
-        self.fused = fused
-        self.keep_weights = False  # True: every call stores its weights in last_weights
-        self.last_weights: torch.Tensor | None = None
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         if rotary is not None and not isinstance(rotary, nn.Module):
             raise TypeError(f"rotary must be an nn.Module or None, got {type(rotary).__name__}")
         if alibi is not None and not (isinstance(alibi, ALiBi) and alibi.n_heads == n_heads):
             raise ValueError(f"alibi must be None or an ALiBi with n_heads={n_heads}, got {alibi}")
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        self.dropout = check_probability("dropout", dropout)
+        self.fused_attention = fused_attention
+        self.keep_weights = False  # True: every call stores its weights in last_weights
+        self.last_weights: torch.Tensor | None = None
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W^K
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W^V
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
         self.rotary = rotary  # shared module (no parameters): its buffers are not persistent
         self.alibi = alibi
 
     def extra_repr(self) -> str:
         return (
             f"d_model={self.d_model}, n_heads={self.n_heads}, "
-            f"dropout={self.dropout}, fused={self.fused}"
+            f"dropout={self.dropout}, fused_attention={self.fused_attention}"
         )
 
     def _check_input(self, t: torch.Tensor, name: str) -> None:
-        check_tensor(name, t, floating=True)
-        if t.dim() != 3:
-            raise ValueError(f"{name} must have shape (B, T, d_model), got {tuple(t.shape)}")
-        if t.numel() == 0:
-            raise ValueError(f"{name} must have B >= 1 and T >= 1, got shape {tuple(t.shape)}")
+        dims, shape = f"(B, T, d_model={self.d_model})", (None, None, self.d_model)
+        check_tensor(name, t, floating=True, shape=shape, dims=dims, nonempty=True)
         check_input_dtype(name, t, self.q_proj.weight)
-        if t.shape[-1] != self.d_model:
-            raise ValueError(
-                f"{name} must have last dimension d_model={self.d_model}, "
-                f"got shape {tuple(t.shape)}"
-            )
 
     def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
         B, T, _ = t.shape
         return t.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, h, T, d_head)
 
-    def _project(self, x: torch.Tensor, context: torch.Tensor | None):
-        c = x if context is None else context
+    def _project(self, x: torch.Tensor, memory: torch.Tensor | None):
+        m = x if memory is None else memory
         # Three matmuls. One matmul with the three weights concatenated (as
-        # nn.MultiheadAttention does) gave no consistent gain in benchmarks/attention.py:
-        # a tie on CPU; on an H100 faster only for short T, with a higher memory peak.
+        # nn.MultiheadAttention does) gave no consistent gain in benchmarks/attention.py.
         return (
-            self._split_heads(self.q_proj(x)),  # (B, h, T_q, d_head)
-            self._split_heads(self.k_proj(c)),  # (B, h, T_k, d_head)
-            self._split_heads(self.v_proj(c)),
+            self._split_heads(self.q_proj(x)),  # Q = X W^Q    (B, h, T_q, d_head)
+            self._split_heads(self.k_proj(m)),  # K = M W^K    (B, h, T_k, d_head)
+            self._split_heads(self.v_proj(m)),  # V = M W^V    (B, h, T_k, d_head)
         )
 
     def forward(
         self,
         x: torch.Tensor,
-        context: torch.Tensor | None = None,
+        memory: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
-        is_causal: bool = False,
-        attn_bias: torch.Tensor | None = None,
-        need_weights: bool = False,
+        causal: bool = False,
+        score_bias: torch.Tensor | None = None,
+        return_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attend from ``x`` to ``context`` (or to ``x`` itself).
+        """Attend from ``x`` to ``memory`` (or to ``x`` itself).
 
         Args:
             x: queries' input ``(B, T_q, d_model)``.
-            context: keys' and values' input ``(B, T_k, d_model)`` for cross-attention;
-                ``None`` for self-attention (``T_k = T_q``).
+            memory: keys' and values' input ``(B, T_k, d_model)`` for cross-attention (an
+                encoder's output); ``None`` for self-attention (``T_k = T_q``).
             mask: bool, broadcastable to ``(B, n_heads, T_q, T_k)``, ``True`` = may attend
                 (e.g. :func:`~mini_transformer.masks.padding_mask`,
                 :func:`~mini_transformer.masks.causal_mask`).
-            is_causal: also apply :func:`~mini_transformer.masks.causal_mask` ``(T_q, T_k)``.
-            attn_bias: float, broadcastable to ``(B, n_heads, T_q, T_k)`` (e.g. ALiBi's
+            causal: also apply :func:`~mini_transformer.masks.causal_mask` ``(T_q, T_k)``.
+            score_bias: float, broadcastable to ``(B, n_heads, T_q, T_k)`` (e.g. ALiBi's
                 ``(n_heads, T_q, T_k)``), added to the scaled scores (and to the ``alibi``
                 given at construction, if any).
-            need_weights: also return the per-head weights ``(B, n_heads, T_q, T_k)``
+            return_weights: also return the per-head weights ``(B, n_heads, T_q, T_k)``
                 (computed with the from-scratch path).
 
         Returns:
             ``(out, weights)``: ``out`` is ``(B, T_q, d_model)``; ``weights`` is ``None``
-            unless ``need_weights``. Queries whose keys are all masked give
+            unless ``return_weights``. Queries whose keys are all masked give
             ``out_proj(0)`` (zero attention output), never NaN.
         """
         self._check_input(x, "x")
         B, T_q, _ = x.shape
-        if context is not None:
-            self._check_input(context, "context")
-            if context.shape[0] != B:
+        if memory is not None:
+            self._check_input(memory, "memory")
+            if memory.shape[0] != B:
                 raise ValueError(
-                    f"context must have the same batch size as x ({B}), got {context.shape[0]}"
+                    f"memory must have the same batch size as x ({B}), got {memory.shape[0]}"
                 )
-        T_k = T_q if context is None else context.shape[1]
+        T_k = T_q if memory is None else memory.shape[1]
         target = (B, self.n_heads, T_q, T_k)
         if mask is not None:
             check_mask("mask", mask)
             check_broadcast("mask", mask, target, "(B, n_heads, T_q, T_k)")
-        if attn_bias is not None:
-            _check_bias(attn_bias, "attn_bias", target, "(B, n_heads, T_q, T_k)")
-        check_bool("is_causal", is_causal)
-        check_bool("need_weights", need_weights)
+        if score_bias is not None:
+            _check_score_bias(score_bias, target, "(B, n_heads, T_q, T_k)")
+        check_bool("causal", causal)
+        check_bool("return_weights", return_weights)
         check_size("the attention scores (B, n_heads, T_q, T_k)", target, x.dtype)
-        if self.alibi is not None:  # (n_heads, T_q, T_k)
+        if self.alibi is not None:  # B = -m_h (i - j): (n_heads, T_q, T_k)
             alibi = self.alibi(T_q, T_k)
-            attn_bias = alibi if attn_bias is None else attn_bias + alibi
+            score_bias = alibi if score_bias is None else score_bias + alibi
 
-        q, k, v = self._project(x, context)  # (B, h, T, d_head)
+        q, k, v = self._project(x, memory)  # (B, h, T, d_head)
         if self.rotary is not None:
-            q, k = self.rotary(q), self.rotary(k)
+            q, k = self.rotary(q), self.rotary(k)  # q_p <- R(p) q_p, k_p <- R(p) k_p
         p = self.dropout if self.training else 0.0
 
-        if self.fused and not (need_weights or self.keep_weights):
-            out = self._fused(q, k, v, mask, is_causal, attn_bias, p)
-            weights = None
+        if self.fused_attention and not (return_weights or self.keep_weights):
+            out, weights = _fused(q, k, v, mask, causal, score_bias, p), None
         else:
-            full = combine_masks(
-                mask, causal_mask(T_q, T_k, device=x.device) if is_causal else None
-            )
-            out, weights = scaled_dot_product_attention(
-                q, k, v, mask=full, bias=attn_bias, return_weights=True, dropout_p=p
-            )
+            if causal:
+                mask = combine_masks(mask, causal_mask(T_q, T_k, device=x.device))
+            scale = 1.0 / math.sqrt(self.d_head)
+            out, weights = _attend(q, k, v, mask, score_bias, scale, p)  # head_i
             if weights.shape != target:
                 weights = weights.expand(target)
         if self.keep_weights:  # for plotting: (B, n_heads, T_q, T_k), detached
             self.last_weights = weights.detach()
-        out = out.transpose(1, 2).reshape(B, T_q, self.d_model)  # concat heads: (B, T_q, d_model)
-        return self.out_proj(out), (weights if need_weights else None)
+        out = out.transpose(1, 2).reshape(B, T_q, self.d_model)  # Concat(head_1..head_h)
+        return self.out_proj(out), (weights if return_weights else None)  # ... W^O
 
-    @staticmethod
-    def _fused(q, k, v, mask, is_causal, attn_bias, p):
-        if mask is None and attn_bias is None:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=is_causal)
-        if attn_bias is not None:  # -inf entries become masked keys, as in the scratch path
-            attn_bias, mask = _split_bias(attn_bias, mask)
-        T_q, T_k = q.shape[-2], k.shape[-2]
-        full = combine_masks(mask, causal_mask(T_q, T_k, device=q.device) if is_causal else None)
-        row_has_key = None
+
+def _fused(q, k, v, mask, causal, score_bias, p):
+    """PyTorch's fused kernel, with the from-scratch path's rules for masked rows and -inf."""
+    if mask is None and score_bias is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=causal)
+    if score_bias is not None:  # -inf entries become masked keys, as in the scratch path
+        score_bias, mask = _split_bias(score_bias, mask)
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    full = combine_masks(mask, causal_mask(T_q, T_k, device=q.device) if causal else None)
+    row_has_key = None
+    if full is not None:
+        row_has_key = full.any(dim=-1, keepdim=True)  # (..., T_q, 1)
+        if _known_all(row_has_key):
+            row_has_key = None
+        else:  # let the kernel see a finite row, then zero it: same as the scratch path
+            full = full | ~row_has_key
+    if score_bias is None:
+        attn_mask = full
+    else:
+        attn_mask = score_bias.to(q.dtype)
         if full is not None:
-            row_has_key = full.any(dim=-1, keepdim=True)  # (..., T_q, 1)
-            if _known_all(row_has_key):
-                row_has_key = None
-            else:  # let the kernel see a finite row, then zero it: same as the scratch path
-                full = full | ~row_has_key
-        if attn_bias is None:
-            attn_mask = full
-        else:
-            attn_mask = attn_bias.to(q.dtype)
-            if full is not None:
-                attn_mask = torch.where(full, attn_mask, torch.finfo(q.dtype).min)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
-        if row_has_key is not None:
-            out = out * row_has_key
-        return out
+            attn_mask = torch.where(full, attn_mask, torch.finfo(q.dtype).min)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
+    if row_has_key is not None:
+        out = out * row_has_key
+    return out

@@ -384,7 +384,7 @@ def check_mask(name: str, mask: object) -> torch.Tensor:
     if mask.dtype != torch.bool:  # type: ignore[union-attr]
         raise TypeError(
             f"{name} must be a boolean tensor (True = may attend), got dtype {mask.dtype}; "  # type: ignore[union-attr]
-            "pass an additive float mask as `bias` (or `attn_bias`) instead"
+            "pass an additive float mask as `score_bias` instead"
         )
     return mask  # type: ignore[return-value]
 

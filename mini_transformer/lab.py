@@ -53,18 +53,14 @@ from .data import IGNORE_INDEX, SYNTHETIC_TASKS
 from .model import POSITIONAL_SCHEMES, TransformerConfig, TransformerLM
 
 __all__ = [
-    "SCHEMES",
     "LabConfig",
     "make_model",
     "train_model",
     "accuracy",
-    "evaluate",
+    "accuracy_by_length",
     "learned_position_weight",
     "cosine_similarity_matrix",
 ]
-
-SCHEMES = POSITIONAL_SCHEMES
-"""The positional schemes the lab compares (every scheme of the model), in the chapter's order."""
 
 
 @dataclass
@@ -137,7 +133,7 @@ class LabConfig:
                 f"training sequence must hold a target), got offset={self.offset}"
             )
         for scheme, lr in self.scheme_lr.items():
-            check_choice("scheme_lr keys", scheme, SCHEMES)
+            check_choice("scheme_lr keys", scheme, POSITIONAL_SCHEMES)
             check_float(f"scheme_lr[{scheme!r}]", lr, low=0, low_open=True)
 
     def lr_for(self, scheme: str) -> float:
@@ -173,8 +169,8 @@ class LabConfig:
 
 def make_model(scheme: str, cfg: LabConfig, seed: int = 0) -> TransformerLM:
     """The lab's model for ``scheme``: the same size and initial RNG state for every scheme."""
-    if scheme not in SCHEMES:
-        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+    if scheme not in POSITIONAL_SCHEMES:
+        raise ValueError(f"scheme must be one of {POSITIONAL_SCHEMES}, got {scheme!r}")
     torch.manual_seed(seed)
     config = TransformerConfig(
         vocab_size=cfg.vocab_size,
@@ -240,7 +236,9 @@ def accuracy(logits: torch.Tensor, targets: torch.Tensor, from_position: int = 0
 
 
 @torch.no_grad()
-def evaluate(model: TransformerLM, cfg: LabConfig, seed: int = 0) -> dict[str, dict[int, float]]:
+def accuracy_by_length(
+    model: TransformerLM, cfg: LabConfig, seed: int = 0
+) -> dict[str, dict[int, float]]:
     """Accuracy of ``model`` at every length in ``cfg.eval_lengths`` on fresh sequences.
 
     Returns ``{"accuracy": {T: acc}, "accuracy_beyond": {T: acc on positions >= L}}``;

@@ -8,14 +8,11 @@ to a tensor of the same shape. The pieces (chapter 5):
   It equals :class:`torch.nn.LayerNorm` (tested).
 - :class:`FeedForward`: ``Linear -> activation -> Linear``, applied to every position
   independently with the same weights ("position-wise").
-- :class:`TransformerBlock`: self-attention and a feed-forward block, each wrapped in a
-  residual connection, with LayerNorm placed either after the residual sum (Post-LN, the
-  original Transformer) or at the entrance of each sub-layer (Pre-LN, GPT-2 and most
-  models since).
-- :class:`DecoderBlock`: causal self-attention, cross-attention on an encoder's output
-  (``memory``), and a feed-forward block, in either placement.
-- :class:`TransformerStack`: ``n_layers`` blocks, plus the final LayerNorm that a Pre-LN
-  stack needs (its residual stream is never normalised otherwise).
+- :class:`TransformerBlock`: built from the attention and feed-forward modules it is given,
+  each wrapped in a residual connection, with LayerNorm placed either after the residual
+  sum (Post-LN, the original Transformer) or at the entrance of each sub-layer (Pre-LN,
+  GPT-2 and most models since); with ``cross_attn=`` it is an encoder-decoder's decoder
+  block. A stack is an ``nn.ModuleList`` of blocks, plus one final LayerNorm for Pre-LN.
 
 Dropout placement follows the original Transformer: dropout on each sub-layer's output
 before it is added to the residual stream ("residual dropout"), plus dropout on the
@@ -36,6 +33,7 @@ from .checks import (
     check_choice,
     check_float,
     check_input_dtype,
+    check_instance,
     check_int,
     check_probability,
     check_tensor,
@@ -49,8 +47,6 @@ __all__ = [
     "LayerNorm",
     "FeedForward",
     "TransformerBlock",
-    "DecoderBlock",
-    "TransformerStack",
     "NORM_POSITIONS",
     "ACTIVATIONS",
     "EPS_MIN",
@@ -66,33 +62,11 @@ EPS_MIN = torch.finfo(torch.float32).tiny
 """The smallest LayerNorm ``eps``: float32's smallest normal number, about 1.18e-38."""
 
 
-# --------------------------------------------------------------------------- validation
-
-
-def _check_block_args(
-    d_model: int, n_heads: int, d_ff: int, norm_position: str, dropout: float
-) -> tuple[int, str, float]:
-    """The checks every block constructor makes: ``(d_model, norm_position, dropout)``."""
-    check_int("n_heads", n_heads, low=1)
-    check_int("d_ff", d_ff, low=1)
-    norm_position = check_choice("norm_position", norm_position, NORM_POSITIONS)
-    dropout = check_probability("dropout", dropout)
-    return check_int("d_model", d_model, low=1), norm_position, dropout
-
-
 def _check_input(x: object, d_model: int, name: str = "x") -> None:
-    check_tensor(name, x, floating=True)
-    if x.dim() == 0 or x.shape[-1] != d_model:  # type: ignore[union-attr]
+    check_tensor(name, x, floating=True, min_ndim=1, dims="(..., d_model)")
+    if x.shape[-1] != d_model:  # type: ignore[union-attr]
         raise ValueError(
             f"{name} must have last dimension d_model={d_model}, got shape {tuple(x.shape)}"
-        )
-
-
-def _check_sequence(x: object, d_model: int, name: str = "x") -> None:
-    _check_input(x, d_model, name)
-    if x.dim() != 3:  # type: ignore[union-attr]
-        raise ValueError(
-            f"{name} must have shape (B, T, d_model={d_model}), got {tuple(x.shape)}"  # type: ignore[union-attr]
         )
 
 
@@ -230,7 +204,7 @@ class FeedForward(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    r"""One encoder (or decoder-only) block: self-attention and FFN with residuals.
+    r"""One Transformer block, wired from the parts it is given (as labml's implementations).
 
     Post-LN (Vaswani et al., 2017), LayerNorm after each residual sum:
 
@@ -240,258 +214,119 @@ class TransformerBlock(nn.Module):
         x \leftarrow \mathrm{LN}_2\big(x + \mathrm{Drop}(\mathrm{FFN}(x))\big).
 
     Pre-LN (Xiong et al., 2020; GPT-2), LayerNorm at the entrance of each sub-layer, the
-    residual stream itself is never normalised inside the block:
+    residual stream itself is never normalised inside the block (so a stack of Pre-LN blocks
+    needs one final LayerNorm, as :class:`~mini_transformer.model.TransformerLM` has):
 
     .. math::
 
         x \leftarrow x + \mathrm{Drop}(\mathrm{Attn}(\mathrm{LN}_1(x))), \qquad
         x \leftarrow x + \mathrm{Drop}(\mathrm{FFN}(\mathrm{LN}_2(x))).
 
-    A stack of Pre-LN blocks therefore needs one final LayerNorm (see
-    :class:`TransformerStack`).
+    With ``cross_attn`` it is the decoder block of an encoder-decoder: between the two, a
+    third sub-layer attends from the decoder stream to ``memory`` (the encoder's output),
+    :math:`x \leftarrow x + \mathrm{Drop}(\mathrm{CrossAttn}(\mathrm{LN}_c(x), m))` in Pre-LN.
 
     Args:
-        d_model: model width, a positive integer divisible by ``n_heads``.
-        n_heads: number of attention heads.
-        d_ff: hidden size of the feed-forward block.
-        dropout: probability in ``[0, 1)`` for residual, attention and FFN dropout.
+        attn: the self-attention, a :class:`~mini_transformer.attention.MultiHeadAttention`
+            (its ``rotary``/``alibi`` are the block's positional scheme, if any).
+        ffn: the :class:`FeedForward` block, of the same ``d_model``.
+        cross_attn: optional :class:`~mini_transformer.attention.MultiHeadAttention` from
+            the stream to ``memory``; ``None`` for an encoder or decoder-only block.
         norm_position: ``"pre"`` or ``"post"``.
-        causal: if ``True`` position ``t`` attends only to positions ``<= t``.
-        fused: use PyTorch's fused attention kernel (``False``: the from-scratch path).
-        activation: FFN activation, ``"gelu"`` or ``"relu"``.
+        causal: position ``t`` attends only to positions ``<= t`` in the self-attention.
+        dropout: residual dropout on each sub-layer's output, in ``[0, 1)``.
         eps: LayerNorm epsilon.
-        bias: biases in every linear layer and LayerNorm of the block (``False``: none).
-        rotary, alibi: positional schemes inside the self-attention, as
-            :class:`~mini_transformer.attention.MultiHeadAttention` (``None``: none).
+        bias: whether the block's LayerNorms learn a shift ``beta``.
 
     Attributes:
-        attn: the :class:`~mini_transformer.attention.MultiHeadAttention` sub-layer.
-        ffn: the :class:`FeedForward` sub-layer.
-        ln1: the :class:`LayerNorm` around the attention sub-layer.
-        ln2: the :class:`LayerNorm` around the feed-forward sub-layer.
-        dropout: dropout on each sub-layer's output.
+        attn, ffn, cross_attn: the parts given. ``ln1``, ``ln2`` (and ``ln_cross`` with
+        ``cross_attn``): the :class:`LayerNorm` around each. ``dropout``: residual dropout.
 
     Shape:
-        ``x``: ``(B, T, d_model)`` -> ``(B, T, d_model)``.
+        ``x``: ``(B, T, d_model)`` (and ``memory``: ``(B, S, d_model)``) -> ``(B, T, d_model)``.
+
+    Example:
+        >>> block = TransformerBlock(MultiHeadAttention(16, 4), FeedForward(16, 64), causal=True)
+        >>> block(torch.randn(2, 5, 16)).shape
+        torch.Size([2, 5, 16])
     """
 
     def __init__(
         self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
+        attn: MultiHeadAttention,
+        ffn: FeedForward,
+        *,
+        cross_attn: MultiHeadAttention | None = None,
         norm_position: str = "pre",
         causal: bool = False,
-        fused: bool = True,
-        activation: str = "gelu",
+        dropout: float = 0.0,
         eps: float = 1e-5,
         bias: bool = True,
-        rotary: torch.nn.Module | None = None,
-        alibi: torch.nn.Module | None = None,
     ) -> None:
         super().__init__()
-        self.d_model, self.norm_position, p = _check_block_args(
-            d_model, n_heads, d_ff, norm_position, dropout
-        )
+        check_instance("attn", attn, MultiHeadAttention, "a MultiHeadAttention")
+        check_instance("ffn", ffn, FeedForward, "a FeedForward")
+        if cross_attn is not None:
+            check_instance("cross_attn", cross_attn, MultiHeadAttention, "a MultiHeadAttention")
+        for name, part in (("ffn", ffn), ("cross_attn", cross_attn)):
+            if part is not None and part.d_model != attn.d_model:
+                raise ValueError(
+                    f"{name} must have the attention's d_model={attn.d_model}, got {part.d_model}"
+                )
+        self.norm_position = check_choice("norm_position", norm_position, NORM_POSITIONS)
         self.causal = check_bool("causal", causal)
-        self.attn = MultiHeadAttention(
-            d_model, n_heads, dropout=p, bias=bias, fused=fused, rotary=rotary, alibi=alibi
-        )
-        self.ffn = FeedForward(d_model, d_ff, dropout=p, activation=activation, bias=bias)
-        self.ln1 = LayerNorm(d_model, eps=eps, bias=bias)
-        self.ln2 = LayerNorm(d_model, eps=eps, bias=bias)
-        self.dropout = nn.Dropout(p)
-
-    def _self_attn(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        return self.attn(x, mask=mask, is_causal=self.causal)[0]
-
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """Apply the block.
-
-        Args:
-            x: ``(B, T, d_model)``.
-            mask: optional boolean attention mask, ``True`` = may attend, broadcastable to
-                ``(B, n_heads, T, T)``; combined with the causal mask when ``causal=True``.
-
-        Returns:
-            ``(B, T, d_model)``.
-        """
-        _check_sequence(x, self.d_model)
-        if self.norm_position == "pre":
-            x = x + self.dropout(self._self_attn(self.ln1(x), mask))
-            x = x + self.dropout(self.ffn(self.ln2(x)))
-        else:
-            x = self.ln1(x + self.dropout(self._self_attn(x, mask)))
-            x = self.ln2(x + self.dropout(self.ffn(x)))
-        return x
-
-    def extra_repr(self) -> str:
-        return f"norm_position={self.norm_position!r}, causal={self.causal}"
-
-
-class DecoderBlock(TransformerBlock):
-    r"""A :class:`TransformerBlock` with cross-attention: the decoder of an encoder-decoder.
-
-    Causal self-attention (``attn``, also reachable as ``self_attn``), then cross-attention
-    whose queries come from the decoder stream ``x`` (length ``T``) and keys and values from
-    ``memory`` (the encoder's output, length ``S``), then the feed-forward block. Pre-LN:
-
-    .. math::
-
-        x \leftarrow x + \mathrm{Drop}(\mathrm{SelfAttn}(\mathrm{LN}_1(x))),\;
-        x \leftarrow x + \mathrm{Drop}(\mathrm{CrossAttn}(\mathrm{LN}_c(x), m)),\;
-        x \leftarrow x + \mathrm{Drop}(\mathrm{FFN}(\mathrm{LN}_2(x))),
-
-    and Post-LN puts each LayerNorm after its residual sum instead. Arguments as
-    :class:`TransformerBlock` (self-attention is always causal; ``rotary`` and ``alibi`` act
-    on it only, since source and target positions are not comparable).
-
-    Attributes:
-        cross_attn: :class:`~mini_transformer.attention.MultiHeadAttention` from ``x`` to
-            ``memory``; ``ln_cross`` the :class:`LayerNorm` around it. The rest as
-            :class:`TransformerBlock`.
-
-    Shape:
-        ``x``: ``(B, T, d_model)``, ``memory``: ``(B, S, d_model)`` -> ``(B, T, d_model)``.
-    """
-
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        norm_position: str = "pre",
-        fused: bool = True,
-        activation: str = "gelu",
-        eps: float = 1e-5,
-        bias: bool = True,
-        rotary: torch.nn.Module | None = None,
-        alibi: torch.nn.Module | None = None,
-    ) -> None:
-        super().__init__(
-            d_model,
-            n_heads,
-            d_ff,
-            dropout,
-            norm_position,
-            causal=True,
-            fused=fused,
-            activation=activation,
-            eps=eps,
-            bias=bias,
-            rotary=rotary,
-            alibi=alibi,
-        )
-        p = self.dropout.p
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=p, bias=bias, fused=fused)
-        self.ln_cross = LayerNorm(d_model, eps=eps, bias=bias)
-
-    @property
-    def self_attn(self) -> MultiHeadAttention:
-        """The causal self-attention (``attn``), by the name encoder-decoder texts use."""
-        return self.attn
+        self.d_model = d = attn.d_model
+        self.attn = attn
+        self.ffn = ffn
+        self.ln1 = LayerNorm(d, eps=eps, bias=bias)
+        self.ln2 = LayerNorm(d, eps=eps, bias=bias)
+        self.dropout = nn.Dropout(check_probability("dropout", dropout))
+        self.cross_attn = cross_attn
+        self.ln_cross = LayerNorm(d, eps=eps, bias=bias) if cross_attn is not None else None
 
     def forward(
         self,
         x: Tensor,
-        memory: Tensor,
         mask: Tensor | None = None,
+        memory: Tensor | None = None,
         memory_mask: Tensor | None = None,
     ) -> Tensor:
-        """Apply the block.
+        """Apply the block. Each input is checked by the part that reads it first.
 
         Args:
-            x: decoder stream ``(B, T, d_model)``.
-            memory: encoder output ``(B, S, d_model)``; ``S`` may differ from ``T``.
-            mask: optional extra boolean mask for the self-attention (``True`` = may
-                attend), combined with the causal mask.
-            memory_mask: optional boolean mask ``(B or 1, 1, T or 1, S)`` for the
-                cross-attention, e.g. padding of the source.
+            x: ``(B, T, d_model)``.
+            mask: optional boolean self-attention mask, ``True`` = may attend, broadcastable
+                to ``(B, n_heads, T, T)``; combined with the causal mask when ``causal``.
+            memory: the encoder output ``(B, S, d_model)``; required with ``cross_attn``.
+            memory_mask: optional boolean mask for the cross-attention, broadcastable to
+                ``(B, n_heads, T, S)``, e.g. the source's padding.
 
         Returns:
             ``(B, T, d_model)``.
         """
-        _check_sequence(x, self.d_model, "x")
-        _check_sequence(memory, self.d_model, "memory")
-        if memory.shape[0] != x.shape[0]:
+        if (memory is None) != (self.cross_attn is None):
             raise ValueError(
-                f"memory must have the same batch size as x, got {memory.shape[0]} and {x.shape[0]}"
+                "memory must be given exactly when the block has a cross_attn, got "
+                f"memory={'None' if memory is None else 'a tensor'} and "
+                f"cross_attn={'None' if self.cross_attn is None else 'a module'}"
             )
 
+        def attn(h: Tensor) -> Tensor:
+            return self.attn(h, mask=mask, causal=self.causal)[0]
+
         def cross(h: Tensor) -> Tensor:
-            return self.cross_attn(h, context=memory, mask=memory_mask)[0]
+            return self.cross_attn(h, memory=memory, mask=memory_mask)[0]
 
-        if self.norm_position == "pre":
-            x = x + self.dropout(self._self_attn(self.ln1(x), mask))
-            x = x + self.dropout(cross(self.ln_cross(x)))
-            x = x + self.dropout(self.ffn(self.ln2(x)))
-        else:
-            x = self.ln1(x + self.dropout(self._self_attn(x, mask)))
-            x = self.ln_cross(x + self.dropout(cross(x)))
-            x = self.ln2(x + self.dropout(self.ffn(x)))
-        return x
+        drop = self.dropout
+        if self.norm_position == "pre":  # x + F(LN(x))
+            x = x + drop(attn(self.ln1(x)))
+            if self.cross_attn is not None:
+                x = x + drop(cross(self.ln_cross(x)))
+            return x + drop(self.ffn(self.ln2(x)))
+        x = self.ln1(x + drop(attn(x)))  # post: LN(x + F(x))
+        if self.cross_attn is not None:
+            x = self.ln_cross(x + drop(cross(x)))
+        return self.ln2(x + drop(self.ffn(x)))
 
-
-class TransformerStack(nn.Module):
-    r"""``n_layers`` :class:`TransformerBlock` s, with the final LayerNorm Pre-LN needs.
-
-    .. math::
-
-        h_0 = x, \qquad h_\ell = \mathrm{Block}_\ell(h_{\ell-1}), \qquad
-        y = \begin{cases} \mathrm{LN}_f(h_L) & \text{Pre-LN} \\ h_L & \text{Post-LN} \end{cases}
-
-    In Post-LN every block already ends with a LayerNorm; in Pre-LN the residual stream
-    ``h_L`` is a sum of ``2L + 1`` un-normalised terms, so ``ln_f`` normalises it once
-    before the output head.
-
-    Args:
-        n_layers: number of blocks, a positive integer.
-        d_model, n_heads, d_ff, dropout, norm_position, causal, fused, activation, eps, bias:
-            as :class:`TransformerBlock`.
-        rotary, alibi: as :class:`TransformerBlock`, one instance shared by every block.
-
-    Attributes:
-        blocks: ``nn.ModuleList`` of :class:`TransformerBlock`.
-        ln_f: the final :class:`LayerNorm` for ``"pre"``; ``None`` for ``"post"``.
-
-    Shape:
-        ``(B, T, d_model) -> (B, T, d_model)``.
-    """
-
-    def __init__(
-        self,
-        n_layers: int,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        norm_position: str = "pre",
-        causal: bool = False,
-        fused: bool = True,
-        activation: str = "gelu",
-        eps: float = 1e-5,
-        bias: bool = True,
-        rotary: torch.nn.Module | None = None,
-        alibi: torch.nn.Module | None = None,
-    ) -> None:
-        super().__init__()
-        self.n_layers = check_int("n_layers", n_layers, low=1)
-        self.d_model = check_int("d_model", d_model, low=1)
-        self.norm_position = check_choice("norm_position", norm_position, NORM_POSITIONS)
-        block = dict(dropout=dropout, norm_position=norm_position, causal=causal, fused=fused)
-        block |= dict(activation=activation, eps=eps, bias=bias, rotary=rotary, alibi=alibi)
-        self.blocks = nn.ModuleList(
-            TransformerBlock(d_model, n_heads, d_ff, **block) for _ in range(n_layers)
-        )
-        self.ln_f = LayerNorm(d_model, eps=eps, bias=bias) if norm_position == "pre" else None
-
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """Apply every block in turn, then ``ln_f`` for Pre-LN. ``(B, T, d_model)`` in and out."""
-        _check_sequence(x, self.d_model)
-        for block in self.blocks:
-            x = block(x, mask=mask)
-        if self.ln_f is not None:
-            x = self.ln_f(x)
-        return x
+    def extra_repr(self) -> str:
+        return f"norm_position={self.norm_position!r}, causal={self.causal}"

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .alibi import ALiBi
+from .attention import MultiHeadAttention
 from .checks import (
     check_bool,
     check_choice,
@@ -53,7 +54,7 @@ from .checks import (
     check_size,
     check_tensor,
 )
-from .layers import LayerNorm, TransformerBlock
+from .layers import FeedForward, LayerNorm, TransformerBlock
 from .positional import RotaryEmbedding
 
 # The scheme table lives in schemes.py; POSITIONAL_SCHEMES is importable from here too.
@@ -176,27 +177,30 @@ class TransformerLM(nn.Module):
         self.rotary = RotaryEmbedding(c.d_head, max_len=c.block_size) if scheme.rotary else None
         self.alibi = ALiBi(c.n_heads, c.block_size) if scheme.alibi else None
         self.drop = nn.Dropout(c.dropout)
-        self.blocks = nn.ModuleList(
-            TransformerBlock(
-                c.d_model,
-                c.n_heads,
-                c.d_ff,
-                dropout=c.dropout,
-                norm_position=c.norm_position,
-                causal=True,
-                fused=c.fused_attention,
-                bias=c.bias,
-                rotary=self.rotary,
-                alibi=self.alibi,
-            )
-            for _ in range(c.n_layers)
-        )
+        self.blocks = nn.ModuleList(self._block() for _ in range(c.n_layers))
         # Pre-LN never normalises the residual stream inside the blocks: one final LN does.
         self.ln_f = LayerNorm(c.d_model, bias=c.bias) if c.norm_position == "pre" else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self._init_weights()
         if c.tie_weights:  # the same matrix maps ids to vectors and vectors to logits
             self.lm_head.weight = self.tok_emb.weight
+
+    def _block(self) -> TransformerBlock:
+        """One causal block: attention (with the shared rotary/ALiBi) and a feed-forward block."""
+        c = self.config
+        attn = MultiHeadAttention(
+            c.d_model,
+            c.n_heads,
+            dropout=c.dropout,
+            bias=c.bias,
+            fused_attention=c.fused_attention,
+            rotary=self.rotary,
+            alibi=self.alibi,
+        )
+        ffn = FeedForward(c.d_model, c.d_ff, dropout=c.dropout, bias=c.bias)
+        return TransformerBlock(
+            attn, ffn, norm_position=c.norm_position, causal=True, dropout=c.dropout, bias=c.bias
+        )
 
     def _init_weights(self) -> None:
         for m in self.modules():
@@ -214,17 +218,8 @@ class TransformerLM(nn.Module):
     def _check_idx(
         self, idx: torch.Tensor, name: str = "idx", allow_ignore: bool = False
     ) -> tuple[int, int]:
-        if not isinstance(idx, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(idx).__name__}")
-        if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
-            raise TypeError(
-                f"{name} must hold integer token ids (torch.long), got dtype {idx.dtype}"
-            )
-        if idx.dim() != 2:
-            raise ValueError(f"{name} must have shape (B, T), got shape {tuple(idx.shape)}")
+        check_tensor(name, idx, integer=True, ndim=2, dims="(B, T) of token ids", nonempty=True)
         B, T = idx.shape
-        if B == 0 or T == 0:
-            raise ValueError(f"{name} must have B >= 1 and T >= 1, got shape {tuple(idx.shape)}")
         c = self.config
         if T > c.block_size and not SCHEMES[c.positional].extrapolates:
             raise ValueError(
@@ -298,25 +293,22 @@ class TransformerLM(nn.Module):
 
         Returns a list of ``n_layers`` tensors of shape ``(B, n_heads, T, T)``; row ``t`` of
         a head is the distribution over positions ``0..t`` that query ``t`` attends to (the
-        causal mask makes the upper triangle exactly zero). Computed with the from-scratch
-        attention path, in eval mode (no dropout), without changing the model's mode.
+        causal mask makes the upper triangle exactly zero). One ordinary forward pass in
+        eval mode (no dropout) with every attention layer's ``keep_weights`` on (so the
+        from-scratch path computes the maps); the model's mode is left as it was.
         """
-        B, T = self._check_idx(idx)
         was_training = self.training
+        attns = [block.attn for block in self.blocks]
         self.eval()
         try:
-            x = self.tok_emb(idx) * self.embed_scale
-            if self.pos_emb is not None:
-                x = self.pos_emb(x)
-            maps = []
-            for block in self.blocks:
-                h = block.ln1(x) if block.norm_position == "pre" else x
-                _, w = block.attn(h, is_causal=True, need_weights=True)
-                maps.append(w)  # (B, n_heads, T, T)
-                x = block(x)
+            for attn in attns:
+                attn.keep_weights = True
+            self(idx)
+            return [attn.last_weights for attn in attns]  # each (B, n_heads, T, T)
         finally:
+            for attn in attns:
+                attn.keep_weights, attn.last_weights = False, None
             self.train(was_training)
-        return maps
 
     @torch.no_grad()
     def generate(

@@ -468,11 +468,7 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("sin_cached", angles.sin().float(), persistent=False)  # (L, d/2)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        check_tensor("x", x, floating=True)
-        if x.ndim < 2:
-            raise ValueError(
-                f"x must have shape (B, n_heads, T, d_head), got shape {tuple(x.shape)}"
-            )
+        check_tensor("x", x, floating=True, min_ndim=2, dims="(B, n_heads, T, d_head)")
         if x.shape[-1] != self.d_head:
             raise ValueError(
                 f"the last dimension of x must be d_head={self.d_head}, got shape {tuple(x.shape)}"
@@ -491,9 +487,10 @@ class RotaryEmbedding(nn.Module):
             cos = self.cos_cached[offset : offset + T]  # (T, d/2)
             sin = self.sin_cached[offset : offset + T]
             xf = x.float()
+        # theta = pos * omega_i; each pair (x_2i, x_2i+1) is turned by R(theta):
         x_even, x_odd = xf[..., 0::2], xf[..., 1::2]  # (..., T, d/2)
-        out_even = x_even * cos + x_odd * sin
-        out_odd = -x_even * sin + x_odd * cos
+        out_even = x_even * cos + x_odd * sin  # x'_2i   =  x_2i cos(theta) + x_2i+1 sin(theta)
+        out_odd = -x_even * sin + x_odd * cos  # x'_2i+1 = -x_2i sin(theta) + x_2i+1 cos(theta)
         out = torch.stack((out_even, out_odd), dim=-1).flatten(-2)  # (..., T, d_head)
         return out.to(dtype=x.dtype)
 

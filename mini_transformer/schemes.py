@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 
 from .memn2n import MemN2NPositionalEncoding
 from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
-if TYPE_CHECKING:  # only for annotations: model.py imports this module
-    from .model import TransformerConfig
+# The rows read a model.TransformerConfig (``c.d_model``, ``c.block_size``); it is typed
+# ``Config`` here so that this table does not import the model that imports it.
+Config = Any
 
 __all__ = ["PositionalScheme", "SCHEMES", "POSITIONAL_SCHEMES", "EXTRAPOLATING_SCHEMES", "MAX_LEN"]
 
@@ -45,13 +46,13 @@ class PositionalScheme:
             checkpoint's declared config would allocate besides the weights).
     """
 
-    input: Callable[[TransformerConfig], torch.nn.Module | None] = lambda c: None
+    input: Callable[[Config], torch.nn.Module | None] = lambda c: None
     rotary: bool = False
     alibi: bool = False
     scale_embeddings: bool = False
     extrapolates: bool = True
     learned_table: bool = False
-    table_floats: Callable[[TransformerConfig], int] = lambda c: 0
+    table_floats: Callable[[Config], int] = lambda c: 0
 
 
 SCHEMES: dict[str, PositionalScheme] = {
@@ -79,5 +80,5 @@ POSITIONAL_SCHEMES = tuple(SCHEMES)
 EXTRAPOLATING_SCHEMES = tuple(name for name, s in SCHEMES.items() if s.extrapolates)
 
 
-def _sinusoidal_len(c: TransformerConfig) -> int:
+def _sinusoidal_len(c: Config) -> int:
     return max(MAX_LEN, c.block_size)

@@ -1,7 +1,7 @@
 """Post-LN vs Pre-LN experiments of chapter 5: gradients at initialisation and training stability.
 
 Two experiments, both on a small causal language model built here from
-:class:`~mini_transformer.layers.TransformerStack` (token embedding + learned positions +
+:class:`~mini_transformer.layers.TransformerBlock` s (token embedding + learned positions +
 stack + linear head; deliberately independent of :mod:`mini_transformer.model`):
 
 1. :func:`grad_norms_at_init`: the norm of the gradient of each layer's second FFN matrix
@@ -36,9 +36,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .attention import MultiHeadAttention
 from .checks import check_choice, check_float, check_int
 from .core import Schedule, train_step
-from .layers import ACTIVATIONS, TransformerStack
+from .layers import ACTIVATIONS, FeedForward, LayerNorm, TransformerBlock
 
 LEARNED_BELOW = 0.5
 """A run "learned the copy" if its held-out copy loss ends below this many nats.
@@ -86,7 +87,7 @@ class StabilityConfig:
 
 
 class TinyCausalLM(nn.Module):
-    """Token + learned position embedding -> causal TransformerStack -> linear head.
+    """Token + learned position embedding -> causal TransformerBlocks -> (LN) -> linear head.
 
     Weights are initialised as in Xiong et al.'s analysis: Xavier-normal matrices and zero
     biases in every ``nn.Linear``, embeddings :math:`\\mathcal{N}(0, 1)` entries (so a
@@ -100,15 +101,18 @@ class TinyCausalLM(nn.Module):
         n_tokens = cfg.vocab_size + 1
         self.tok = nn.Embedding(n_tokens, cfg.d_model)
         self.pos = nn.Embedding(cfg.block_size, cfg.d_model)
-        self.stack = TransformerStack(
-            cfg.n_layers,
-            cfg.d_model,
-            cfg.n_heads,
-            cfg.d_ff,
-            norm_position=norm_position,
-            causal=True,
-            activation=cfg.activation,
+        d = cfg.d_model
+        self.blocks = nn.ModuleList(
+            TransformerBlock(
+                MultiHeadAttention(d, cfg.n_heads),
+                FeedForward(d, cfg.d_ff, activation=cfg.activation),
+                norm_position=norm_position,
+                causal=True,
+            )
+            for _ in range(cfg.n_layers)
         )
+        # Pre-LN's residual stream is never normalised inside the blocks: one final LN.
+        self.ln_f = LayerNorm(d) if norm_position == "pre" else nn.Identity()
         self.head = nn.Linear(cfg.d_model, n_tokens)
         for m in self.modules():
             if isinstance(m, nn.Linear):
@@ -127,7 +131,9 @@ class TinyCausalLM(nn.Module):
         """
         T = idx.shape[1]
         x = self.tok(idx) + self.pos(torch.arange(T))  # (B, T, d_model)
-        logits = self.head(self.stack(x))  # (B, T, V + 1)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln_f(x))  # (B, T, V + 1)
         if targets is None:
             return logits, None
         K = targets.shape[1]
@@ -169,7 +175,7 @@ def grad_norms_at_init(
         idx, targets = copy_task_batch(cfg, torch.Generator().manual_seed(10_000 + seed))
         model(idx, targets)[1].backward()
         total += torch.tensor(
-            [b.ffn.linear2.weight.grad.norm().item() for b in model.stack.blocks],
+            [b.ffn.linear2.weight.grad.norm().item() for b in model.blocks],
             dtype=torch.float64,
         )
     return (total / len(seeds)).tolist()

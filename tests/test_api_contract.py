@@ -32,7 +32,7 @@ CONTRACT = {
         "masks": ["causal_mask", "padding_mask", "combine_masks"],
     },
     "layers": {
-        "layers": ["LayerNorm", "FeedForward", "TransformerBlock", "DecoderBlock"],
+        "layers": ["LayerNorm", "FeedForward", "TransformerBlock"],
         "paths": ["residual_paths", "count_paths_by_length"],
     },
     "model": {"model": ["TransformerConfig", "TransformerLM"]},

@@ -95,7 +95,7 @@ def test_sdpa_equals_torch_with_arbitrary_broadcast_mask_and_bias():
     k, v = torch.randn(2, 3, 7, 8, generator=g), torch.randn(2, 3, 7, 5, generator=g)
     mask = random_mask(2, 1, 4, 7, generator=g)  # broadcasts over heads
     bias = torch.randn(3, 4, 7, generator=g)
-    ours = scaled_dot_product_attention(q, k, v, mask=mask, bias=bias)
+    ours = scaled_dot_product_attention(q, k, v, mask=mask, score_bias=bias)
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.masked_fill(~mask, float("-inf")))
     torch.testing.assert_close(ours, ref, atol=ATOL, rtol=0)
 
@@ -200,19 +200,19 @@ def test_combine_masks_is_logical_and_with_broadcasting():
 @pytest.mark.parametrize("case", ["plain", "causal", "padding", "cross"])
 def test_mha_equals_torch_multihead_attention(fused, case):
     torch.manual_seed(6)
-    mha = MultiHeadAttention(16, 4, fused=fused).eval()
+    mha = MultiHeadAttention(16, 4, fused_attention=fused).eval()
     ref = copy_to_torch_mha(mha)
     x = torch.randn(3, 5, 16)
     ctx, kw, rkw = None, {}, {}
     if case == "causal":
-        kw, rkw = {"is_causal": True}, {"attn_mask": ~causal_mask(5)}  # torch: True = blocked
+        kw, rkw = {"causal": True}, {"attn_mask": ~causal_mask(5)}  # torch: True = blocked
     elif case == "padding":
         lengths = [5, 3, 1]
         kw = {"mask": padding_mask(lengths, 5)}
         rkw = {"key_padding_mask": ~padding_mask(lengths, 5)[:, 0, 0]}
     elif case == "cross":
         ctx = torch.randn(3, 7, 16)
-    out, w = mha(x, context=ctx, need_weights=True, **kw)
+    out, w = mha(x, memory=ctx, return_weights=True, **kw)
     c = x if ctx is None else ctx
     ref_out, ref_w = ref(x, c, c, need_weights=True, average_attn_weights=False, **rkw)
     torch.testing.assert_close(out, ref_out, atol=ATOL, rtol=0)
@@ -223,7 +223,7 @@ def test_vectorised_heads_equal_an_explicit_loop_over_heads():
     torch.manual_seed(7)
     d_model, h = 12, 3
     d_head = d_model // h
-    mha = MultiHeadAttention(d_model, h, fused=False).eval()
+    mha = MultiHeadAttention(d_model, h, fused_attention=False).eval()
     x, ctx = torch.randn(2, 4, d_model), torch.randn(2, 6, d_model)
     for context in (None, ctx):
         c = x if context is None else context
@@ -237,8 +237,8 @@ def test_vectorised_heads_equal_an_explicit_loop_over_heads():
             heads.append(w @ v)
         expected = mha.out_proj(torch.cat(heads, dim=-1))
         for fused in (False, True):
-            mha.fused = fused
-            out, _ = mha(x, context=context)
+            mha.fused_attention = fused
+            out, _ = mha(x, memory=context)
             torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
 
 
@@ -252,10 +252,10 @@ def _fused_vs_scratch(kwargs_fn, T_q=6, T_k=None, d_model=16, h=4):
     ctx = None if T_k is None else torch.randn(2, T_k, d_model)
     results = []
     for fused in (True, False):
-        mha.fused = fused
+        mha.fused_attention = fused
         mha.zero_grad()
         x.grad = None
-        out, _ = mha(x, context=ctx, **kw)
+        out, _ = mha(x, memory=ctx, **kw)
         out.square().sum().backward()
         results.append((out.detach(), x.grad.clone(), mha.q_proj.weight.grad.clone()))
     (a, ga, wa), (b, gb, wb) = results
@@ -267,21 +267,24 @@ def _fused_vs_scratch(kwargs_fn, T_q=6, T_k=None, d_model=16, h=4):
 
 FUSED_CASES = {
     "no mask": dict,
-    "causal": lambda: {"is_causal": True},
+    "causal": lambda: {"causal": True},
     "padding": lambda: {"mask": padding_mask([6, 2], 6)},
-    "causal+padding": lambda: {"mask": padding_mask([6, 2], 6), "is_causal": True},
+    "causal+padding": lambda: {"mask": padding_mask([6, 2], 6), "causal": True},
     "arbitrary mask": lambda: {"mask": random_mask(2, 4, 6, 6, generator=torch.Generator())},
-    "alibi-like bias": lambda: {"attn_bias": -torch.rand(4, 1, 1) * causal_mask(6).T.float()},
+    "alibi-like bias": lambda: {"score_bias": -torch.rand(4, 1, 1) * causal_mask(6).T.float()},
     "bias+causal+padding": lambda: {
-        "attn_bias": torch.randn(4, 6, 6),
-        "is_causal": True,
+        "score_bias": torch.randn(4, 6, 6),
+        "causal": True,
         "mask": padding_mask([6, 3], 6),
     },
-    "rotary": lambda: {"rotary": StandInRotary(4), "is_causal": True},
-    "alibi": lambda: {"alibi": ALiBi(4, 4), "is_causal": True},  # T = 6 > max_len: rebuilt
-    "alibi+bias": lambda: {"alibi": ALiBi(4, 8), "attn_bias": torch.randn(4, 6, 6)},
+    "rotary": lambda: {"rotary": StandInRotary(4), "causal": True},
+    "alibi": lambda: {"alibi": ALiBi(4, 4), "causal": True},  # T = 6 > max_len: rebuilt
+    "alibi+bias": lambda: {"alibi": ALiBi(4, 8), "score_bias": torch.randn(4, 6, 6)},
     "fully masked rows": lambda: {"mask": padding_mask([0, 3], 6)},
-    "fully masked + bias": lambda: {"mask": padding_mask([0, 3], 6), "attn_bias": torch.ones(6, 6)},
+    "fully masked + bias": lambda: {
+        "mask": padding_mask([0, 3], 6),
+        "score_bias": torch.ones(6, 6),
+    },
 }
 
 
@@ -307,10 +310,10 @@ def test_fused_equals_scratch_for_random_sizes(B, h, T, causal, seed):
     mha = MultiHeadAttention(8 * h, h).eval()
     x = torch.randn(B, T, 8 * h)
     lengths = torch.randint(0, T + 1, (B,)).tolist()
-    kw = {"mask": padding_mask(lengths, T), "is_causal": causal}
-    mha.fused = True
+    kw = {"mask": padding_mask(lengths, T), "causal": causal}
+    mha.fused_attention = True
     a, _ = mha(x, **kw)
-    mha.fused = False
+    mha.fused_attention = False
     b, _ = mha(x, **kw)
     assert torch.isfinite(a).all()
     torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
@@ -333,12 +336,12 @@ def test_rotary_is_applied_to_queries_and_keys_of_shape_b_h_t_dhead():
 @pytest.mark.parametrize("T", [5, 8, 11])  # inside, at and past the table's max_len = 8
 def test_alibi_given_at_construction_equals_its_bias_passed_per_call(fused, T):
     torch.manual_seed(9)
-    mha = MultiHeadAttention(16, 4, fused=fused).eval()
-    mha_alibi = MultiHeadAttention(16, 4, fused=fused, alibi=ALiBi(4, 8)).eval()
+    mha = MultiHeadAttention(16, 4, fused_attention=fused).eval()
+    mha_alibi = MultiHeadAttention(16, 4, fused_attention=fused, alibi=ALiBi(4, 8)).eval()
     mha_alibi.load_state_dict(mha.state_dict())
     x = torch.randn(2, T, 16)
-    expected, _ = mha(x, is_causal=True, attn_bias=alibi_bias(4, T))
-    out, _ = mha_alibi(x, is_causal=True)
+    expected, _ = mha(x, causal=True, score_bias=alibi_bias(4, T))
+    out, _ = mha_alibi(x, causal=True)
     assert torch.equal(out, expected)  # bit-identical: the sliced table is the same bias
     assert torch.equal(ALiBi(4, 8)(2, 7), alibi_bias(4, 2, 7))  # last 2 queries of 7 keys
 
@@ -354,16 +357,16 @@ def test_rotary_from_positional_module_if_available():
     positional = pytest.importorskip("mini_transformer.positional")
     if not hasattr(positional, "RotaryEmbedding"):
         pytest.skip("positional.RotaryEmbedding not written yet")
-    _fused_vs_scratch(lambda: {"rotary": positional.RotaryEmbedding(4), "is_causal": True})
+    _fused_vs_scratch(lambda: {"rotary": positional.RotaryEmbedding(4), "causal": True})
 
 
 @pytest.mark.parametrize("fused", [True, False])
 def test_causality_future_inputs_get_zero_gradient(fused):
     torch.manual_seed(10)
     T = 6
-    mha = MultiHeadAttention(16, 4, fused=fused).eval()
+    mha = MultiHeadAttention(16, 4, fused_attention=fused).eval()
     x = torch.randn(1, T, 16)
-    jac = torch.autograd.functional.jacobian(lambda inp: mha(inp, is_causal=True)[0], x)
+    jac = torch.autograd.functional.jacobian(lambda inp: mha(inp, causal=True)[0], x)
     jac = jac[0, :, :, 0]  # (T_out, d, T_in, d)
     for t in range(T):
         assert (jac[t, :, t + 1 :] == 0).all(), f"output {t} depends on a future input"
@@ -373,19 +376,19 @@ def test_causality_future_inputs_get_zero_gradient(fused):
 @pytest.mark.parametrize("fused", [True, False])
 def test_causality_changing_a_future_token_leaves_earlier_outputs_unchanged(fused):
     torch.manual_seed(11)
-    mha = MultiHeadAttention(16, 4, fused=fused).eval()
+    mha = MultiHeadAttention(16, 4, fused_attention=fused).eval()
     x = torch.randn(1, 6, 16)
     y = x.clone()
     y[0, 4] += 10.0
-    a, _ = mha(x, is_causal=True)
-    b, _ = mha(y, is_causal=True)
+    a, _ = mha(x, causal=True)
+    b, _ = mha(y, causal=True)
     assert torch.equal(a[0, :4], b[0, :4]) and not torch.allclose(a[0, 4:], b[0, 4:])
 
 
 @pytest.mark.parametrize("fused", [True, False])
 def test_mha_fully_masked_rows_give_out_proj_of_zero_not_nan(fused):
     torch.manual_seed(12)
-    mha = MultiHeadAttention(16, 4, fused=fused).eval()
+    mha = MultiHeadAttention(16, 4, fused_attention=fused).eval()
     x = torch.randn(2, 4, 16)
     out, _ = mha(x, mask=padding_mask([0, 4], 4))
     assert torch.isfinite(out).all()
@@ -396,27 +399,27 @@ def test_mha_fully_masked_rows_give_out_proj_of_zero_not_nan(fused):
 @pytest.mark.parametrize("fused", [True, False])
 def test_mha_low_precision_with_masks_is_finite(dtype, fused):
     torch.manual_seed(13)
-    mha = MultiHeadAttention(16, 4, fused=fused).eval().to(dtype)
+    mha = MultiHeadAttention(16, 4, fused_attention=fused).eval().to(dtype)
     x = torch.randn(2, 5, 16).to(dtype)
-    out, _ = mha(x, mask=padding_mask([0, 3], 5), is_causal=True, attn_bias=torch.randn(4, 5, 5))
+    out, _ = mha(x, mask=padding_mask([0, 3], 5), causal=True, score_bias=torch.randn(4, 5, 5))
     assert out.dtype == dtype and torch.isfinite(out).all()
 
 
-def test_need_weights_returns_per_head_weights_even_when_fused():
+def test_return_weights_returns_per_head_weights_even_when_fused():
     torch.manual_seed(14)
-    mha = MultiHeadAttention(16, 4, fused=True).eval()
+    mha = MultiHeadAttention(16, 4, fused_attention=True).eval()
     x, ctx = torch.randn(2, 3, 16), torch.randn(2, 7, 16)
-    out, w = mha(x, context=ctx, need_weights=True)
+    out, w = mha(x, memory=ctx, return_weights=True)
     assert w.shape == (2, 4, 3, 7)
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 3), atol=1e-6, rtol=0)
-    assert mha(x, context=ctx)[1] is None
-    torch.testing.assert_close(out, mha(x, context=ctx)[0], atol=ATOL, rtol=0)
+    assert mha(x, memory=ctx)[1] is None
+    torch.testing.assert_close(out, mha(x, memory=ctx)[0], atol=ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("fused", [True, False])
 def test_dropout_acts_in_training_only(fused):
     torch.manual_seed(15)
-    mha = MultiHeadAttention(16, 4, dropout=0.5, fused=fused)
+    mha = MultiHeadAttention(16, 4, dropout=0.5, fused_attention=fused)
     x = torch.randn(2, 5, 16)
     mha.eval()
     assert torch.equal(mha(x)[0], mha(x)[0])
@@ -443,23 +446,28 @@ def test_error_dropout_out_of_range():
 
 
 def test_error_wrong_input_rank():
-    with pytest.raises(ValueError, match=r"x must have shape \(B, T, d_model\), got \(5, 8\)"):
+    with pytest.raises(
+        ValueError, match=r"x must have 3 dimensions \(B, T, d_model=8\), got shape \(5, 8\)"
+    ):
         MultiHeadAttention(8, 2)(torch.randn(5, 8))
 
 
 def test_error_wrong_last_dimension():
-    with pytest.raises(ValueError, match=r"x must have last dimension d_model=8, got shape"):
+    with pytest.raises(
+        ValueError,
+        match=r"x must have shape \(B, T, d_model=8\) with size 8 in dimension 2, got shape",
+    ):
         MultiHeadAttention(8, 2)(torch.randn(1, 5, 6))
 
 
-def test_error_context_with_different_d_model():
-    with pytest.raises(ValueError, match=r"context must have last dimension d_model=8"):
-        MultiHeadAttention(8, 2)(torch.randn(1, 5, 8), context=torch.randn(1, 3, 4))
+def test_error_memory_with_different_d_model():
+    with pytest.raises(ValueError, match=r"memory must have shape \(B, T, d_model=8\) with size 8"):
+        MultiHeadAttention(8, 2)(torch.randn(1, 5, 8), memory=torch.randn(1, 3, 4))
 
 
-def test_error_context_with_different_batch_size():
-    with pytest.raises(ValueError, match=r"context must have the same batch size as x \(2\)"):
-        MultiHeadAttention(8, 2)(torch.randn(2, 5, 8), context=torch.randn(3, 3, 8))
+def test_error_memory_with_different_batch_size():
+    with pytest.raises(ValueError, match=r"memory must have the same batch size as x \(2\)"):
+        MultiHeadAttention(8, 2)(torch.randn(2, 5, 8), memory=torch.randn(3, 3, 8))
 
 
 def test_error_mask_shape_names_the_expected_shape():
@@ -474,19 +482,19 @@ def test_error_mask_must_be_bool_in_module():
         MultiHeadAttention(8, 2)(torch.randn(1, 5, 8), mask=torch.zeros(5, 5))
 
 
-def test_error_attn_bias_shape():
-    with pytest.raises(ValueError, match=r"attn_bias of shape \(3, 5, 5\) does not broadcast"):
-        MultiHeadAttention(8, 2)(torch.randn(1, 5, 8), attn_bias=torch.zeros(3, 5, 5))
+def test_error_score_bias_shape():
+    with pytest.raises(ValueError, match=r"score_bias of shape \(3, 5, 5\) does not broadcast"):
+        MultiHeadAttention(8, 2)(torch.randn(1, 5, 8), score_bias=torch.zeros(3, 5, 5))
 
 
-def test_error_attn_bias_must_be_float():
-    with pytest.raises(TypeError, match="attn_bias must be a floating-point tensor"):
-        MultiHeadAttention(8, 2)(torch.randn(1, 5, 8), attn_bias=causal_mask(5))
+def test_error_score_bias_must_be_float():
+    with pytest.raises(TypeError, match="score_bias must be a floating-point tensor"):
+        MultiHeadAttention(8, 2)(torch.randn(1, 5, 8), score_bias=causal_mask(5))
 
 
-def test_error_sdpa_float_mask_is_rejected_with_a_pointer_to_bias():
+def test_error_sdpa_float_mask_is_rejected_with_a_pointer_to_score_bias():
     q = torch.randn(3, 4)
-    with pytest.raises(TypeError, match="pass an additive float mask as `bias`"):
+    with pytest.raises(TypeError, match="pass an additive float mask as `score_bias`"):
         scaled_dot_product_attention(q, q, q, mask=torch.zeros(3, 3))
 
 
@@ -499,7 +507,7 @@ def test_error_sdpa_mask_shape():
 def test_error_sdpa_bias_must_be_float():
     q = torch.randn(3, 4)
     with pytest.raises(TypeError, match="bias must be a floating-point tensor"):
-        scaled_dot_product_attention(q, q, q, bias=causal_mask(3))
+        scaled_dot_product_attention(q, q, q, score_bias=causal_mask(3))
 
 
 def test_error_sdpa_query_key_dims_differ():
@@ -617,10 +625,10 @@ def test_error_mha_input_dtype_differs_from_weights():
 
 
 def test_mha_flags_must_be_bools():
-    with pytest.raises(TypeError, match="fused must be True or False, got 1"):
-        MultiHeadAttention(8, 2, fused=1)
-    with pytest.raises(TypeError, match="is_causal must be True or False, got 'yes'"):
-        MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), is_causal="yes")
+    with pytest.raises(TypeError, match="fused_attention must be True or False, got 1"):
+        MultiHeadAttention(8, 2, fused_attention=1)
+    with pytest.raises(TypeError, match="causal must be True or False, got 'yes'"):
+        MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), causal="yes")
 
 
 def test_fully_masked_row_by_minus_inf_bias_is_zero_not_nan_on_both_paths():
@@ -630,16 +638,16 @@ def test_fully_masked_row_by_minus_inf_bias_is_zero_not_nan_on_both_paths():
     bias = torch.zeros(2, 4, 4)
     bias[:, 1, :] = float("-inf")  # query 1 may attend to nothing
     bias[:, 2, 3] = float("-inf")  # query 2 may not attend to key 3
-    out, w = scaled_dot_product_attention(q, k, v, bias=bias, return_weights=True)
+    out, w = scaled_dot_product_attention(q, k, v, score_bias=bias, return_weights=True)
     assert torch.isfinite(out).all() and torch.isfinite(w).all()
     assert (out[:, :, 1] == 0).all() and (w[:, :, 1] == 0).all()
     ref = scaled_dot_product_attention(q, k, v, mask=bias.isfinite())
     assert torch.equal(out, ref)
     mha = MultiHeadAttention(8, 2).eval()
     x = torch.randn(1, 4, 8)
-    fused, _ = mha(x, attn_bias=bias)
-    mha.fused = False
-    scratch, _ = mha(x, attn_bias=bias)
+    fused, _ = mha(x, score_bias=bias)
+    mha.fused_attention = False
+    scratch, _ = mha(x, score_bias=bias)
     assert torch.isfinite(fused).all()
     torch.testing.assert_close(fused, scratch)
     assert torch.allclose(fused[:, 1], mha.out_proj.bias)  # zero attention output, then W^O
@@ -652,4 +660,4 @@ def test_finite_bias_gives_the_same_numbers_as_before():
     bias = torch.randn(2, 5, 5)
     scores = q @ k.transpose(-2, -1) / 2.0 + bias
     expected = torch.softmax(scores, dim=-1) @ v
-    assert torch.equal(scaled_dot_product_attention(q, k, v, bias=bias), expected)
+    assert torch.equal(scaled_dot_product_attention(q, k, v, score_bias=bias), expected)

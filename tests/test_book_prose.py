@@ -96,11 +96,12 @@ def output_numbers(cells: list[dict]) -> list[float]:
     texts = []
     for cell in cells:
         for out in cell.get("outputs", []):
+            data = out.get("data", {})
             if out.get("output_type") == "stream":
                 texts.append("".join(out["text"]))
-            for mime in ("text/plain", "text/html"):
-                texts.append("".join(out.get("data", {}).get(mime, "")))
-    text = re.sub(r"<[^>]+>", " ", "\n".join(texts))
+            texts.append("".join(data.get("text/plain", "")))
+            texts.append(re.sub(r"<[^>]+>", " ", "".join(data.get("text/html", ""))))  # tags
+    text = "\n".join(texts)
     values = []
     for m in re.finditer(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d*\.?\d+(?:[eE][-+]?\d+)?", text):
         values.append(abs(float(m.group(0).replace(",", ""))))

@@ -517,6 +517,34 @@ CASES = {
             ),
         },
     ),
+    # chapter 5's exercises added with its rewrite (more wrong answers: test_exercises_ch5.py)
+    "parallel-block": (
+        lambda x, a, f, ln: x + a(ln(x)) + f(ln(x)),
+        {
+            "sequential": (
+                lambda x, a, f, ln: (lambda h: h + f(ln(h)))(x + a(ln(x))),
+                "sequential",
+            ),
+            "no residual": (lambda x, a, f, ln: a(ln(x)) + f(ln(x)), "no residual"),
+        },
+    ),
+    "deepnorm-block": (
+        lambda x, a, f, l1, l2, al: (lambda h: l2(al * h + f(h)))(l1(al * x + a(x))),
+        {
+            "alpha forgotten": (
+                lambda x, a, f, l1, l2, al: (lambda h: l2(h + f(h)))(l1(x + a(x))),
+                "alpha forgotten",
+            ),
+            "alpha on the sub-layer": (
+                lambda x, a, f, l1, l2, al: (lambda h: l2(h + al * f(h)))(l1(x + al * a(x))),
+                "alpha on the sub-layer",
+            ),
+        },
+    ),
+    "adam-first-step": (
+        3e-3 * 32,
+        {"plain gradient descent": (3e-6, "plain gradient descent"), "lr": (3e-3, "each *entry*")},
+    ),
     "lr-schedule": (
         lr_at,
         {
@@ -551,6 +579,28 @@ CASES = {
             ),
         },
     ),
+    # chapter 6's exercises added with its rewrite (more wrong answers: test_exercises_ch6.py)
+    "grad-clip": (
+        lambda gs, c: (lambda n: ([g * min(1.0, c / n) for g in gs], n))(
+            math.sqrt(sum(float((g**2).sum()) for g in gs))
+        ),
+        {
+            "per-tensor clipping": (
+                lambda gs, c: (
+                    [g * min(1.0, c / float(g.norm())) for g in gs],
+                    math.sqrt(sum(float((g**2).sum()) for g in gs)),
+                ),
+                "its own norm",
+            ),
+            "norm after clipping": (
+                lambda gs, c: (lambda n: ([g * min(1.0, c / n) for g in gs], min(n, c)))(
+                    math.sqrt(sum(float((g**2).sum()) for g in gs))
+                ),
+                "after clipping",
+            ),
+        },
+    ),
+    "se-prediction": (4, {"1/n": (2, "1 / sqrt(n)"), "a quarter": (16, "a quarter")}),
     "param-count": (
         param_count,
         {
@@ -589,10 +639,14 @@ CASES = {
     ),
 }
 
+# chapter 4's newer exercises (window-mask, prefix-lm-zeros) live in their own test file
+from test_exercises_ch4 import CASES_CH4  # noqa: E402
+
+CASES.update(CASES_CH4)
+
 
 def test_every_exercise_has_a_right_and_two_wrong_answers():
-    # exercises added in the 2026-11-25 round are tested in tests/test_exercises_chN.py
-    assert set(CASES) <= set(exercises.available())
+    assert sorted(CASES) == exercises.available()
     assert all(len(wrong) >= 2 for _, wrong in CASES.values())
 
 

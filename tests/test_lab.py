@@ -15,6 +15,7 @@ from tiny_runs import TINY_LAB
 from mini_transformer import lab
 from mini_transformer.data import IGNORE_INDEX
 from mini_transformer.devices import where_it_ran
+from mini_transformer.schemes import POSITIONAL_SCHEMES
 
 COMMITTED = (
     Path(__file__).resolve().parents[1] / "mini_transformer" / "results" / "extrapolation.json"
@@ -88,7 +89,7 @@ def test_cosine_similarity_matrix_matches_a_double_loop():
             assert float(S[i, j]) == pytest.approx(float(want), abs=1e-6)
 
 
-@pytest.mark.parametrize("scheme", lab.SCHEMES)
+@pytest.mark.parametrize("scheme", POSITIONAL_SCHEMES)
 def test_lab_model_is_causal_for_every_scheme(scheme):
     """Changing the token at position t leaves the logits at positions < t unchanged.
 
@@ -118,7 +119,7 @@ def test_learned_scheme_evaluates_to_2L_but_untrained_rows_stay_at_init():
     assert w1.shape[0] == 2 * L
     assert torch.equal(w1[L:], w0[L:])  # positions >= L never appear in training
     assert not torch.equal(w1[:L], w0[:L])
-    ev = lab.evaluate(model, cfg)
+    ev = lab.accuracy_by_length(model, cfg)
     assert set(ev["accuracy"]) == {8, 12, 16}
 
 
@@ -367,7 +368,7 @@ def test_merging_nothing_is_an_error():
 )
 def test_committed_results_follow_the_schema():
     result = json.loads(COMMITTED.read_text())
-    check_schema(result, list(lab.SCHEMES), result["seeds"], result["eval_lengths"])
+    check_schema(result, list(POSITIONAL_SCHEMES), result["seeds"], result["eval_lengths"])
     assert result["eval_lengths"] == [32, 48, 64, 128, 256]  # L .. 8L (chapter 3)
     assert result["config"]["block_size"] == 256  # learned table: a row per T
     assert len(result["seeds"]) >= 2
@@ -379,6 +380,4 @@ def test_accuracy_refuses_logits_and_targets_of_different_shapes():
 
 
 def test_the_lab_compares_every_scheme_of_the_model():
-    from mini_transformer.model import POSITIONAL_SCHEMES
-
-    assert lab.SCHEMES is POSITIONAL_SCHEMES
+    assert tool.parser().parse_args(["--out", "x.json"]).schemes == list(POSITIONAL_SCHEMES)

@@ -13,17 +13,43 @@ import pytest
 import torch
 from torch import nn
 
+from mini_transformer.attention import MultiHeadAttention
 from mini_transformer.layers import (
-    DecoderBlock,
     FeedForward,
     LayerNorm,
     TransformerBlock,
-    TransformerStack,
     count_paths_by_length,
     residual_paths,
 )
 
 D, H, DFF = 16, 4, 32
+
+
+def block(
+    norm_position="pre", causal=False, dropout=0.0, activation="gelu", cross=False, h=H, bias=True
+):
+    """A block of width D from its parts (as the model builds one)."""
+    return TransformerBlock(
+        MultiHeadAttention(D, h, dropout=dropout, bias=bias),
+        FeedForward(D, DFF, dropout=dropout, activation=activation, bias=bias),
+        cross_attn=MultiHeadAttention(D, h, dropout=dropout, bias=bias) if cross else None,
+        norm_position=norm_position,
+        causal=causal,
+        dropout=dropout,
+        bias=bias,
+    )
+
+
+def decoder(norm_position="pre", bias=True):
+    """An encoder-decoder's decoder block: causal self-attention and cross-attention."""
+    return block(norm_position, causal=True, cross=True, bias=bias)
+
+
+def stack(n, norm_position, causal=True):
+    """n blocks in sequence, then the final LayerNorm Pre-LN needs (as TransformerLM does)."""
+    blocks = [block(norm_position, causal=causal) for _ in range(n)]
+    ln_f = LayerNorm(D) if norm_position == "pre" else nn.Identity()
+    return nn.Sequential(*blocks, ln_f)
 
 
 @pytest.fixture(autouse=True)
@@ -118,7 +144,7 @@ def test_ffn_same_token_gives_same_output_wherever_it_stands():
 
 def _plain_pre(block, x):
     def attn(h):
-        return block.attn(h, is_causal=block.causal)[0]
+        return block.attn(h, causal=block.causal)[0]
 
     x = x + attn(block.ln1(x))
     return x + block.ffn(block.ln2(x))
@@ -126,7 +152,7 @@ def _plain_pre(block, x):
 
 def _plain_post(block, x):
     def attn(h):
-        return block.attn(h, is_causal=block.causal)[0]
+        return block.attn(h, causal=block.causal)[0]
 
     x = block.ln1(x + attn(x))
     return block.ln2(x + block.ffn(x))
@@ -135,18 +161,18 @@ def _plain_post(block, x):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("norm_position", ["pre", "post"])
 def test_block_follows_its_placement_equations(norm_position, causal):
-    block = TransformerBlock(D, H, DFF, norm_position=norm_position, causal=causal)
+    blk = block(norm_position=norm_position, causal=causal)
     with torch.no_grad():  # make the LayerNorms' gamma/beta matter
-        for ln in (block.ln1, block.ln2):
+        for ln in (blk.ln1, blk.ln2):
             ln.weight.normal_(1.0, 0.3), ln.bias.normal_(0.0, 0.3)
     x = torch.randn(2, 7, D)
     plain = _plain_pre if norm_position == "pre" else _plain_post
-    torch.testing.assert_close(block(x), plain(block, x), rtol=0, atol=1e-6)
+    torch.testing.assert_close(blk(x), plain(blk, x), rtol=0, atol=1e-6)
 
 
 def test_pre_and_post_placements_differ_with_the_same_weights():
-    pre = TransformerBlock(D, H, DFF, norm_position="pre")
-    post = TransformerBlock(D, H, DFF, norm_position="post")
+    pre = block(norm_position="pre")
+    post = block(norm_position="post")
     post.load_state_dict(pre.state_dict())
     x = torch.randn(2, 5, D)
     assert not torch.allclose(pre(x), post(x), atol=1e-3)
@@ -154,7 +180,7 @@ def test_pre_and_post_placements_differ_with_the_same_weights():
 
 @pytest.mark.parametrize("norm_position", ["pre", "post"])
 def test_block_matches_torch_transformer_encoder_layer(norm_position):
-    ours = TransformerBlock(D, H, DFF, norm_position=norm_position, activation="relu").eval()
+    ours = block(norm_position=norm_position, activation="relu").eval()
     ref = nn.TransformerEncoderLayer(
         D,
         H,
@@ -183,43 +209,43 @@ def test_block_matches_torch_transformer_encoder_layer(norm_position):
 @pytest.mark.parametrize("norm_position", ["pre", "post"])
 def test_block_and_stack_preserve_shape(norm_position):
     x = torch.randn(3, 11, D)
-    assert TransformerBlock(D, H, DFF, norm_position=norm_position)(x).shape == x.shape
-    assert TransformerStack(2, D, H, DFF, norm_position=norm_position)(x).shape == x.shape
+    assert block(norm_position=norm_position)(x).shape == x.shape
+    assert stack(2, norm_position)(x).shape == x.shape
 
 
 @pytest.mark.parametrize("norm_position", ["pre", "post"])
 def test_causal_block_sends_no_gradient_to_the_future(norm_position):
-    stack = TransformerStack(2, D, H, DFF, norm_position=norm_position, causal=True)
+    two = stack(2, norm_position, causal=True)
     x = torch.randn(1, 8, D, requires_grad=True)
     t = 3
     w = torch.randn(D)  # not .sum(): a LayerNorm output's feature sum is constant
-    (stack(x)[0, t] @ w).backward()
+    (two(x)[0, t] @ w).backward()
     assert torch.all(x.grad[0, t + 1 :] == 0)
     assert x.grad[0, : t + 1].abs().sum() > 0
 
 
 def test_non_causal_block_sends_gradient_to_the_future():
-    block = TransformerBlock(D, H, DFF, causal=False)
+    blk = block(causal=False)
     x = torch.randn(1, 8, D, requires_grad=True)
-    (block(x)[0, 3] @ torch.randn(D)).backward()
+    (blk(x)[0, 3] @ torch.randn(D)).backward()
     assert x.grad[0, 4:].abs().sum() > 0
 
 
 def test_block_passes_mask_to_attention():
-    block = TransformerBlock(D, H, DFF)
+    blk = block()
     x = torch.randn(1, 5, D, requires_grad=True)
     mask = torch.tensor([True, True, True, False, False]).view(1, 1, 1, 5)  # keys 3, 4 hidden
-    (block(x, mask=mask)[0, 0] @ torch.randn(D)).backward()
+    (blk(x, mask=mask)[0, 0] @ torch.randn(D)).backward()
     assert torch.all(x.grad[0, 3:] == 0)
 
 
 def test_block_dropout_is_off_in_eval_mode_and_on_in_training():
-    block = TransformerBlock(D, H, DFF, dropout=0.5)
+    blk = block(dropout=0.5)
     x = torch.randn(2, 5, D)
-    block.eval()
-    torch.testing.assert_close(block(x), block(x), rtol=0, atol=0)
-    block.train()
-    assert not torch.allclose(block(x), block(x))
+    blk.eval()
+    torch.testing.assert_close(blk(x), blk(x), rtol=0, atol=0)
+    blk.train()
+    assert not torch.allclose(blk(x), blk(x))
 
 
 # ----------------------------------------------------------------------------- decoder
@@ -227,9 +253,9 @@ def test_block_dropout_is_off_in_eval_mode_and_on_in_training():
 
 @pytest.mark.parametrize("norm_position", ["pre", "post"])
 def test_decoder_block_cross_attends_to_memory_of_another_length(norm_position):
-    dec = DecoderBlock(D, H, DFF, norm_position=norm_position)
+    dec = decoder(norm_position=norm_position)
     x, memory = torch.randn(2, 5, D), torch.randn(2, 9, D, requires_grad=True)
-    y = dec(x, memory)
+    y = dec(x, memory=memory)
     assert y.shape == (2, 5, D)
     y.sum().backward()
     assert memory.grad.abs().sum() > 0  # the output depends on the memory
@@ -237,14 +263,14 @@ def test_decoder_block_cross_attends_to_memory_of_another_length(norm_position):
 
 @pytest.mark.parametrize("norm_position", ["pre", "post"])
 def test_decoder_block_follows_its_placement_equations(norm_position):
-    dec = DecoderBlock(D, H, DFF, norm_position=norm_position)
+    dec = decoder(norm_position=norm_position)
     x, m = torch.randn(2, 5, D), torch.randn(2, 3, D)
 
     def sa(h):
-        return dec.self_attn(h, is_causal=True)[0]
+        return dec.attn(h, causal=True)[0]
 
     def ca(h):
-        return dec.cross_attn(h, context=m)[0]
+        return dec.cross_attn(h, memory=m)[0]
 
     if norm_position == "pre":
         h = x + sa(dec.ln1(x))
@@ -254,47 +280,39 @@ def test_decoder_block_follows_its_placement_equations(norm_position):
         h = dec.ln1(x + sa(x))
         h = dec.ln_cross(h + ca(h))
         h = dec.ln2(h + dec.ffn(h))
-    torch.testing.assert_close(dec(x, m), h, rtol=0, atol=1e-6)
+    torch.testing.assert_close(dec(x, memory=m), h, rtol=0, atol=1e-6)
 
 
 def test_decoder_self_attention_is_causal():
-    dec = DecoderBlock(D, H, DFF)
+    dec = decoder()
     x = torch.randn(1, 6, D, requires_grad=True)
-    (dec(x, torch.randn(1, 4, D))[0, 2] @ torch.randn(D)).backward()
+    (dec(x, memory=torch.randn(1, 4, D))[0, 2] @ torch.randn(D)).backward()
     assert torch.all(x.grad[0, 3:] == 0)
 
 
 def test_decoder_memory_mask_hides_memory_positions():
-    dec = DecoderBlock(D, H, DFF)
+    dec = decoder()
     memory = torch.randn(1, 4, D, requires_grad=True)
     memory_mask = torch.tensor([True, True, False, False]).view(1, 1, 1, 4)
-    dec(torch.randn(1, 3, D), memory, memory_mask=memory_mask).sum().backward()
+    dec(torch.randn(1, 3, D), memory=memory, memory_mask=memory_mask).sum().backward()
     assert torch.all(memory.grad[0, 2:] == 0)
 
 
 # ----------------------------------------------------------------------------- stack
 
 
-def test_stack_has_final_layernorm_only_for_pre_ln():
-    pre = TransformerStack(3, D, H, DFF, norm_position="pre")
-    post = TransformerStack(3, D, H, DFF, norm_position="post")
-    assert isinstance(pre.ln_f, LayerNorm) and post.ln_f is None
+def test_the_model_has_a_final_layernorm_only_for_pre_ln():
+    from mini_transformer.model import TransformerConfig, TransformerLM
+
+    def lm(norm_position):
+        cfg = dict(vocab_size=7, block_size=4, d_model=D, n_heads=H, n_layers=3)
+        return TransformerLM(TransformerConfig(**cfg, norm_position=norm_position))
+
+    pre, post = lm("pre"), lm("post")
+    assert isinstance(pre.ln_f, LayerNorm) and isinstance(post.ln_f, nn.Identity)
     assert len(pre.blocks) == len(post.blocks) == 3
-    n_ln = sum(isinstance(m, LayerNorm) for m in pre.modules())
-    assert n_ln == 2 * 3 + 1
+    assert sum(isinstance(m, LayerNorm) for m in pre.modules()) == 2 * 3 + 1
     assert sum(isinstance(m, LayerNorm) for m in post.modules()) == 2 * 3
-
-
-@pytest.mark.parametrize("norm_position", ["pre", "post"])
-def test_stack_equals_its_blocks_in_sequence(norm_position):
-    stack = TransformerStack(3, D, H, DFF, norm_position=norm_position, causal=True)
-    x = torch.randn(2, 5, D)
-    h = x
-    for block in stack.blocks:
-        h = block(h)
-    if norm_position == "pre":
-        h = stack.ln_f(h)
-    torch.testing.assert_close(stack(x), h, rtol=0, atol=0)
 
 
 def test_residual_stack_unrolls_into_two_to_the_n_paths():
@@ -324,7 +342,7 @@ def test_residual_stack_unrolls_into_two_to_the_n_paths():
 def test_error_unknown_norm_position():
     msg = "norm_position must be one of 'pre', 'post', got 'middle'"
     with pytest.raises(ValueError, match=msg):
-        TransformerBlock(D, H, DFF, norm_position="middle")
+        block(norm_position="middle")
 
 
 def test_error_unknown_activation():
@@ -337,8 +355,7 @@ def test_error_unknown_activation():
     [
         (lambda: LayerNorm(0), "d_model"),
         (lambda: FeedForward(D, -4), "d_ff"),
-        (lambda: TransformerBlock(D, 0, DFF), "n_heads"),
-        (lambda: TransformerStack(0, D, H, DFF), "n_layers"),
+        (lambda: block(h=0), "n_heads"),
     ],
 )
 def test_error_non_positive_sizes(make, name):
@@ -391,7 +408,7 @@ def test_layernorm_rejects_integer_input():
 
 def test_error_dropout_out_of_range():
     with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\)"):
-        TransformerBlock(D, H, DFF, dropout=1.0)
+        block(dropout=1.0)
 
 
 @pytest.mark.parametrize(
@@ -399,19 +416,18 @@ def test_error_dropout_out_of_range():
     [
         LayerNorm(D),
         FeedForward(D, DFF),
-        TransformerBlock(D, H, DFF),
-        TransformerStack(1, D, H, DFF),
+        block(),
     ],
-    ids=["layernorm", "ffn", "block", "stack"],
+    ids=["layernorm", "ffn", "block"],
 )
 def test_error_wrong_input_last_dimension(module):
-    with pytest.raises(ValueError, match=f"x must have last dimension d_model={D}, got shape"):
+    with pytest.raises(ValueError, match=f"x must have .*d_model={D}.*, got shape"):
         module(torch.randn(2, 3, D + 1))
 
 
 def test_error_block_input_not_three_dimensional():
-    with pytest.raises(ValueError, match=r"x must have shape \(B, T, d_model=16\)"):
-        TransformerBlock(D, H, DFF)(torch.randn(3, D))
+    with pytest.raises(ValueError, match=r"x must have 3 dimensions \(B, T, d_model=16\)"):
+        block()(torch.randn(3, D))
 
 
 def test_error_input_not_a_tensor():
@@ -420,18 +436,18 @@ def test_error_input_not_a_tensor():
 
 
 def test_error_decoder_memory_wrong_last_dimension():
-    with pytest.raises(ValueError, match="memory must have last dimension d_model=16"):
-        DecoderBlock(D, H, DFF)(torch.randn(1, 3, D), torch.randn(1, 4, D - 1))
+    with pytest.raises(ValueError, match=r"memory must have shape \(B, T, d_model=16\)"):
+        decoder()(torch.randn(1, 3, D), memory=torch.randn(1, 4, D - 1))
 
 
 def test_error_decoder_memory_batch_mismatch():
     with pytest.raises(ValueError, match="memory must have the same batch size as x"):
-        DecoderBlock(D, H, DFF)(torch.randn(2, 3, D), torch.randn(1, 4, D))
+        decoder()(torch.randn(2, 3, D), memory=torch.randn(1, 4, D))
 
 
 def test_error_heads_must_divide_d_model():
     with pytest.raises(ValueError, match="d_model must be divisible by n_heads"):
-        TransformerBlock(D, 3, DFF)
+        block(h=3)
 
 
 def test_permutation_helper_covers_small_cases():
@@ -441,18 +457,27 @@ def test_permutation_helper_covers_small_cases():
     assert set(residual_paths(n)) == subsets
 
 
-def test_the_decoder_block_is_a_transformer_block_with_cross_attention():
-    dec = DecoderBlock(D, H, DFF)
-    assert isinstance(dec, TransformerBlock) and dec.causal and dec.self_attn is dec.attn
+def test_memory_is_given_exactly_when_the_block_has_cross_attention():
+    with pytest.raises(ValueError, match="memory must be given exactly when the block has"):
+        decoder()(torch.randn(1, 3, D))
+    with pytest.raises(ValueError, match="memory must be given exactly when the block has"):
+        block()(torch.randn(1, 3, D), memory=torch.randn(1, 4, D))
 
 
-@pytest.mark.parametrize("cls", [TransformerBlock, DecoderBlock])
-def test_bias_false_leaves_no_bias_in_any_layer(cls):
-    block = cls(D, H, DFF, bias=False)
-    assert not [n for n, _ in block.named_parameters() if n.endswith("bias")]
-    assert all(m.bias is None for m in block.modules() if isinstance(m, torch.nn.Linear))
+def test_a_block_refuses_parts_of_another_width_or_kind():
+    with pytest.raises(ValueError, match="ffn must have the attention's d_model=16, got 8"):
+        TransformerBlock(MultiHeadAttention(D, H), FeedForward(8, DFF))
+    with pytest.raises(TypeError, match="attn must be a MultiHeadAttention"):
+        TransformerBlock(nn.Linear(D, D), FeedForward(D, DFF))
+
+
+@pytest.mark.parametrize("make", [block, decoder], ids=["block", "decoder"])
+def test_bias_false_leaves_no_bias_in_any_layer(make):
+    blk = make(bias=False)
+    assert not [n for n, _ in blk.named_parameters() if n.endswith("bias")]
+    assert all(m.bias is None for m in blk.modules() if isinstance(m, torch.nn.Linear))
     assert all(
-        torch.equal(m.bias, torch.zeros(D)) for m in block.modules() if isinstance(m, LayerNorm)
+        torch.equal(m.bias, torch.zeros(D)) for m in blk.modules() if isinstance(m, LayerNorm)
     )
 
 
@@ -471,7 +496,13 @@ def test_attention_keeps_its_last_weights_when_asked():
         kept, _ = lm(idx)
     torch.testing.assert_close(kept, plain, rtol=0, atol=1e-5)  # scratch vs fused path
     maps = [block.attn.last_weights for block in lm.blocks]
-    reference = lm.attention_weights(idx)  # the block-by-block recomputation
+    reference, x = [], lm.tok_emb(idx)  # rope: no input-side positions
+    with torch.no_grad():
+        for block in lm.blocks:  # recomputed block by block from the attention's parts
+            _, w = block.attn(block.ln1(x), causal=True, return_weights=True)
+            reference.append(w)
+            x = block(x)
+    assert all(torch.equal(a, b) for a, b in zip(lm.attention_weights(idx), maps, strict=True))
     for got, want in zip(maps, reference, strict=True):
         assert got.shape == (2, 2, 6, 6)
         torch.testing.assert_close(got, want)

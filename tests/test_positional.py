@@ -444,7 +444,7 @@ def test_encoding_properties_of_index_and_binary():
         (
             lambda: P.RotaryEmbedding(8)(torch.zeros(8)),
             ValueError,
-            r"x must have shape \(B, n_heads",
+            r"x must have at least 2 dimensions \(B, n_heads",
         ),
         (
             lambda: P.RotaryEmbedding(8)(torch.zeros(1, 1, 4, 8), offset=-1),

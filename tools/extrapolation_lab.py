@@ -53,7 +53,8 @@ from mini_transformer.cli import (
 )
 from mini_transformer.data import SYNTHETIC_TASKS
 from mini_transformer.devices import where_it_ran
-from mini_transformer.lab import SCHEMES, LabConfig
+from mini_transformer.lab import LabConfig
+from mini_transformer.schemes import POSITIONAL_SCHEMES as SCHEMES
 from mini_transformer.schemes import SCHEMES as SCHEME_TABLE
 
 PROG = "python tools/extrapolation_lab.py"
@@ -104,7 +105,7 @@ def _train_and_evaluate(scheme: str, cfg: LabConfig, seed: int) -> tuple[dict, d
     losses = lab.train_model(model, cfg, seed)
     seconds = time.perf_counter() - t0
     tail = losses[-50:]
-    run = lab.evaluate(model, cfg, seed) | {
+    run = lab.accuracy_by_length(model, cfg, seed) | {
         "final_loss": round(sum(tail) / len(tail), 4),
         "train_seconds": round(seconds, 1),
         "loss_curve": loss_curve(losses, cfg.curve_every),
@@ -202,7 +203,8 @@ def merge_results(parts: list[dict]) -> dict:
     """Merge lab results that ran the same configuration on disjoint sets of schemes.
 
     The sweep can be split across processes (``--schemes``) and merged afterwards
-    (``--merge``). Schemes come out in the order of :data:`mini_transformer.lab.SCHEMES`;
+    (``--merge``). Schemes come out in the order of
+    :data:`mini_transformer.schemes.POSITIONAL_SCHEMES`;
     ``commands`` lists the command of every part; ``wall_time_s`` is the longest part (the
     parts ran side by side) and ``cpu_time_s`` their sum.
     """

@@ -1,5 +1,6 @@
 """Chapter 4's exercises (attention): the causal mask, masked softmax, attention, the
-prefix-LM mask, the softmax Jacobian.
+prefix-LM mask, the softmax Jacobian, a sliding-window mask, and a checked prediction (how
+many blocks of a prefix-LM layer's Jacobian are exactly zero).
 
 One block per exercise: the reference (written from the formula, independently of
 the package's modules), its random inputs, edge cases and named mistakes. Importing
@@ -13,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-from .checking import close, exercise, random_tensor
+from .checking import close, exact_int, exercise, random_tensor
 
 
 @exercise(
@@ -68,10 +69,32 @@ _LARGE = (
     torch.tensor([[1000.0, 998.0, 990.0], [-1000.0, -1001.0, 5.0]]),
     torch.tensor([[True, True, False], [True, True, False]]),
 )
+# float16: the blog post's fill -2**30 does not exist there (it becomes -inf), so with a fully
+# masked row it gives NaN again; finfo(float16).min = -65504 stays finite.
+_FLOAT16 = (
+    torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0], [-3.0, 4.0, 0.0]], dtype=torch.float16),
+    torch.tensor([[True, False, True], [False, False, False], [True, True, True]]),
+)
 
 
 def _softmax_fill_inf(s, m):
     return s.masked_fill(~m, float("-inf")).softmax(-1)
+
+
+def _softmax_fill_2_30(s, m):
+    """The blog post's TensorFlow recipe: add -2**30 where masked, then zero empty rows."""
+    return (s + (~m) * -(2**30)).softmax(-1) * m.any(-1, keepdim=True)
+
+
+_CLOSE = close(rtol=1e-5, atol=1e-6, same_dtype=True)
+_CLOSE_HALF = close(rtol=2e-3, atol=1e-3, same_dtype=True)  # float16 has 11 significant bits
+
+
+def _close_for_dtype(expected, got):
+    """float32/64 to 1e-5; float16 and bfloat16 to their own precision."""
+    if isinstance(expected, torch.Tensor) and expected.dtype in (torch.float16, torch.bfloat16):
+        return _CLOSE_HALF(expected, got)
+    return _CLOSE(expected, got)
 
 
 @exercise(
@@ -83,8 +106,11 @@ def _softmax_fill_inf(s, m):
         "a fully masked row": _FULLY_MASKED,
         "large scores in float32": _LARGE,
         "one allowed key": (torch.tensor([[3.0, 4.0]]), torch.tensor([[False, True]])),
+        "float16, with a fully masked row": _FLOAT16,
     },
     mistakes={
+        "the blog post's fill -2**30: in float16 it overflows to -inf, so a fully masked row "
+        "is NaN again (use torch.finfo(scores.dtype).min)": _softmax_fill_2_30,
         "masked scores filled with -inf: a fully masked row becomes 0/0 = NaN": _softmax_fill_inf,
         "softmax over all keys, then zeroed (the row no longer sums to 1)": lambda s, m: (
             s.softmax(-1) * m
@@ -93,7 +119,7 @@ def _softmax_fill_inf(s, m):
             (s.exp() * m) / (s.exp() * m).sum(-1, keepdim=True).clamp_min(1e-300)
         ),
     },
-    compare=close(rtol=1e-5, atol=1e-6, same_dtype=True),
+    compare=_close_for_dtype,
 )
 def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return _softmax_rows(scores, mask)
@@ -188,6 +214,11 @@ def _jacobian_inputs(rng: np.random.Generator) -> tuple:
     return (random_tensor(rng, int(rng.integers(1, 9)), scale=float(rng.choice([0.5, 3.0, 10.0]))),)
 
 
+def _jacobian_unstable(s):
+    p = s.exp() / s.exp().sum()
+    return torch.diag(p) - torch.outer(p, p)
+
+
 @exercise(
     "softmax-jacobian",
     "f(s) -> the (n, n) Jacobian J[i, j] = d p_i / d s_j of p = softmax(s) for a score vector "
@@ -196,8 +227,14 @@ def _jacobian_inputs(rng: np.random.Generator) -> tuple:
     edge_cases={
         "one score (J = 0)": (torch.tensor([2.0], dtype=torch.float64),),
         "saturated scores": (torch.tensor([40.0, 0.0, -3.0], dtype=torch.float64),),
+        "large scores (exp(800) overflows)": (
+            torch.tensor([800.0, 798.0, 0.0], dtype=torch.float64),
+        ),
     },
     mistakes={
+        "softmax without subtracting the maximum: exp overflows to inf, inf / inf = NaN": (
+            _jacobian_unstable
+        ),
         "sign flipped: p p^T - diag(p)": lambda s: (
             torch.outer(s.softmax(0), s.softmax(0)) - torch.diag(s.softmax(0))
         ),
@@ -212,3 +249,68 @@ def _softmax_jacobian(s: torch.Tensor) -> torch.Tensor:
     return torch.tensor(
         [[p[i] * ((i == j) - p[j]) for j in range(n)] for i in range(n)], dtype=s.dtype
     ).reshape(n, n)
+
+
+def _window(T: int, w: int, lo: int = 0, future: bool = False) -> torch.Tensor:
+    return torch.tensor(
+        [
+            [(i - w - lo < j <= i) or (future and 0 <= j - i < w) for j in range(T)]
+            for i in range(T)
+        ],
+        dtype=torch.bool,
+    ).reshape(T, T)
+
+
+@exercise(
+    "window-mask",
+    "f(T, w) -> the (T, T) bool mask of causal sliding-window attention: query i may attend to "
+    "key j when i - w < j <= i (itself and the w - 1 tokens before it); w >= 1.",
+    inputs=lambda rng: (int(rng.integers(1, 13)), int(rng.integers(1, 8))),
+    edge_cases={
+        "w = 1 (each token sees only itself)": (4, 1),
+        "T = 6, w = 3": (6, 3),
+        "a window longer than the sequence (plain causal)": (3, 5),
+    },
+    mistakes={
+        "w + 1 keys (j >= i - w): the window is one token too wide": lambda T, w: _window(
+            T, w, lo=1
+        ),
+        "a symmetric window |i - j| < w: queries see the future": lambda T, w: _window(
+            T, w, future=True
+        ),
+        "the transpose (j >= i): every query sees the future": lambda T, w: _window(T, w).T,
+    },
+    compare=close(same_dtype=True),
+)
+def _window_mask(T: int, w: int) -> torch.Tensor:
+    return _window(T, w)
+
+
+_ZEROS_T, _ZEROS_PREFIX = 10, 4
+
+
+@exercise(
+    "prefix-lm-zeros",
+    f"a prediction: one prefix-LM attention layer with T = {_ZEROS_T} and n_prefix = "
+    f"{_ZEROS_PREFIX}: how many of the T^2 blocks d out_t / d x_t' of its Jacobian are exactly "
+    "zero? (an integer)",
+    mistakes={
+        "the plain causal count T(T - 1)/2: the prompt keys above the diagonal are visible too": (
+            _ZEROS_T * (_ZEROS_T - 1) // 2
+        ),
+        "the number of non-zero blocks (the visible pairs), not the zero ones": (
+            _ZEROS_T**2
+            - (_ZEROS_T * (_ZEROS_T - 1) // 2 - _ZEROS_PREFIX * (_ZEROS_PREFIX - 1) // 2)
+        ),
+        "the causal count of visible pairs T(T + 1)/2": _ZEROS_T * (_ZEROS_T + 1) // 2,
+    },
+    compare=exact_int,
+    explanation=(
+        "a block d out_t / d x_t' is zero exactly where the mask hides key t' from query t "
+        "(query t always sees itself). The causal mask hides T(T - 1)/2 = 45 pairs; the prompt "
+        "makes the n_prefix(n_prefix - 1)/2 = 6 prompt pairs above the diagonal visible, so "
+        "45 - 6 = 39 blocks are zero."
+    ),
+)
+def _prefix_lm_zeros() -> int:
+    return int((~_prefix(_ZEROS_T, _ZEROS_PREFIX)).sum())

@@ -1,5 +1,6 @@
 """Chapter 5's exercises (LayerNorm, residuals, Pre-LN): LayerNorm, BatchNorm statistics,
-the Pre-LN block, RMSNorm, the LayerNorm Jacobian.
+the Pre-LN block, RMSNorm, the LayerNorm Jacobian, a parallel block, a DeepNorm block and
+Adam's first step (a checked prediction).
 
 One block per exercise: the reference (written from the formula, independently of
 the package's modules), its random inputs, edge cases and named mistakes. Importing
@@ -268,3 +269,98 @@ def _ln_jacobian(x, eps):
         down[j] -= h
         cols.append([(a - b) / (2 * h) for a, b in zip(ln(up), ln(down), strict=True)])
     return torch.tensor(cols, dtype=torch.float64).T.to(x.dtype)
+
+
+# --- Beyond the text: a parallel block, a DeepNorm block, Adam's first step ------------------
+
+
+@exercise(
+    "parallel-block",
+    "f(x, attn, ffn, ln) -> one parallel Transformer block (GPT-J, PaLM): both sub-layers read "
+    "the same normalised input, x + attn(ln(x)) + ffn(ln(x)); attn(h) returns a tensor like h.",
+    inputs=lambda rng: _block_inputs(rng)[:4],
+    mistakes={
+        "sequential Pre-LN: the FFN read h = x + attn(ln(x)), not x": _no_grad(
+            lambda x, a, f, ln: (lambda h: h + f(ln(h)))(x + a(ln(x)))
+        ),
+        "no residual connection: attn(ln(x)) + ffn(ln(x))": _no_grad(
+            lambda x, a, f, ln: a(ln(x)) + f(ln(x))
+        ),
+        "the FFN read x, not ln(x)": _no_grad(lambda x, a, f, ln: x + a(ln(x)) + f(x)),
+        "Post-LN style: ln(x + attn(x) + ffn(x))": _no_grad(
+            lambda x, a, f, ln: ln(x + a(x) + f(x))
+        ),
+    },
+    compare=close(rtol=1e-4, atol=1e-5),
+    n_random=6,
+)
+def _parallel_block(x, attn, ffn, ln):
+    with torch.no_grad():
+        h = ln(x)  # one LayerNorm, read by both sub-layers
+        return x + attn(h) + ffn(h)
+
+
+def _deepnorm_inputs(rng: np.random.Generator) -> tuple:
+    x, attn, ffn, ln1, ln2 = _block_inputs(rng)
+    return x, attn, ffn, ln1, ln2, float(rng.choice([1.5, 2.0, 3.0]))
+
+
+@exercise(
+    "deepnorm-block",
+    "f(x, attn, ffn, ln1, ln2, alpha) -> one DeepNorm block (Post-LN with an up-weighted "
+    "shortcut): h = ln1(alpha * x + attn(x)), then ln2(alpha * h + ffn(h)).",
+    inputs=_deepnorm_inputs,
+    mistakes={
+        "alpha on the sub-layer instead of the shortcut: ln(x + alpha * G(x))": _no_grad(
+            lambda x, a, f, l1, l2, al: (lambda h: l2(h + al * f(h)))(l1(x + al * a(x)))
+        ),
+        "alpha outside the LayerNorm: alpha * ln(x + G(x))": _no_grad(
+            lambda x, a, f, l1, l2, al: (lambda h: al * l2(h + f(h)))(al * l1(x + a(x)))
+        ),
+        "alpha forgotten: a plain Post-LN block": _no_grad(
+            lambda x, a, f, l1, l2, al: (lambda h: l2(h + f(h)))(l1(x + a(x)))
+        ),
+        "alpha only in the first sub-layer": _no_grad(
+            lambda x, a, f, l1, l2, al: (lambda h: l2(h + f(h)))(l1(al * x + a(x)))
+        ),
+    },
+    compare=close(rtol=1e-4, atol=1e-5),
+    n_random=6,
+)
+def _deepnorm_block(x, attn, ffn, ln1, ln2, alpha):
+    with torch.no_grad():
+        h = ln1(alpha * x + attn(x))  # LN(alpha x + G(x)), Wang et al. 2022
+        return ln2(alpha * h + ffn(h))
+
+
+_ADAM_SHAPE, _ADAM_GRAD_NORM, _ADAM_LR = (32, 32), 1e-3, 3e-3
+
+
+@exercise(
+    "adam-first-step",
+    "A number: the Frobenius norm of Adam's first update of a 32 x 32 weight matrix whose "
+    "gradient has Frobenius norm 1e-3 (every entry non-zero), at lr = 3e-3 with PyTorch's "
+    "default betas and eps.",
+    mistakes={
+        "lr times the gradient's norm: plain gradient descent, not Adam": _ADAM_LR
+        * _ADAM_GRAD_NORM,
+        "lr: Adam moves each *entry* by about lr, not the whole matrix": _ADAM_LR,
+        "lr times the number of entries: norms add in squares": _ADAM_LR * 32 * 32,
+    },
+    compare=close(rtol=0.02, atol=0.0),
+    explanation=(
+        "Adam's first step is lr * m / (sqrt(v) + eps) with m = (1 - b1) g and v = (1 - b2) g^2, "
+        "bias-corrected to m = g and v = g^2: every entry moves by lr * g / |g| = lr * sign(g) "
+        "(eps = 1e-8 is far below |g| ~ 3e-5 here). The update's norm is lr * sqrt(32 * 32) = "
+        "3e-3 * 32 = 0.096, whatever the gradient's size as long as its entries are well above "
+        "eps: a gradient 1,000 times larger gives the same first step. That is why Xiong et "
+        "al.'s gradient-size argument does not carry over to Adam directly (section 5.8)."
+    ),
+)
+def _adam_first_step():
+    g = torch.Generator().manual_seed(0)
+    w = torch.zeros(_ADAM_SHAPE, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(_ADAM_SHAPE, generator=g, dtype=torch.float64)
+    w.grad = grad * (_ADAM_GRAD_NORM / grad.norm())
+    torch.optim.Adam([w], lr=_ADAM_LR).step()  # w was 0, so w is now the update
+    return float(w.detach().norm())

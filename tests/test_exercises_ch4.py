@@ -1,0 +1,116 @@
+"""Chapter 4's new named mistakes: each wrong answer fails its checker, named for the mistake.
+
+The older chapter 4 mistakes are tested in ``tests/test_exercises_answers.py``; this file
+covers the edge cases and exercises added for the pitfalls the chapter teaches (the blog
+post's -2**30 fill in float16, an overflowing softmax, the sliding-window mask, the checked
+prediction on a prefix-LM's Jacobian). Each check runs with a fixed seed.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mini_transformer import exercises
+
+SEED = 20261125
+
+
+def masked_softmax(s, m):
+    return s.masked_fill(~m, torch.finfo(s.dtype).min).softmax(-1) * m.any(-1, keepdim=True)
+
+
+def softmax_jacobian(s):
+    p = s.softmax(0)
+    return torch.diag(p) - torch.outer(p, p)
+
+
+def window_mask(T, w):
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    return (j <= i) & (j > i - w)
+
+
+RIGHT = {
+    "masked-softmax": masked_softmax,
+    "softmax-jacobian": softmax_jacobian,
+    "window-mask": window_mask,
+    "prefix-lm-zeros": 39,
+}
+
+
+def fill_2_30(s, m):  # the blog post's TensorFlow recipe, zeroing empty rows afterwards
+    return (s + (~m) * -(2**30)).softmax(-1) * m.any(-1, keepdim=True)
+
+
+def masked_fill_2_30(s, m):  # masked_fill refuses -2**30 in float16
+    return s.masked_fill(~m, -(2**30)).softmax(-1) * m.any(-1, keepdim=True)
+
+
+def jacobian_unstable(s):
+    e = s.exp()
+    p = e / e.sum()
+    return torch.diag(p) - torch.outer(p, p)
+
+
+WRONG = [
+    ("masked-softmax", fill_2_30, "-2**30"),
+    ("masked-softmax", masked_fill_2_30, "without overflow"),
+    ("softmax-jacobian", jacobian_unstable, "without subtracting the maximum"),
+    ("window-mask", lambda T, w: window_mask(T, w + 1), "one token too wide"),
+    ("window-mask", lambda T, w: window_mask(T, w) | window_mask(T, w).T, "symmetric window"),
+    ("window-mask", lambda T, w: window_mask(T, w).T.contiguous(), "transpose"),
+    ("prefix-lm-zeros", 45, "plain causal count"),
+    ("prefix-lm-zeros", 61, "non-zero blocks"),
+    ("prefix-lm-zeros", 55, "T(T + 1)/2"),
+]
+
+
+@pytest.mark.parametrize("name", sorted(RIGHT))
+def test_right_answer_passes(name, capsys):
+    assert exercises.check(name, RIGHT[name], seed=SEED)
+
+
+@pytest.mark.parametrize("name, wrong, words", WRONG, ids=[w[2] for w in WRONG])
+def test_wrong_answer_fails_and_is_named(name, wrong, words, capsys):
+    verdict = exercises.check(name, wrong, seed=SEED)
+    assert not verdict
+    assert words in verdict.message
+
+
+def test_float16_case_passes_the_finite_fill_and_fails_the_2_30_fill():
+    # the pitfall of section 4.5, as the checker sees it: only float16 tells the two apart
+    s = torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]], dtype=torch.float16)
+    m = torch.tensor([[True, False, True], [False, False, False]])
+    assert torch.isfinite(masked_softmax(s, m)).all()
+    assert fill_2_30(s, m)[1].isnan().all()
+    assert torch.isfinite(fill_2_30(s.float(), m)).all()  # float32 alone would not catch it
+
+
+def test_prediction_prints_its_explanation(capsys):
+    exercises.check("prefix-lm-zeros", 45)
+    out = capsys.readouterr().out
+    assert "Why:" in out and "39" in out
+
+
+# In the format of tests/test_exercises_answers.py's CASES (right answer, {label: (wrong answer,
+# words of its message or None)}), which merges these so that every registered exercise is there.
+CASES_CH4 = {
+    "window-mask": (
+        window_mask,
+        {
+            label: (wrong, words)
+            for name, wrong, words in WRONG
+            if name == "window-mask"
+            for label in [words]
+        },
+    ),
+    "prefix-lm-zeros": (
+        39,
+        {
+            label: (wrong, words)
+            for name, wrong, words in WRONG
+            if name == "prefix-lm-zeros"
+            for label in [words]
+        },
+    ),
+}
