@@ -342,11 +342,9 @@ def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
             "elapsed_s": run.elapsed(),
         }
     )
-    limit = DIVERGED_LOSS_FACTOR * math.log(model.config.vocab_size)
-    if not (math.isfinite(val_loss) and val_loss <= limit):
-        raise _diverged(run, "held-out loss", val_loss, run.step)
-    if not is_finite_state(model):
-        raise _diverged(run, "weights (some entries)", math.nan, run.step)
+    problem = _unsaveable(run, val_loss)
+    if problem is not None:
+        raise _diverged(run, *problem, run.step)
     run.val_loss = val_loss
     if val_loss < run.best_val:  # best.pt first: last.pt must never claim a better best
         run.best_val = val_loss
@@ -357,6 +355,24 @@ def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
     else:
         _save(run, run.last_path)
     run.saved_step = run.step
+
+
+def _loss_limit(run: Run) -> float:
+    """The held-out loss above which the weights count as diverged: 2 ln V."""
+    return DIVERGED_LOSS_FACTOR * math.log(run.model.config.vocab_size)
+
+
+def _unsaveable(run: Run, val_loss: float) -> tuple[str, float] | None:
+    """Why the current weights must not be saved, as ``(what, value)``; ``None`` if they may.
+
+    The one test both saving paths (evaluation and Ctrl-C) apply: a finite held-out loss
+    no higher than :func:`_loss_limit`, and finite weights.
+    """
+    if not (math.isfinite(val_loss) and val_loss <= _loss_limit(run)):
+        return "held-out loss", val_loss
+    if not is_finite_state(run.model):
+        return "weights (some entries)", math.nan
+    return None
 
 
 def _save(run: Run, path: Path) -> None:
@@ -383,11 +399,31 @@ def _stop_requested(run: Run, stop: StopFlag) -> bool:
 
 
 def _save_on_interrupt(run: Run) -> None:
-    """At a step boundary after Ctrl-C: ``last.pt`` if the weights are good (rank 0)."""
+    """At a step boundary after Ctrl-C: ``last.pt`` if the weights pass the same test as at
+    an evaluation (a finite held-out loss within the limit, finite weights; rank 0).
+
+    The held-out loss is measured once more here (it costs one evaluation, on Ctrl-C only):
+    a run diverging between two evaluations must not leave its diverged weights as
+    ``last.pt`` for ``--resume`` to continue from. The evaluation draws from its own
+    generator, so a resumed run stays bit-identical.
+    """
     if run.rank != 0:
         return
-    if run.step == run.saved_step or not is_finite_state(run.model):
-        print(f"\ninterrupted at step {run.step}; kept {run.last_path}", file=sys.stderr)
+    kept = f"kept {run.last_path}" + (
+        f" (step {run.saved_step})" if run.saved_step is not None else " (none was saved)"
+    )
+    if run.step == run.saved_step:
+        print(f"\ninterrupted at step {run.step}; {kept}", file=sys.stderr)
+        return
+    val_loss = _estimate_loss(run, run.val_ids, _seed_for(run.cfg.seed, 2))
+    problem = _unsaveable(run, val_loss)
+    if problem is not None:
+        what, value = problem
+        print(
+            f"\ninterrupted at step {run.step}; not saved: the {what} is {value:.4g} "
+            f"(limit {_loss_limit(run):.3g}, a diverging run); {kept}",
+            file=sys.stderr,
+        )
         return
     _save(run, run.last_path)
     run.saved_step = run.step

@@ -250,3 +250,35 @@ def test_a_flipped_bit_in_a_committed_model_is_detected(tmp_path, monkeypatch):
     monkeypatch.setitem(checkpoints.PRETRAINED, "cpu", copy)
     with pytest.raises(ValueError, match="corrupt: the committed 'cpu' model's file"):
         T.load_pretrained("cpu")
+
+
+# ------------------------------------------------------------------ issue 26
+
+
+def test_ctrl_c_during_a_diverging_run_keeps_the_last_good_checkpoint(tmp_path, capsys):
+    """Issue 26.1: the interrupt path saved weights whose held-out loss was far above the
+    limit (finite, so the old finiteness check let them through)."""
+
+    def wreck_then_interrupt(model):
+        calls = {"n": 0}
+
+        def post(opt, args, kwargs):
+            calls["n"] += 1
+            if calls["n"] == 6:  # during step 5: finite weights, a held-out loss of hundreds
+                with torch.no_grad():
+                    model.lm_head.weight.mul_(1e4)
+                signal.raise_signal(signal.SIGINT)
+
+        handles.append(register_optimizer_step_post_hook(post))
+
+    handles = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            T.train(tiny(steps=20, eval_interval=4), tmp_path, setup_hook=wreck_then_interrupt)
+    finally:
+        for h in handles:
+            h.remove()
+    last = T.load_checkpoint(tmp_path / "last.pt")
+    assert last["step"] == 4 and last["val_loss"] < math.log(84) + 0.1
+    err = capsys.readouterr().err
+    assert "interrupted at step 6" in err and "not saved" in err and "held-out loss" in err
