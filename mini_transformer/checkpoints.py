@@ -85,6 +85,9 @@ PRETRAINED_SHA256 = {
 #: cache) a stored config may imply before :func:`load_model` builds it: 2 GiB.
 MAX_BUFFER_BYTES = 2 * 2**30
 
+#: Deepest nesting of lists and dicts a checkpoint may hold (ours: 5, the optimizer state).
+MAX_DEPTH = 32
+
 
 # ---------------------------------------------------------------------------- checksum
 
@@ -208,6 +211,36 @@ def _check_committed_file(path: Path) -> None:
                 )
 
 
+def _check_contents(path: Path, ckpt: dict) -> None:
+    """Before anything walks or copies what was loaded: nesting depth and tensor sizes.
+
+    Every tensor must fit in the bytes stored for it (a stride-0 view of 4 bytes posing as
+    two billion elements would otherwise be expanded by the checksum), and lists/dicts may
+    nest at most :data:`MAX_DEPTH` deep (deeper would end in a ``RecursionError``). Iterative,
+    so that the check itself cannot recurse too deep.
+    """
+    stack = [(ckpt, "", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if isinstance(value, torch.Tensor):
+            size = value.element_size()
+            needed = value.numel() * size
+            stored = value.untyped_storage().nbytes() - value.storage_offset() * size
+            if needed > stored:
+                raise ValueError(
+                    f"checkpoint {path} is corrupt: {where or 'a tensor'} claims "
+                    f"{value.numel()} elements ({needed} bytes) but stores {stored} bytes"
+                )
+        elif isinstance(value, (dict, list, tuple)):
+            if depth >= MAX_DEPTH:
+                raise ValueError(
+                    f"checkpoint {path} is corrupt: {where} is nested deeper than "
+                    f"{MAX_DEPTH} levels"
+                )
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack.extend((v, f"{where}[{k!r}]" if where else str(k), depth + 1) for k, v in items)
+
+
 def _read(path: Path, map_location) -> dict:
     """``torch.load(weights_only=True)`` with every failure turned into a clear ValueError."""
     if not path.is_file():
@@ -222,6 +255,7 @@ def _read(path: Path, map_location) -> dict:
         ) from None
     if not isinstance(ckpt, dict) or ckpt.get("format") not in (CHECKPOINT_FORMAT, WEIGHTS_FORMAT):
         raise ValueError(f"{path} is not a mini_transformer checkpoint (no 'format' marker)")
+    _check_contents(path, ckpt)
     version = ckpt.get("version", 1)
     if version != 1:  # every file since the checksum existed must carry a matching one
         stored = ckpt.pop("checksum", None)

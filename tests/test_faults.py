@@ -282,3 +282,38 @@ def test_ctrl_c_during_a_diverging_run_keeps_the_last_good_checkpoint(tmp_path, 
     assert last["step"] == 4 and last["val_loss"] < math.log(84) + 0.1
     err = capsys.readouterr().err
     assert "interrupted at step 6" in err and "not saved" in err and "held-out loss" in err
+
+
+def _raw_checkpoint(tmp_path, **items):
+    """A file in the checkpoint format holding ``items`` and a (wrong) checksum string."""
+    path = tmp_path / "odd.pt"
+    head = {"format": "mini_transformer.checkpoint", "version": 2, "checksum": "0"}
+    torch.save(head | items, path)
+    return path
+
+
+def test_a_stride_0_tensor_is_refused_before_it_is_expanded(tmp_path):
+    """Issue 26.3: 4 bytes stored as a view of 2e9 elements made the checksum allocate 8 GB."""
+    import resource
+
+    path = _raw_checkpoint(tmp_path, model={"w": torch.zeros(1).expand(2 * 10**9)})
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ValueError, match=r"model\['w'\].*2000000000 elements.*4 bytes"):
+        T.load_checkpoint(path)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 * 1024  # KiB
+
+
+def test_a_deeply_nested_value_is_refused_with_a_value_error(tmp_path):
+    import sys
+
+    nested: list = []
+    for _ in range(5000):
+        nested = [nested]
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20000)  # torch.save itself recurses
+    try:
+        path = _raw_checkpoint(tmp_path, extra=nested)
+    finally:
+        sys.setrecursionlimit(limit)
+    with pytest.raises(ValueError, match="nested deeper than 32"):
+        T.load_checkpoint(path)
