@@ -19,11 +19,13 @@ Command line::
     python -m mini_transformer.train --preset gpu --out runs/gpu --compile # on a GPU
     python -m mini_transformer.train --out runs/cpu --resume --steps 3000  # continue
     python -m mini_transformer.train sample --ckpt gpu --prompt "ROMEO:"  # bundled model
-    python -m mini_transformer.train export --ckpt runs/cpu/best.pt        # -> assets/
+    python -m mini_transformer.train export --ckpt runs/cpu/best.pt --overwrite  # -> assets/
 
 Bad arguments exit with status 2 and a usage message before any work; a failure while
-running (disk full, unreadable file) exits with status 1 and a one-line message; Ctrl-C
-saves ``last.pt`` at the next step boundary and exits with 130.
+running (disk full, unreadable file, any error once training began) exits with status 1
+and a one-line message; Ctrl-C saves ``last.pt`` at the next step boundary (if its held-out
+loss is within the divergence limit) and exits with 130. ``export`` replaces the committed
+model's files only with ``--overwrite``.
 
 In Python (chapter 6)::
 
