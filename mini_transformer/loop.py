@@ -427,8 +427,10 @@ def _save_on_interrupt(run: Run) -> None:
     """
     if run.rank != 0:
         return
-    kept = f"kept {run.last_path}" + (
-        f" (step {run.saved_step})" if run.saved_step is not None else " (none was saved)"
+    kept = (
+        f"kept {run.last_path} (step {run.saved_step})"
+        if run.saved_step is not None
+        else "nothing was saved"
     )
     if run.step == run.saved_step:
         print(f"\ninterrupted at step {run.step}; {kept}", file=sys.stderr)
@@ -522,10 +524,11 @@ def train(
     if world > 1 and not dist.is_initialized():
         backend = "nccl" if cfg.device != "cpu" and torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend)
-    run = None
+    run, started = None, False
     try:
         run = _prepare(cfg, out_dir, resume, overwrite, setup_hook, rank, local_rank, world)
         if rank == 0:
+            started = True  # from here on, config.json and metrics.jsonl are this run's
             _log_start(run, resume, argv)
         reason = "error"
         try:
@@ -550,8 +553,8 @@ def train(
                 }
             )
     except BaseException as err:
-        if rank == 0 and not resume and not isinstance(err, TrainingDivergedError):
-            if run is None or run.saved_step is None:  # a fresh run that saved nothing
+        if started and not resume and not isinstance(err, TrainingDivergedError):
+            if run.saved_step is None:  # a fresh run that saved nothing
                 _remove_unfinished(out_dir, created)
         raise
     finally:

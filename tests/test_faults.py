@@ -318,3 +318,12 @@ def test_a_deeply_nested_value_is_refused_with_a_value_error(tmp_path):
         sys.setrecursionlimit(limit)
     with pytest.raises(ValueError, match="nested deeper than 32"):
         T.load_checkpoint(path)
+
+
+def test_a_refused_run_leaves_the_existing_run_untouched(tmp_path):
+    """The clean-up of a fresh run that saved nothing must not touch a run it refused."""
+    T.train(tiny(steps=1, eval_interval=1), tmp_path)
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(ValueError, match="already holds a checkpoint"):
+        T.train(tiny(steps=1, eval_interval=1), tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files

@@ -225,3 +225,12 @@ def test_a_copied_pre_checksum_file_with_a_flipped_bit_is_refused(tmp_path):
     flipped.write_bytes(data)
     with pytest.raises(ValueError, match="before checkpoints carried a checksum"):
         T.load_model(flipped)
+
+
+def test_a_lab_length_its_task_cannot_build_is_refused_before_training(capsys, monkeypatch):
+    """``--task reverse --train-length 3``: the shortest training length (1) became 0 after
+    rounding to even, and the run failed mid-sweep, reported as a bad argument (exit 2)."""
+    monkeypatch.setattr(extrapolation_lab, "run_lab", no_work)
+    argv = ["--task", "reverse", "--train-length", "3", "--steps", "1"]
+    code, err = exit_code(extrapolation_lab.main, argv, capsys)
+    assert code == 2 and "min_train_length must be >= 2 for task 'reverse'" in err

@@ -233,13 +233,14 @@ def merge_results(parts: list[dict]) -> dict:
                 f"parts[{i}] is not a lab result (a file this tool wrote): it lacks "
                 f"{', '.join(missing) or 'a config and results dict'}"
             )
-        if set(part["schemes"]) - set(part["results"]):
-            raise ValueError(f"parts[{i}] lists schemes it holds no results for")
     base = parts[0]
     for part in parts[1:]:
         for key, value in _shared(part).items():
             if value != _shared(base)[key]:
                 raise ValueError(f"cannot merge lab results that differ in {key!r}")
+    for i, part in enumerate(parts):
+        if set(part["schemes"]) - set(part["results"]):
+            raise ValueError(f"parts[{i}] lists schemes it holds no results for")
     seen = [s for part in parts for s in part["schemes"]]
     if len(seen) != len(set(seen)):
         raise ValueError(f"parts must hold disjoint schemes, got {seen}")
