@@ -184,7 +184,10 @@ def _rope_inputs(rng: np.random.Generator) -> tuple:
         "adjacent pairs (2i, 2i+1): the interleaved layout, not half-split": lambda x, p, b: (
             _rope_half(x, p, b, interleaved=True)
         ),
-        "rotated clockwise (by -pos * theta)": lambda x, p, b: _rope_half(x, p, b, sign=-1),
+        "rotated clockwise (by -pos * theta): that is the book's R(pos), the sign of "
+        "P.RotaryEmbedding; this exercise asks for RoFormer's counter-clockwise sign": lambda x, p, b: (
+            _rope_half(x, p, b, sign=-1)
+        ),
         "exponent i/d instead of 2i/d: the frequencies fall too slowly": lambda x, p, b: _rope_half(
             x, p, b, exponent=1
         ),
