@@ -79,6 +79,11 @@ WRONG = {
         ),
         "searched from position 0",
     ),
+    "rope-half: the package's sign": (
+        "rope-half",
+        lambda x, p, b: rope_half(x, -np.asarray(p), b),
+        "P.RotaryEmbedding",
+    ),
     "rope-half: exponent i/d": (
         "rope-half",
         lambda x, p, b: rope_half(x, p, b, exponent=1),
@@ -159,3 +164,16 @@ CASES_CH2 = {
     )
     for name in NEW_EXERCISES
 }
+
+
+def test_rope_half_is_the_package_rope_with_the_opposite_sign():
+    # Exercise 6 asks for RoFormer's counter-clockwise rotation; the package's RotaryEmbedding
+    # uses the book's R(pos). After the channel permutation they differ by the sign of pos.
+    import torch
+
+    x = np.random.default_rng(SEED).standard_normal((9, 16))
+    perm = np.r_[0:16:2, 1:16:2]
+    pkg = P.RotaryEmbedding(16)(torch.from_numpy(x).float().view(1, 1, 9, 16))[0, 0]
+    pkg = pkg.double().numpy()[:, perm]
+    assert np.allclose(rope_half(x[:, perm], -np.arange(9), 1e4), pkg, atol=1e-5)
+    assert np.abs(rope_half(x[:, perm], np.arange(9), 1e4) - pkg).max() > 0.1

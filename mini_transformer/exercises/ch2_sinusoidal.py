@@ -169,6 +169,12 @@ def _rope_half(x, pos, base, sign=1, interleaved=False, exponent=2):
     return out
 
 
+_CLOCKWISE = (
+    "rotated clockwise (by -pos * theta): that is the book's R(pos), the sign of "
+    "P.RotaryEmbedding; this exercise asks for RoFormer's counter-clockwise sign"
+)
+
+
 def _rope_inputs(rng: np.random.Generator) -> tuple:
     t, d = int(rng.integers(1, 9)), _even(rng, 9)
     return (rng.normal(size=(t, d)), rng.integers(0, 500, size=t), float(rng.choice([100.0, 1e4])))
@@ -184,7 +190,7 @@ def _rope_inputs(rng: np.random.Generator) -> tuple:
         "adjacent pairs (2i, 2i+1): the interleaved layout, not half-split": lambda x, p, b: (
             _rope_half(x, p, b, interleaved=True)
         ),
-        "rotated clockwise (by -pos * theta)": lambda x, p, b: _rope_half(x, p, b, sign=-1),
+        _CLOCKWISE: lambda x, p, b: _rope_half(x, p, b, sign=-1),
         "exponent i/d instead of 2i/d: the frequencies fall too slowly": lambda x, p, b: _rope_half(
             x, p, b, exponent=1
         ),
