@@ -35,7 +35,6 @@ Timings on a shared machine are noisy: compare ratios within one run, not across
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -46,7 +45,14 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 from mini_transformer.attention import MultiHeadAttention
-from mini_transformer.cli import non_negative_int, positive_int
+from mini_transformer.checks import check_device
+from mini_transformer.cli import (
+    check_output_file,
+    non_negative_int,
+    positive_int,
+    run_cli,
+    write_json,
+)
 from mini_transformer.devices import where_it_ran
 
 
@@ -176,6 +182,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument("--overwrite", action="store_true", help="--json may be a committed result")
     return p
 
 
@@ -234,7 +241,18 @@ def print_row(row: dict, names: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+
+    def check() -> None:
+        check_device("--device", args.device)  # "tpu" or a missing GPU: exit 2, no work
+        if args.json:
+            check_output_file(args.json, overwrite=args.overwrite)
+
+    return run_cli(p, check, lambda _: _run(args))
+
+
+def _run(args) -> dict:
     torch.set_num_threads(args.threads)
     causal = not args.no_causal
     dtype = getattr(torch, args.dtype)
@@ -261,8 +279,7 @@ def main(argv: list[str] | None = None) -> dict:
         "where_it_ran": where_it_ran(args.device),
     }
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(result, args.json)
     return result
 
 

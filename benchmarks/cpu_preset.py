@@ -19,7 +19,6 @@ on the cores inflates the wall time)::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -31,6 +30,13 @@ from pathlib import Path
 
 import torch
 
+from mini_transformer.cli import (
+    check_output_dir,
+    check_output_file,
+    positive_int,
+    run_cli,
+    write_json,
+)
 from mini_transformer.devices import where_it_ran
 from mini_transformer.loop import _encoded_corpus
 from mini_transformer.train import evaluate, load_model, read_log
@@ -60,7 +66,8 @@ def one_run(folder: Path, extra: list[str]) -> dict:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise SystemExit(f"training failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+        last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise RuntimeError(f"training failed (exit {proc.returncode}): {last}")
     log = read_log(folder / "metrics.jsonl")
     threads = torch.get_num_threads()
     torch.set_num_threads(log[0]["threads"])
@@ -82,10 +89,13 @@ def one_run(folder: Path, extra: list[str]) -> dict:
     }
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--runs", type=int, default=3)
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(
+        prog="python benchmarks/cpu_preset.py", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--runs", type=positive_int, default=3)
     p.add_argument("--json", help="also write the results to this file")
+    p.add_argument("--overwrite", action="store_true", help="--json may be a committed result")
     p.add_argument("--keep", help="copy the last run's folder here")
     p.add_argument(
         "extra",
@@ -93,7 +103,18 @@ def main() -> None:
         help="extra arguments for the training command "
         "(after --), e.g. -- --precision bf16; none for the preset as shipped",
     )
-    args = p.parse_args()
+    args = p.parse_args(argv)
+
+    def check() -> None:
+        if args.json:
+            check_output_file(args.json, overwrite=args.overwrite)
+        if args.keep:
+            check_output_dir(args.keep)
+
+    return run_cli(p, check, lambda _: _run(args))
+
+
+def _run(args) -> dict:
     runs = []
     for i in range(args.runs):
         with tempfile.TemporaryDirectory() as tmp:
@@ -119,7 +140,8 @@ def main() -> None:
         f"held-out loss {summary['median_held_out_loss']:.4f}"
     )
     if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
+        write_json(summary, args.json)
+    return summary
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from mini_transformer.cli import write_json
 from mini_transformer.devices import where_it_ran
 from mini_transformer.loop import _encoded_corpus
 from mini_transformer.train import (
@@ -117,7 +118,7 @@ def main() -> None:
             continue
         rec = run_one(cand, args.threads)
         data["runs"].append(rec)
-        out.write_text(json.dumps(data, indent=1) + "\n")
+        write_json(data, out)  # atomically: an interrupted sweep keeps the file whole
         print(
             f"{rec['name']}: held-out {rec['held_out_loss']}, "
             f"{rec['train_flops'] / 1e12:.2f} TFLOP, {rec['wall_s_loaded']:.0f} s (loaded)",

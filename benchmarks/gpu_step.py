@@ -25,14 +25,13 @@ and checkpoints are not included, so this is an upper bound for the loop's rate.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 
 import torch
 
-from mini_transformer.cli import positive_int, run_cli
+from mini_transformer.cli import check_output_file, positive_int, run_cli, write_json
 from mini_transformer.core import train_step
 from mini_transformer.data import CharTokenizer, get_batch, load_corpus
 from mini_transformer.devices import peak_flops, resolve_device, where_it_ran
@@ -161,7 +160,12 @@ def main(argv: list[str] | None = None) -> dict:
     p = _parser()
     args = p.parse_args(argv)
 
-    def body() -> dict:
+    def check() -> None:
+        if args.json:
+            check_output_file(args.json)
+        resolve_device(args.device)  # "tpu" or a missing GPU: exit 2 before any work
+
+    def work(_) -> dict:
         r = measure(args)
         mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "unknown (no peak)"
         print(
@@ -175,11 +179,10 @@ def main(argv: list[str] | None = None) -> dict:
         if "profile" in r:
             print(r["profile"])
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump(r, f, indent=2)
+            write_json(r, args.json)
         return r
 
-    return run_cli(p, body)
+    return run_cli(p, check, work)
 
 
 if __name__ == "__main__":

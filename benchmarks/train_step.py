@@ -34,7 +34,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -42,7 +41,7 @@ import time
 
 import torch
 
-from mini_transformer.cli import positive_int
+from mini_transformer.cli import check_output_file, positive_int, probability, run_cli, write_json
 from mini_transformer.core import train_step
 from mini_transformer.devices import where_it_ran
 from mini_transformer.model import TransformerLM
@@ -101,7 +100,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["gpu", "cpu"])
     p.add_argument("--rounds", type=positive_int, default=3, help="interleaved rounds")
     p.add_argument("--steps", type=positive_int, default=3, help="timed steps per round")
-    p.add_argument("--dropout", type=float, default=None, help="override the presets' dropout")
+    p.add_argument(
+        "--dropout", type=probability, default=None, help="override the presets' dropout"
+    )
     p.add_argument("--matmul-n", type=positive_int, default=2048, help="ceiling matmul size")
     p.add_argument(
         "--clock",
@@ -110,6 +111,7 @@ def parser() -> argparse.ArgumentParser:
         help="wall clock, or the thread's CPU time (--threads 1 only)",
     )
     p.add_argument("--json", help="also write the results to this file")
+    p.add_argument("--overwrite", action="store_true", help="--json may be a committed result")
     return p
 
 
@@ -163,12 +165,24 @@ def shape_record(name: str, model, x, times: dict, ceiling: float) -> dict:
     return rec
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     p = parser()
-    args = p.parse_args()
-    threads = args.threads or physical_cores()
-    if args.clock == "cpu" and threads != 1:
-        p.error("--clock cpu needs --threads 1 (a second thread's time is not counted)")
+    args = p.parse_args(argv)
+
+    def check() -> int:
+        threads = args.threads or physical_cores()
+        if args.clock == "cpu" and threads != 1:
+            raise ValueError(
+                "--clock cpu needs --threads 1 (a second thread's time is not counted)"
+            )
+        if args.json:
+            check_output_file(args.json, overwrite=args.overwrite)
+        return threads
+
+    return run_cli(p, check, lambda threads: _run(args, threads))
+
+
+def _run(args, threads: int) -> dict:
     torch.set_num_threads(threads)
     load_before = os.getloadavg()
     built, times, ceilings = measure(args, CLOCKS[args.clock])
@@ -195,8 +209,8 @@ def main() -> None:
         s: shape_record(s, model, x, times, ceilings["fp32"]) for s, (model, x, _) in built.items()
     }
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+        write_json(result, args.json)
+    return result
 
 
 if __name__ == "__main__":

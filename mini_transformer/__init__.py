@@ -33,7 +33,17 @@ One module per idea:
 __version__ = "0.2.0"
 
 # The seven modules of the book's contract, importable as attributes (d2l's habit):
-# ``import mini_transformer as mt; mt.attention.causal_mask(4)``.
-from . import attention, data, exercises, layers, model, positional, train  # noqa: E402
+# ``import mini_transformer as mt; mt.attention.causal_mask(4)``. ``train`` is loaded on first
+# use: importing it here would make ``python -m mini_transformer.train`` warn that the module
+# was already imported before it ran.
+from . import attention, data, exercises, layers, model, positional  # noqa: E402
 
 __all__ = ["attention", "data", "exercises", "layers", "model", "positional", "train"]
+
+
+def __getattr__(name: str):
+    if name == "train":
+        import importlib
+
+        return importlib.import_module(".train", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -111,6 +111,8 @@ def _attend(q, k, v, mask, score_bias, scale, dropout_p):
     """The computation of :func:`scaled_dot_product_attention`, on checked arguments."""
     if score_bias is not None:
         score_bias, mask = _split_bias(score_bias, mask)
+    if q.dtype == torch.float16:  # q k^T can exceed float16's 65504 before it is scaled
+        q, k = q.float(), k.float()
     scores = (q @ k.transpose(-2, -1)) * scale  # S = q k^T / sqrt(d_k)      (..., T_q, T_k)
     if score_bias is not None:
         scores = scores + score_bias.to(scores.dtype)  # S + B (ALiBi)
@@ -120,7 +122,7 @@ def _attend(q, k, v, mask, score_bias, scale, dropout_p):
         # dtype, so exp(fill - max) underflows to 0, yet a fully masked row stays finite.
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         row_has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)
-    weights = torch.softmax(scores, dim=-1)  # W = softmax_j(S)                (..., T_q, T_k)
+    weights = torch.softmax(scores, dim=-1).to(v.dtype)  # W = softmax_j(S)   (..., T_q, T_k)
     if row_has_key is not None and not _known_all(row_has_key):
         weights = weights * row_has_key  # fully masked rows: zero weights, zero output
     used = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
@@ -164,7 +166,9 @@ def scaled_dot_product_attention(
     Returns:
         ``out`` of shape ``(..., T_q, d_v)``, or ``(out, weights)`` if ``return_weights``.
         Each row of ``weights`` sums to 1, masked keys get exactly 0, and a row whose keys
-        are all masked is all zeros (so its output is the zero vector), never NaN.
+        are all masked is all zeros (so its output is the zero vector), never NaN. For
+        float16 inputs the scores and softmax are computed in float32 (``q k^T`` can exceed
+        float16's range before it is scaled); the weights come back as float16.
 
     Example:
         >>> q = k = v = torch.randn(2, 5, 8)

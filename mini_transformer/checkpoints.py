@@ -31,13 +31,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from .checks import check_int
+from .cli import _committed, json_safe, open_temporary
 from .data import ASSETS_DIR, CharTokenizer
 from .model import TransformerConfig, TransformerLM
 from .schemes import SCHEMES
@@ -55,6 +55,7 @@ __all__ = [
     "load_checkpoint",
     "load_model",
     "export_weights",
+    "check_exportable",
     "load_pretrained",
     "read_log",
     "MetricsLog",
@@ -84,6 +85,9 @@ PRETRAINED_SHA256 = {
 #: Largest total size of the non-parameter tensors (ALiBi table, sinusoidal table, RoPE
 #: cache) a stored config may imply before :func:`load_model` builds it: 2 GiB.
 MAX_BUFFER_BYTES = 2 * 2**30
+
+#: Deepest nesting of lists and dicts a checkpoint may hold (ours: 5, the optimizer state).
+MAX_DEPTH = 32
 
 
 # ---------------------------------------------------------------------------- checksum
@@ -127,14 +131,21 @@ def _plain(value):
 def atomic_write(obj: dict, path: str | Path) -> Path:
     """``torch.save(obj)`` to ``path`` atomically: ``path.tmp``, then ``os.replace``.
 
-    On any failure (disk full, interrupted write) the temporary file is removed and the
-    previous ``path`` is left untouched.
+    The temporary file is created afresh (a symlink named ``path.tmp`` is removed, never
+    written through). On any failure (disk full, interrupted write) the temporary file is
+    removed and the previous ``path`` is left untouched; a failed write is an ``OSError``
+    (torch reports a full disk as a ``RuntimeError``).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        torch.save(obj, tmp)
+        tmp, f = open_temporary(path, "wb")
+        with f:
+            try:
+                torch.save(obj, f)
+            except RuntimeError as err:  # PytorchStreamWriter failed writing file ...
+                raise OSError(f"could not write {path}: {' '.join(str(err).split())}") from None
         os.replace(tmp, path)  # a reader sees the old file or the new one, never half of one
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -208,6 +219,36 @@ def _check_committed_file(path: Path) -> None:
                 )
 
 
+def _check_contents(path: Path, ckpt: dict) -> None:
+    """Before anything walks or copies what was loaded: nesting depth and tensor sizes.
+
+    Every tensor must fit in the bytes stored for it (a stride-0 view of 4 bytes posing as
+    two billion elements would otherwise be expanded by the checksum), and lists/dicts may
+    nest at most :data:`MAX_DEPTH` deep (deeper would end in a ``RecursionError``). Iterative,
+    so that the check itself cannot recurse too deep.
+    """
+    stack = [(ckpt, "", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if isinstance(value, torch.Tensor):
+            size = value.element_size()
+            needed = value.numel() * size
+            stored = value.untyped_storage().nbytes() - value.storage_offset() * size
+            if needed > stored:
+                raise ValueError(
+                    f"checkpoint {path} is corrupt: {where or 'a tensor'} claims "
+                    f"{value.numel()} elements ({needed} bytes) but stores {stored} bytes"
+                )
+        elif isinstance(value, (dict, list, tuple)):
+            if depth >= MAX_DEPTH:
+                raise ValueError(
+                    f"checkpoint {path} is corrupt: {where} is nested deeper than "
+                    f"{MAX_DEPTH} levels"
+                )
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack.extend((v, f"{where}[{k!r}]" if where else str(k), depth + 1) for k, v in items)
+
+
 def _read(path: Path, map_location) -> dict:
     """``torch.load(weights_only=True)`` with every failure turned into a clear ValueError."""
     if not path.is_file():
@@ -222,8 +263,17 @@ def _read(path: Path, map_location) -> dict:
         ) from None
     if not isinstance(ckpt, dict) or ckpt.get("format") not in (CHECKPOINT_FORMAT, WEIGHTS_FORMAT):
         raise ValueError(f"{path} is not a mini_transformer checkpoint (no 'format' marker)")
+    _check_contents(path, ckpt)
     version = ckpt.get("version", 1)
-    if version != 1:  # every file since the checksum existed must carry a matching one
+    if version == 1:  # before checksums: only the committed models, known by their digest
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest not in PRETRAINED_SHA256.values():
+            raise ValueError(
+                f"checkpoint {path} was written before checkpoints carried a checksum "
+                "(version 1) and is not one of the committed models, so a changed bit "
+                "could not be detected; refusing to load it unverified"
+            )
+    else:  # every file since the checksum existed must carry a matching one
         stored = ckpt.pop("checksum", None)
         if stored is None or stored != checksum(ckpt):
             raise ValueError(
@@ -332,10 +382,44 @@ def load_model(
     return model.to(device).eval(), tok, ckpt
 
 
+def check_exportable(ckpt_path: str | Path, out_path: str | Path, overwrite: bool = False):
+    """What :func:`export_weights` refuses, checked before it writes anything.
+
+    ``out_path`` must end in ``.pt`` (a ``.json`` and ``.jsonl`` go beside it), none of the
+    three may replace a committed model's file unless ``overwrite``, and ``ckpt_path``
+    must be a full checkpoint (not already a weights file). Returns the checkpoint.
+    """
+    out_path = Path(out_path)
+    if out_path.suffix != ".pt":
+        raise ValueError(
+            f"out_path must end in '.pt' (a .json and .jsonl go beside it), got {str(out_path)!r}"
+        )
+    for p in (out_path, out_path.with_suffix(".json"), out_path.with_suffix(".jsonl")):
+        committed = _committed(p)
+        if committed is not None and not overwrite:
+            raise ValueError(
+                f"out_path {p} is a committed model's file (in {committed}); choose another "
+                "path, or pass overwrite=True (--overwrite) to replace it"
+            )
+    ckpt = load_checkpoint(ckpt_path)
+    if ckpt["format"] != CHECKPOINT_FORMAT:
+        raise ValueError(f"{ckpt_path} is already a weights file")
+    return ckpt
+
+
+def _write_text_temporary(path: Path, text: str) -> Path:
+    tmp, f = open_temporary(path)
+    with f:
+        f.write(text)
+    return tmp
+
+
 def export_weights(
     ckpt_path: str | Path,
     out_path: str | Path = PRETRAINED_WEIGHTS,
     log_path: str | Path | None = None,
+    *,
+    overwrite: bool = False,
 ) -> Path:
     """Write a small half-precision, weights-only copy of a checkpoint (for committing).
 
@@ -343,15 +427,14 @@ def export_weights(
     Tied tensors are stored once. Beside ``out_path`` it writes the configuration
     (``.json``) and, if ``log_path`` is given, a copy of the metrics log (``.jsonl``);
     ``out_path`` itself must end in ``.pt`` so that neither overwrites the weights.
+    The committed model's files (the default ``out_path``) are replaced only with
+    ``overwrite=True``. All files are written to temporaries first and renamed only once
+    every one is complete: a failure leaves none of them behind.
     """
     out_path = Path(out_path)
-    if out_path.suffix != ".pt":
-        raise ValueError(
-            f"out_path must end in '.pt' (a .json and .jsonl go beside it), got {str(out_path)!r}"
-        )
-    ckpt = load_checkpoint(ckpt_path)
-    if ckpt["format"] != CHECKPOINT_FORMAT:
-        raise ValueError(f"{ckpt_path} is already a weights file")
+    ckpt = check_exportable(ckpt_path, out_path, overwrite)
+    if log_path is not None and not Path(log_path).is_file():
+        raise FileNotFoundError(f"log_path {log_path}: no such file")
     half: dict[int, torch.Tensor] = {}  # data_ptr -> fp16 copy, so tied weights stay tied
     state = {}
     for k, v in ckpt["model"].items():
@@ -367,16 +450,25 @@ def export_weights(
         "val_loss": ckpt.get("val_loss"),
         "best_val_loss": ckpt.get("best_val_loss"),
     }
-    atomic_write(_with_checksum(weights), out_path)
     config = {
         "model_config": ckpt["model_config"],
         "train_config": ckpt["train_config"],
         "step": ckpt["step"],
         "val_loss": ckpt.get("val_loss"),
     }
-    out_path.with_suffix(".json").write_text(json.dumps(config, indent=2) + "\n")
+    texts = {out_path.with_suffix(".json"): json.dumps(json_safe(config), indent=2) + "\n"}
     if log_path is not None:
-        shutil.copyfile(log_path, out_path.with_suffix(".jsonl"))
+        texts[out_path.with_suffix(".jsonl")] = Path(log_path).read_text()
+    temporaries: dict[Path, Path] = {}
+    try:
+        for path, text in texts.items():
+            temporaries[path] = _write_text_temporary(path, text)
+        atomic_write(_with_checksum(weights), out_path)
+        for path, tmp in temporaries.items():
+            os.replace(tmp, path)
+    finally:
+        for tmp in temporaries.values():
+            tmp.unlink(missing_ok=True)
     return out_path
 
 
@@ -411,9 +503,23 @@ class MetricsLog:
         self.path = path
 
     def write(self, record: dict) -> None:
-        if self.path is not None:
-            with self.path.open("a") as f:
-                f.write(json.dumps(record) + "\n")
+        """Append ``record`` as one line (NaN and infinities as ``null``, strict JSON).
+
+        The line is written in one call; if that fails (disk full), the file is cut back
+        to its previous length, so a reader never meets half a line.
+        """
+        if self.path is None:
+            return
+        line = (json.dumps(json_safe(record), allow_nan=False) + "\n").encode()
+        with self.path.open("ab", buffering=0) as f:
+            start = f.seek(0, os.SEEK_END)
+            try:
+                view = memoryview(line)
+                while view:
+                    view = view[f.write(view) :]
+            except BaseException:
+                os.ftruncate(f.fileno(), start)
+                raise
 
 
 def read_log(which: str | Path = "cpu") -> list[dict]:

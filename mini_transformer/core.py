@@ -117,9 +117,12 @@ def train_step(
     ``model(x, y)`` must return ``(logits, loss)``. The steps: set ``lr`` on every
     parameter group, clear the gradients, forward (inside ``autocast()`` if given),
     backward, clip the global gradient norm to ``grad_clip`` (0: no clipping, and
-    ``grad_norm`` is ``None``), update. The returned tensors stay on the model's device
+    ``grad_norm`` is ``None``), update. ``lr`` and ``grad_clip`` must be finite numbers
+    >= 0 (a NaN would silently poison every weight). The returned tensors stay on the model's device
     (detached); reading them (``float(loss)``) is the caller's choice of when to wait.
     """
+    lr = check_float("lr", lr, low=0)  # a cheap check on Python floats, once per step
+    grad_clip = check_float("grad_clip", grad_clip, low=0)
     for group in optimizer.param_groups:
         group["lr"] = lr
     optimizer.zero_grad(set_to_none=True)

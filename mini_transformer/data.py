@@ -310,7 +310,13 @@ class CharTokenizer:
         ok = d.get("type") == "char" and isinstance(d.get("chars"), str)
         if not ok:
             raise ValueError(f"not a CharTokenizer description: {d!r:.80}")
-        return cls(d["chars"])
+        chars = d["chars"]
+        if list(chars) != sorted(set(chars)):  # rebuilding would re-sort: ids would shift
+            raise ValueError(
+                "a stored CharTokenizer's chars must be distinct and sorted (id i is chars[i]); "
+                f"got {chars!r:.80}, which would load with different ids"
+            )
+        return cls(chars)
 
     def save(self, path: str | Path) -> None:
         """Write :meth:`to_dict` as JSON."""

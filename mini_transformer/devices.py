@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from .checks import check_float
+
 __all__ = [
     "GPU_PEAK_FLOPS",
     "gpu_peak_flops",
@@ -111,9 +113,13 @@ def measure_matmul_flops(
 
 
 def peak_flops(device: torch.device, given: float | None = None) -> tuple[float | None, str]:
-    """Peak FLOP/s of one device for MFU, and where the number comes from."""
+    """Peak FLOP/s of one device for MFU, and where the number comes from.
+
+    ``given``: a known peak (a finite number > 0), used as it is; ``None`` looks it up or
+    measures it.
+    """
     if given is not None:
-        return float(given), "given"
+        return check_float("given", given, low=0, low_open=True), "given"
     if device.type == "cuda":
         return gpu_peak_flops(torch.cuda.get_device_name(device))
     return measure_matmul_flops(), (

@@ -132,6 +132,14 @@ class LabConfig:
                 f"offset must be < min_train_length={self.min_train_length} (the shortest "
                 f"training sequence must hold a target), got offset={self.offset}"
             )
+        shortest = {"copy_offset": self.offset + 1, "reverse": 2, "sort": 2, "order": 3}
+        need = shortest.get(self.task, 1)  # every length the sweep will build must be valid
+        lengths = [("min_train_length", self.min_train_length)]
+        lengths += [("eval_lengths", T) for T in self.eval_lengths]
+        for name, T in lengths:
+            if T < need:
+                hint = " (train_length // 2 unless given)" if name == "min_train_length" else ""
+                raise ValueError(f"{name} must be >= {need} for task {self.task!r}{hint}, got {T}")
         for scheme, lr in self.scheme_lr.items():
             check_choice("scheme_lr keys", scheme, POSITIONAL_SCHEMES)
             check_float(f"scheme_lr[{scheme!r}]", lr, low=0, low_open=True)

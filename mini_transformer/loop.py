@@ -33,6 +33,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from .checkpoints import MetricsLog, is_finite_state, load_checkpoint, save_checkpoint
+from .cli import open_temporary
 from .core import Schedule, StopFlag, TrainingDivergedError, stop_at_step_boundary, train_step
 from .data import CharTokenizer, get_batch, load_corpus
 from .devices import measure_matmul_flops, peak_flops, resolve_device, where_it_ran
@@ -236,7 +237,14 @@ def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
         (run.out_dir / "metrics.jsonl").unlink(missing_ok=True)
     model, cfg = run.model, run.cfg
     configs = {"model_config": model.config.to_dict(), "train_config": cfg.to_dict()}
-    (run.out_dir / "config.json").write_text(json.dumps(configs, indent=2))
+    config_path = run.out_dir / "config.json"
+    tmp, f = open_temporary(config_path)
+    try:
+        with f:
+            f.write(json.dumps(configs, indent=2))
+        os.replace(tmp, config_path)
+    finally:
+        tmp.unlink(missing_ok=True)
     run.log.write(
         {
             "event": "resume" if resume else "start",
@@ -342,21 +350,47 @@ def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
             "elapsed_s": run.elapsed(),
         }
     )
-    limit = DIVERGED_LOSS_FACTOR * math.log(model.config.vocab_size)
-    if not (math.isfinite(val_loss) and val_loss <= limit):
-        raise _diverged(run, "held-out loss", val_loss, run.step)
-    if not is_finite_state(model):
-        raise _diverged(run, "weights (some entries)", math.nan, run.step)
+    problem = _unsaveable(run, val_loss)
+    if problem is not None:
+        raise _diverged(run, *problem, run.step)
     run.val_loss = val_loss
     if val_loss < run.best_val:  # best.pt first: last.pt must never claim a better best
         run.best_val = val_loss
         _save(run, run.best_path)
-        tmp = run.last_path.with_name("last.pt.tmp")
-        shutil.copyfile(run.best_path, tmp)
-        os.replace(tmp, run.last_path)
+        _copy_atomically(run.best_path, run.last_path)
     else:
         _save(run, run.last_path)
     run.saved_step = run.step
+
+
+def _loss_limit(run: Run) -> float:
+    """The held-out loss above which the weights count as diverged: 2 ln V."""
+    return DIVERGED_LOSS_FACTOR * math.log(run.model.config.vocab_size)
+
+
+def _unsaveable(run: Run, val_loss: float) -> tuple[str, float] | None:
+    """Why the current weights must not be saved, as ``(what, value)``; ``None`` if they may.
+
+    The one test both saving paths (evaluation and Ctrl-C) apply: a finite held-out loss
+    no higher than :func:`_loss_limit`, and finite weights.
+    """
+    if not (math.isfinite(val_loss) and val_loss <= _loss_limit(run)):
+        return "held-out loss", val_loss
+    if not is_finite_state(run.model):
+        return "weights (some entries)", math.nan
+    return None
+
+
+def _copy_atomically(source: Path, path: Path) -> None:
+    """Copy ``source`` to ``path`` through a fresh ``path.tmp`` (never a symlink's target)."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp, f = open_temporary(path, "wb")
+        with f, source.open("rb") as src:
+            shutil.copyfileobj(src, f)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _save(run: Run, path: Path) -> None:
@@ -383,11 +417,33 @@ def _stop_requested(run: Run, stop: StopFlag) -> bool:
 
 
 def _save_on_interrupt(run: Run) -> None:
-    """At a step boundary after Ctrl-C: ``last.pt`` if the weights are good (rank 0)."""
+    """At a step boundary after Ctrl-C: ``last.pt`` if the weights pass the same test as at
+    an evaluation (a finite held-out loss within the limit, finite weights; rank 0).
+
+    The held-out loss is measured once more here (it costs one evaluation, on Ctrl-C only):
+    a run diverging between two evaluations must not leave its diverged weights as
+    ``last.pt`` for ``--resume`` to continue from. The evaluation draws from its own
+    generator, so a resumed run stays bit-identical.
+    """
     if run.rank != 0:
         return
-    if run.step == run.saved_step or not is_finite_state(run.model):
-        print(f"\ninterrupted at step {run.step}; kept {run.last_path}", file=sys.stderr)
+    kept = (
+        f"kept {run.last_path} (step {run.saved_step})"
+        if run.saved_step is not None
+        else "nothing was saved"
+    )
+    if run.step == run.saved_step:
+        print(f"\ninterrupted at step {run.step}; {kept}", file=sys.stderr)
+        return
+    val_loss = _estimate_loss(run, run.val_ids, _seed_for(run.cfg.seed, 2))
+    problem = _unsaveable(run, val_loss)
+    if problem is not None:
+        what, value = problem
+        print(
+            f"\ninterrupted at step {run.step}; not saved: the {what} is {value:.4g} "
+            f"(limit {_loss_limit(run):.3g}, a diverging run); {kept}",
+            file=sys.stderr,
+        )
         return
     _save(run, run.last_path)
     run.saved_step = run.step
@@ -418,6 +474,18 @@ def _loop(run: Run, resume: bool) -> None:
                 _evaluate_and_save(run, rate)
 
 
+def _remove_unfinished(out_dir: Path, created: bool) -> None:
+    """After a fresh run failed before its first checkpoint: its ``config.json`` and
+    ``metrics.jsonl`` go (they describe a run that left nothing), and the folder too if
+    this run created it and it is now empty."""
+    for name in ("config.json", "metrics.jsonl"):
+        with contextlib.suppress(OSError):
+            (out_dir / name).unlink(missing_ok=True)
+    if created:
+        with contextlib.suppress(OSError):
+            out_dir.rmdir()  # only if empty
+
+
 def train(
     cfg: TrainConfig,
     out_dir: str | Path,
@@ -445,17 +513,22 @@ def train(
     Raises:
         mini_transformer.core.TrainingDivergedError: the run diverged (nothing diverged was saved).
         KeyboardInterrupt: after saving ``last.pt`` at a step boundary.
+        OSError: a write failed (disk full); checkpoints already written stay intact, and a
+            fresh run that saved none leaves no ``config.json``/``metrics.jsonl`` behind.
     """
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     out_dir = Path(out_dir)
+    created = not out_dir.exists()
     rank, local_rank, world = _distributed()
     if world > 1 and not dist.is_initialized():
         backend = "nccl" if cfg.device != "cpu" and torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend)
+    run, started = None, False
     try:
         run = _prepare(cfg, out_dir, resume, overwrite, setup_hook, rank, local_rank, world)
         if rank == 0:
+            started = True  # from here on, config.json and metrics.jsonl are this run's
             _log_start(run, resume, argv)
         reason = "error"
         try:
@@ -479,6 +552,11 @@ def train(
                     "wall_time_s": run.elapsed(),
                 }
             )
+    except BaseException as err:
+        if started and not resume and not isinstance(err, TrainingDivergedError):
+            if run.saved_step is None:  # a fresh run that saved nothing
+                _remove_unfinished(out_dir, created)
+        raise
     finally:
         if world > 1 and dist.is_initialized():
             dist.destroy_process_group()

@@ -12,8 +12,10 @@ matplotlib is imported inside the functions that draw: the package itself does n
 
 from __future__ import annotations
 
+import html
 import os
 import random
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -82,8 +84,21 @@ def setup(seed: int = 0, threads: int = 1) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+#: The only markup a cell may carry (chapter 3 writes ``0.68<br><small>0.67–0.69</small>``).
+TABLE_TAGS = ("br", "small", "b", "i", "em", "strong", "sub", "sup", "code")
+_ALLOWED = re.compile(r"&lt;(/?(?:" + "|".join(TABLE_TAGS) + r"))&gt;")
+
+
+def _cell(value: object) -> str:
+    """``str(value)`` HTML-escaped, except the bare tags of :data:`TABLE_TAGS`."""
+    return _ALLOWED.sub(r"<\1>", html.escape(str(value), quote=False))
+
+
 def html_table(header: Sequence[object], rows: Sequence[Sequence[object]]) -> str:
-    """A small HTML table of ``header`` and ``rows`` (cells shown with ``str``).
+    """A small HTML table of ``header`` and ``rows`` (cells shown with ``str``, escaped).
+
+    Cell text is HTML-escaped (``<``, ``>``, ``&``), so a cell shows what it holds; only
+    the bare tags of :data:`TABLE_TAGS` (``<br>``, ``<small>``, ...) pass as markup.
 
     Chapters 1 and 3 show their result tables this way rather than as wide printed text:
     the book renders the HTML, and nbval compares it as text.
@@ -97,8 +112,8 @@ def html_table(header: Sequence[object], rows: Sequence[Sequence[object]]) -> st
     for i, row in enumerate(rows):
         if isinstance(row, str) or not isinstance(row, Sequence) or len(row) != len(header):
             raise ValueError(f"rows[{i}] must be a sequence of {len(header)} cells, got {row!r}")
-    head = "".join(f"<th>{h}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    head = "".join(f"<th>{_cell(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f'<table class="table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 

@@ -157,8 +157,13 @@ def autocast(precision: str, device: str | torch.device) -> contextlib.AbstractC
 def describe(precision: str, device: str | torch.device) -> str:
     """A line for the metrics log: what ran, and on a CPU which bf16 instructions it had.
 
-    E.g. ``"float32"``, ``"bfloat16 autocast (avx512_bf16)"``.
+    E.g. ``"float32"``, ``"bfloat16 autocast (avx512_bf16)"``. ``precision`` is a resolved
+    one (:func:`resolve_precision`): ``"fp32"`` or ``"bf16"``.
     """
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(
+            f"precision must be a resolved precision, 'fp32' or 'bf16', got {precision!r}"
+        )
     device = _device(device)
     if precision == "fp32":
         return "float32"

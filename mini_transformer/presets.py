@@ -137,9 +137,16 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:  # the cpu branch's message (its tests match it)
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if not isinstance(self.model, dict):
+            raise TypeError(f"model must be a dict of model settings, got {self.model!r:.80}")
         unknown = sorted(set(self.model) - set(MODEL_KEYS))
         if unknown:
             raise ValueError(f"unknown model settings {unknown}; known: {list(MODEL_KEYS)}")
+        try:  # the values too, here where they enter (vocab_size comes later, any will do;
+            # block_size, the one field without a default, may also come later)
+            TransformerConfig(vocab_size=2, **({"block_size": 8} | self.model))
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"model: {err}") from None
         for name in ("batch_size", "steps", "eval_interval", "eval_batches"):
             check_int(name, getattr(self, name), low=1)
         for name in ("warmup_steps", "seed"):
@@ -178,8 +185,14 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        """Inverse of :meth:`to_dict`; an unknown key is a ``ValueError`` (never dropped)."""
+        if not isinstance(d, dict):
+            raise TypeError(f"a TrainConfig description must be a dict, got {type(d).__name__}")
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(known), key=str)
+        if unknown:
+            raise ValueError(f"unknown train_config keys {unknown}; known: {known}")
+        return cls(**d)
 
 
 def get_preset(name: str, **overrides) -> TrainConfig:

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .additive import AdditiveAttention
+from .checks import check_float, check_int
 
 __all__ = ["SCORE_KINDS", "ScoreModel", "retrieval_batch", "train_scores"]
 
@@ -98,6 +99,9 @@ def train_scores(kind: str, d_k: int, lr: float, seed: int = 0, steps: int = 200
     ``init_score_std`` is the standard deviation of the scores at initialisation and
     ``init_max_weight`` the mean largest attention weight there (1/T = uniform, 1 = one-hot).
     """
+    lr = check_float("lr", lr, low=0, low_open=True)
+    seed = check_int("seed", seed, low=0)
+    steps = check_int("steps", steps, low=1)
     torch.manual_seed(seed)
     model = ScoreModel(kind, d_k)
     held_out = [retrieval_batch(torch.Generator().manual_seed(999 + i)) for i in range(4)]

@@ -19,11 +19,13 @@ Command line::
     python -m mini_transformer.train --preset gpu --out runs/gpu --compile # on a GPU
     python -m mini_transformer.train --out runs/cpu --resume --steps 3000  # continue
     python -m mini_transformer.train sample --ckpt gpu --prompt "ROMEO:"  # bundled model
-    python -m mini_transformer.train export --ckpt runs/cpu/best.pt        # -> assets/
+    python -m mini_transformer.train export --ckpt runs/cpu/best.pt --overwrite  # -> assets/
 
 Bad arguments exit with status 2 and a usage message before any work; a failure while
-running (disk full, unreadable file) exits with status 1 and a one-line message; Ctrl-C
-saves ``last.pt`` at the next step boundary and exits with 130.
+running (disk full, unreadable file, any error once training began) exits with status 1
+and a one-line message; Ctrl-C saves ``last.pt`` at the next step boundary (if its held-out
+loss is within the divergence limit) and exits with 130. ``export`` replaces the committed
+model's files only with ``--overwrite``.
 
 In Python (chapter 6)::
 
@@ -43,6 +45,7 @@ import torch
 from .checkpoints import (
     PRETRAINED,
     PRETRAINED_WEIGHTS,
+    check_exportable,
     config_diff,
     export_weights,
     load_checkpoint,
@@ -52,12 +55,19 @@ from .checkpoints import (
     read_log,
     save_checkpoint,
 )
-from .cli import check_output_dir, check_output_file, positive_float, positive_int, run_cli
+from .cli import (
+    check_output_dir,
+    check_output_file,
+    positive_float,
+    positive_int,
+    printable,
+    run_cli,
+)
 from .core import TrainingDivergedError
 from .devices import GPU_PEAK_FLOPS, measure_matmul_flops, peak_flops, resolve_device
-from .loop import _distributed, train
+from .loop import _check_out_dir, _distributed, train
 from .model import POSITIONAL_SCHEMES, TransformerLM, evaluate
-from .precision import PRECISIONS, physical_cores
+from .precision import PRECISIONS, physical_cores, resolve_precision
 from .presets import (
     COMPILE_MODES,
     MODEL_KEYS,
@@ -224,17 +234,24 @@ def _main_train(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     overrides = _overrides(args)
 
-    def body() -> int:
+    def check() -> TrainConfig:
+        """Everything the run would refuse, refused now (exit 2): nothing is written yet."""
         check_output_dir(args.out)
+        _check_out_dir(Path(args.out), args.resume, args.overwrite)
         if args.resume:
             cfg = _resume_config(parser, args, overrides)
         elif args.preset is None:
             raise ValueError("--preset is required (unless --resume)")
         else:
             cfg = get_preset(args.preset, **overrides)
+        device = resolve_device(cfg.device, _distributed()[1])
+        resolve_precision(cfg.precision, device, d_model=cfg.model_config(2).d_model)
         refusal = None if args.allow_cpu else gpu_preset_refusal(cfg)
         if refusal:
             raise ValueError(refusal)
+        return cfg
+
+    def work(cfg: TrainConfig) -> int:
         try:
             result = train(
                 cfg,
@@ -250,11 +267,11 @@ def _main_train(argv: list[str]) -> int:
             print(
                 f"done: step {result['step']}, val loss {result['val_loss']:.4f}, "
                 f"best {result['best_val_loss']:.4f}, {result['wall_time_s']:.0f} s; "
-                f"checkpoints in {args.out}"
+                + printable(f"checkpoints in {args.out}")
             )
         return 0
 
-    return run_cli(parser, body)
+    return run_cli(parser, check, work)
 
 
 def _main_sample(argv: list[str]) -> int:
@@ -269,16 +286,19 @@ def _main_sample(argv: list[str]) -> int:
     )
     p.add_argument("--prompt", default="\n", help="text to continue")
     p.add_argument("--tokens", type=positive_int, default=500, help="characters to generate")
-    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--temperature", type=positive_float, default=0.8)
     p.add_argument("--top-k", type=positive_int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
 
-    def body() -> int:
+    def check():
         resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
         model, tok, _ = load_model(pretrained_path(args.ckpt), args.device)
-        idx = tok.encode(args.prompt)[None, :].to(args.device)
+        return model, tok, tok.encode(args.prompt)[None, :].to(args.device)
+
+    def work(checked) -> int:
+        model, tok, idx = checked
         out = model.generate(
             idx,
             args.tokens,
@@ -286,10 +306,10 @@ def _main_sample(argv: list[str]) -> int:
             top_k=args.top_k,
             generator=torch.Generator().manual_seed(args.seed),
         )
-        print(tok.decode(out[0]))
+        print(printable(tok.decode(out[0])))
         return 0
 
-    return run_cli(p, body)
+    return run_cli(p, check, work)
 
 
 def _main_export(argv: list[str]) -> int:
@@ -298,18 +318,33 @@ def _main_export(argv: list[str]) -> int:
         description="Write a half-precision weights-only file.",
     )
     p.add_argument("--ckpt", required=True, help="a full checkpoint, e.g. runs/cpu/best.pt")
-    p.add_argument("--out", default=str(PRETRAINED_WEIGHTS), help="the weights file (.pt)")
-    p.add_argument("--log", help="metrics log to copy beside it (default: the run's)")
+    p.add_argument(
+        "--out",
+        default=str(PRETRAINED_WEIGHTS),
+        help="the weights file (.pt); the default, the committed cpu model, needs --overwrite",
+    )
+    p.add_argument("--log", help="metrics log to copy beside it (default: the run's, if any)")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace a committed model's files (--out)"
+    )
     args = p.parse_args(argv)
-    log = args.log or Path(args.ckpt).parent / "metrics.jsonl"
 
-    def body() -> int:
-        check_output_file(args.out)
-        path = export_weights(args.ckpt, args.out, log if Path(log).is_file() else None)
-        print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
+    def check() -> Path | None:
+        out = check_output_file(args.out, overwrite=args.overwrite)
+        for suffix in (".json", ".jsonl"):
+            check_output_file(out.with_suffix(suffix), overwrite=args.overwrite)
+        if args.log is not None and not Path(args.log).is_file():
+            raise FileNotFoundError(f"--log {args.log}: no such file")
+        check_exportable(args.ckpt, out)
+        log = Path(args.log) if args.log else Path(args.ckpt).parent / "metrics.jsonl"
+        return log if log.is_file() else None
+
+    def work(log: Path | None) -> int:
+        path = export_weights(args.ckpt, args.out, log, overwrite=args.overwrite)
+        print(printable(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)"))
         return 0
 
-    return run_cli(p, body)
+    return run_cli(p, check, work)
 
 
 def main(argv: list[str] | None = None) -> int:

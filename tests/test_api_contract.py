@@ -84,3 +84,20 @@ def test_a_new_module_defines_what_it_exports():
             obj = getattr(mod, name)
             if callable(obj) and hasattr(obj, "__module__") and not isinstance(obj, dict):
                 assert obj.__module__ == mod.__name__, (module, name)
+
+
+def test_the_package_exposes_its_contract_modules_and_the_cli_runs_without_a_warning():
+    import subprocess
+    import sys
+
+    import mini_transformer as mt
+
+    for name in ("attention", "data", "exercises", "layers", "model", "positional", "train"):
+        assert getattr(mt, name).__name__ == f"mini_transformer.{name}"
+    # Importing `train` in the package's __init__ would make runpy warn before every run.
+    run = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-m", "mini_transformer.train"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2 and "usage:" in run.stderr and "Warning" not in run.stderr

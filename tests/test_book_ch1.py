@@ -284,10 +284,7 @@ def _score(encode):
         "bounded": b["max_abs"] <= 2 * a["max_abs"],
         "equal norm": max(a["norm_spread"], b["norm_spread"]) < TOL,
         "equal step": max(a["neighbour_distance_spread"], b["neighbour_distance_spread"]) < TOL,
-        "same step": all(
-            abs(a[k] - b[k]) < TOL for k in ("neighbour_distance_min", "neighbour_distance_max")
-        ),
-        "extends": np.array_equal(pe_l[:SHORT], pe_s) and extends,
+        "length-independent": np.array_equal(pe_l[:SHORT], pe_s) and extends,
         "relative": _shift_residual(pe_l) < TOL,
         "d_model dims": a["dim"] == D,
     }, (a, b)
@@ -301,10 +298,11 @@ ENCODINGS = {
 }
 EXPECTED_FAILURES = {
     "index": {"bounded", "equal norm", "relative", "d_model dims"},
-    "pos/N": {"equal norm", "same step", "extends", "relative", "d_model dims"},
-    "binary": {"unique", "equal norm", "equal step", "same step", "relative", "d_model dims"},
+    "pos/N": {"equal norm", "length-independent", "relative", "d_model dims"},
+    "binary": {"unique", "equal norm", "equal step", "relative", "d_model dims"},
     "sinusoidal": set(),
-    "learned": {"equal norm", "equal step", "same step", "extends", "relative"},
+    # at random initialisation; four of the seven requirements, as the chapter says
+    "learned": {"equal norm", "equal step", "length-independent", "relative"},
 }
 
 

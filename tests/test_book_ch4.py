@@ -145,5 +145,5 @@ def test_benchmark_h100_peak_memory_as_quoted(benches):
     assert row["peak_mib"]["scratch"] > 10 * row["peak_mib"]["fused"]
     assert round(row["peak_mib"]["scratch"] / 1024, 1) == 16.2
     assert round(row["peak_mib"]["fused"]) == 646
-    # provenance as the chapter states it: torch 2.11 and no where_it_ran record
+    # provenance as the stored run records it (printed by the chapter): torch 2.11, no where_it_ran
     assert h100["torch"].startswith("2.11") and "where_it_ran" not in h100

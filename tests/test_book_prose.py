@@ -11,7 +11,8 @@ The rules (documented for authors in the README's contributor part):
 - A number is a token like ``0.954``, ``1,024``, ``95.4%``, ``3e-4`` or ``10000``. Skipped:
   code spans and fences, link targets, MyST roles and directive lines, HTML comments, heading
   numbers, integers below 10, numbers that follow a reference word (section, chapter,
-  exercise, table, figure, eq., ``§``) or belong to a word (``d2l``, ``float16``, ``L2``).
+  exercise, table, figure, eq., ``§``) or belong to a word or a name (``d2l``, ``float16``,
+  ``L2``, ``WikiText-103``).
   Inside ``$...$`` math only numbers with a decimal point are checked (an integer in a
   formula is part of the formula).
 - It is held when some number in the chapter's text outputs (stdout, ``text/plain``,
@@ -36,23 +37,41 @@ CHAPTERS = sorted(ROOT.glob("book/[0-9][0-9]_*.ipynb"))
 LISTS = Path(__file__).resolve().parent / "prose_numbers"
 
 NUMBER = re.compile(
-    r"(?<![\w.,])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?:\s?[eE]([-+−]?\d+)|\s?[×x]\s?10\^\{?([-−]?\d+)\}?)?(\s?%)?(?![\w])"
+    r"(?<![\w.,])(?<!\w-)(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?:\s?[eE]([-+−]?\d+)|\s?[×x]\s?10\^\{?([-−]?\d+)\}?)?(\s?%)?(?![\w])"
 )
 REFERENCE = re.compile(
     r"(?:§|\b(?:[Ss]ections?|[Cc]hapters?|[Ee]xercises?|[Tt]ables?|[Ff]ig(?:ure)?s?\.?|[Ee]q(?:uation)?s?\.?|[Aa]ppendix|[Ss]teps?|[Cc]ells?|[Rr]ows?|[Ll]ines?|[Pp]ages?|pp?\.))\s*\(?$"
 )
 
 
+FENCE = re.compile(r"^\s*(`{3,}|:{3,})\s*(.*)$")
+PROSE_DIRECTIVES = ("{dropdown", "{admonition", "{note", "{tip", "{warning", "{important")
+
+
+def _drop_code_fences(text: str) -> str:
+    """Drop code and math fences; keep the prose inside dropdowns and admonitions.
+
+    A fence line opens a block unless it closes the innermost open one (same fence, nothing
+    after it); a block that is not a prose directive (code, ``{math}``, ``{code-cell}``) is
+    dropped with its fences, a prose directive keeps its content.
+    """
+    kept, stack = [], []  # stack of (fence, keep content?)
+    for line in text.splitlines():
+        m = FENCE.match(line)
+        if m and stack and m.group(1) == stack[-1][0] and not m.group(2).strip():
+            stack.pop()
+            continue
+        if m and not (stack and not stack[-1][1]):  # no fences inside a code block
+            stack.append((m.group(1), m.group(2).startswith(PROSE_DIRECTIVES)))
+            continue
+        if all(keep for _, keep in stack):
+            kept.append(line)
+    return "\n".join(kept)
+
+
 def _prose_parts(markdown: str) -> list[tuple[str, bool]]:
     """``(text, in_math)`` pieces of a markdown cell, with what the rules skip removed."""
-    text = re.sub(r"<!--.*?-->", " ", markdown, flags=re.S)
-    text = re.sub(
-        r"^(`{3,}|:{3,})\s*(?!\{dropdown|\{admonition|\{note|\{tip|\{warning)[^\n]*\n.*?^\1\s*$",
-        " ",
-        text,
-        flags=re.S | re.M,
-    )  # fences  # noqa: E501
-    text = re.sub(r"^\s*(`{3,}|:{3,}).*$", " ", text, flags=re.M)  # directive lines
+    text = _drop_code_fences(re.sub(r"<!--.*?-->", " ", markdown, flags=re.S))
     text = re.sub(r"^\s*:\w[\w-]*:.*$", " ", text, flags=re.M)  # directive options
     text = re.sub(r"\{[\w:-]+\}`[^`]*`", " ", text)  # roles: {cite}`...`, {ref}`...`
     text = re.sub(r"`[^`\n]*`", " ", text)  # code spans
@@ -182,11 +201,17 @@ def test_the_extractor_reads_numbers_as_a_reader_does():
     md = (
         "## 2.5 Proofs\nThe norm is 1.7321 and 95.4% agree; see §2.5 and Exercise 4.1. "
         "In $d=512$ the value $0.9600$ holds; `lr=3e-4` is code; lr 3e-4 is not; 1,024 tokens; "
-        "float16 and d2l are words; {cite}`vaswani2017` is a role; [x](http://a.b/1.5)."
+        "float16, d2l and WikiText-103 are words; {cite}`vaswani2017` is a role; [x](http://a.b/1.5)."
     )
     got = [(w, round(v, 12)) for w, v, _ in prose_numbers(md)]
     assert got == [("1.7321", 1.7321), ("95.4%", 0.954), ("0.9600", 0.96), ("3e-4", 0.0003),
                    ("1,024", 1024.0)]  # fmt: skip
+
+
+def test_prose_inside_a_dropdown_is_read_and_code_fences_are_not():
+    md = "```{dropdown} An aside\nThe aside says 0.25.\n```\nThen 0.5.\n"
+    md += "```python\nx = 0.75\n```\n1.25"
+    assert [w for w, _, _ in prose_numbers(md)] == ["0.25", "0.5", "1.25"]
 
 
 def test_a_number_is_held_only_at_the_precision_the_prose_writes():

@@ -611,6 +611,28 @@ CASES = {
             ),
         },
     ),
+    # chapter 6's exercises added with its rewrite (more wrong answers: test_exercises_ch6.py)
+    "grad-clip": (
+        lambda gs, c: (lambda n: ([g * min(1.0, c / n) for g in gs], n))(
+            math.sqrt(sum(float((g**2).sum()) for g in gs))
+        ),
+        {
+            "per-tensor clipping": (
+                lambda gs, c: (
+                    [g * min(1.0, c / float(g.norm())) for g in gs],
+                    math.sqrt(sum(float((g**2).sum()) for g in gs)),
+                ),
+                "its own norm",
+            ),
+            "norm after clipping": (
+                lambda gs, c: (lambda n: ([g * min(1.0, c / n) for g in gs], min(n, c)))(
+                    math.sqrt(sum(float((g**2).sum()) for g in gs))
+                ),
+                "after clipping",
+            ),
+        },
+    ),
+    "se-prediction": (4, {"1/n": (2, "1 / sqrt(n)"), "a quarter": (16, "a quarter")}),
     "param-count": (
         param_count,
         {

@@ -20,6 +20,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from mini_transformer import train as T
+from mini_transformer.checkpoints import checksum
 from mini_transformer.model import TransformerConfig, TransformerLM
 
 torch.set_num_threads(1)
@@ -199,12 +200,12 @@ def test_a_checkpoint_declaring_a_huge_config_is_refused_before_allocation(tmp_p
     path = T.save_checkpoint(tmp_path / "c.pt", _small_model())
     raw = torch.load(path, weights_only=True)
     raw["model_config"] |= {"positional": "alibi", "block_size": 10**6}  # 16 TB of ALiBi table
-    raw.pop("checksum")
-    raw["version"] = 1  # an old file: no checksum to stop it first
+    raw["checksum"] = checksum(raw)  # a consistent file: the checksum does not stop it
     torch.save(raw, path)
     with pytest.raises(ValueError, match=r"needs \d+\.\d GiB of tables"):
         T.load_model(path)
     raw["model_config"] |= {"positional": "rope", "block_size": 8, "d_model": 4096}
+    raw["checksum"] = checksum(raw)
     torch.save(raw, path)
     with pytest.raises(ValueError, match="tok_emb.weight should have shape"):
         T.load_model(path)
@@ -224,11 +225,11 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypat
     path = T.save_checkpoint(tmp_path / "c.pt", _small_model(), step=1)
 
     def full_disk(obj, f, *args, **kwargs):
-        open(f, "wb").write(b"partial")
-        raise OSError(28, "No space left on device")
+        f.write(b"partial")  # what torch reports when the disk fills up:
+        raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
 
     monkeypatch.setattr(torch, "save", full_disk)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OSError, match="could not write .*file write failed"):
         T.save_checkpoint(path, _small_model(), step=2)
     monkeypatch.undo()
     assert T.load_checkpoint(path)["step"] == 1 and not (tmp_path / "c.pt.tmp").exists()
@@ -250,3 +251,79 @@ def test_a_flipped_bit_in_a_committed_model_is_detected(tmp_path, monkeypatch):
     monkeypatch.setitem(checkpoints.PRETRAINED, "cpu", copy)
     with pytest.raises(ValueError, match="corrupt: the committed 'cpu' model's file"):
         T.load_pretrained("cpu")
+
+
+# ------------------------------------------------------------------ issue 26
+
+
+def test_ctrl_c_during_a_diverging_run_keeps_the_last_good_checkpoint(tmp_path, capsys):
+    """Issue 26.1: the interrupt path saved weights whose held-out loss was far above the
+    limit (finite, so the old finiteness check let them through)."""
+
+    def wreck_then_interrupt(model):
+        calls = {"n": 0}
+
+        def post(opt, args, kwargs):
+            calls["n"] += 1
+            if calls["n"] == 6:  # during step 5: finite weights, a held-out loss of hundreds
+                with torch.no_grad():
+                    model.lm_head.weight.mul_(1e4)
+                signal.raise_signal(signal.SIGINT)
+
+        handles.append(register_optimizer_step_post_hook(post))
+
+    handles = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            T.train(tiny(steps=20, eval_interval=4), tmp_path, setup_hook=wreck_then_interrupt)
+    finally:
+        for h in handles:
+            h.remove()
+    last = T.load_checkpoint(tmp_path / "last.pt")
+    assert last["step"] == 4 and last["val_loss"] < math.log(84) + 0.1
+    err = capsys.readouterr().err
+    assert "interrupted at step 6" in err and "not saved" in err and "held-out loss" in err
+
+
+def _raw_checkpoint(tmp_path, **items):
+    """A file in the checkpoint format holding ``items`` and a (wrong) checksum string."""
+    path = tmp_path / "odd.pt"
+    head = {"format": "mini_transformer.checkpoint", "version": 2, "checksum": "0"}
+    torch.save(head | items, path)
+    return path
+
+
+def test_a_stride_0_tensor_is_refused_before_it_is_expanded(tmp_path):
+    """Issue 26.3: 4 bytes stored as a view of 2e9 elements made the checksum allocate 8 GB."""
+    import resource
+
+    path = _raw_checkpoint(tmp_path, model={"w": torch.zeros(1).expand(2 * 10**9)})
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ValueError, match=r"model\['w'\].*2000000000 elements.*4 bytes"):
+        T.load_checkpoint(path)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 * 1024  # KiB
+
+
+def test_a_deeply_nested_value_is_refused_with_a_value_error(tmp_path):
+    import sys
+
+    nested: list = []
+    for _ in range(5000):
+        nested = [nested]
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20000)  # torch.save itself recurses
+    try:
+        path = _raw_checkpoint(tmp_path, extra=nested)
+    finally:
+        sys.setrecursionlimit(limit)
+    with pytest.raises(ValueError, match="nested deeper than 32"):
+        T.load_checkpoint(path)
+
+
+def test_a_refused_run_leaves_the_existing_run_untouched(tmp_path):
+    """The clean-up of a fresh run that saved nothing must not touch a run it refused."""
+    T.train(tiny(steps=1, eval_interval=1), tmp_path)
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(ValueError, match="already holds a checkpoint"):
+        T.train(tiny(steps=1, eval_interval=1), tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files

@@ -48,6 +48,7 @@ from mini_transformer.cli import (
     non_negative_int,
     positive_float,
     positive_int,
+    printable,
     run_cli,
     write_json,
 )
@@ -199,6 +200,21 @@ def _shared(part: dict) -> dict:
     return {k: part[k] for k in keys} | {"config": config}
 
 
+#: What a result of this tool holds, and a part given to :func:`merge_results` must.
+LAB_RESULT_KEYS = (
+    "config",
+    "seeds",
+    "steps",
+    "eval_lengths",
+    "torch_version",
+    "schemes",
+    "results",
+    "learned_embedding",
+    "command",
+    "wall_time_s",
+)
+
+
 def merge_results(parts: list[dict]) -> dict:
     """Merge lab results that ran the same configuration on disjoint sets of schemes.
 
@@ -210,11 +226,21 @@ def merge_results(parts: list[dict]) -> dict:
     """
     if not parts:
         raise ValueError("parts must hold at least one lab result, got none")
+    for i, part in enumerate(parts):
+        missing = [k for k in LAB_RESULT_KEYS if not isinstance(part, dict) or k not in part]
+        if missing or not isinstance(part["config"], dict) or not isinstance(part["results"], dict):
+            raise ValueError(
+                f"parts[{i}] is not a lab result (a file this tool wrote): it lacks "
+                f"{', '.join(missing) or 'a config and results dict'}"
+            )
     base = parts[0]
     for part in parts[1:]:
         for key, value in _shared(part).items():
             if value != _shared(base)[key]:
                 raise ValueError(f"cannot merge lab results that differ in {key!r}")
+    for i, part in enumerate(parts):
+        if set(part["schemes"]) - set(part["results"]):
+            raise ValueError(f"parts[{i}] lists schemes it holds no results for")
     seen = [s for part in parts for s in part["schemes"]]
     if len(seen) != len(set(seen)):
         raise ValueError(f"parts must hold disjoint schemes, got {seen}")
@@ -262,6 +288,7 @@ def parser() -> argparse.ArgumentParser:
     """The tool's arguments (also used by the tests to parse the commands stored in JSON)."""
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     p.add_argument("--out", default=None, help="write the JSON results here (default: print only)")
+    p.add_argument("--overwrite", action="store_true", help="--out may be a committed result")
     p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=positive_int, default=LabConfig.steps)
     p.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=SCHEMES)
@@ -327,8 +354,8 @@ def _merge(args: argparse.Namespace, command: str) -> dict:
     return result
 
 
-def _sweep(args: argparse.Namespace, command: str) -> dict:
-    cfg = LabConfig(
+def _config(args: argparse.Namespace) -> LabConfig:
+    return LabConfig(
         task=args.task,
         vocab_size=args.vocab_size,
         offset=args.offset,
@@ -340,6 +367,9 @@ def _sweep(args: argparse.Namespace, command: str) -> dict:
         scheme_lr=dict(args.scheme_lr),
         eval_lengths=args.eval_lengths,
     )
+
+
+def _sweep(args: argparse.Namespace, cfg: LabConfig, command: str) -> dict:
     torch.set_num_threads(args.threads)
     head = {"command": command}
     save = (lambda partial: write_json(head | partial, args.out)) if args.out else None
@@ -352,25 +382,31 @@ def _sweep(args: argparse.Namespace, command: str) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     """Run the sweep (or ``--merge`` parts) and write ``--out``; return the result.
 
-    Every argument and ``--out`` are checked before any training; the JSON is rewritten
-    after every run (``"complete": false`` until the end).
+    Every argument and ``--out`` are checked before any training (exit 2 with usage; a
+    committed result only with ``--overwrite``); a failure once training began exits
+    with 1. The JSON is rewritten after every run (``"complete": false`` until the end).
     """
     p = parser()
     args = p.parse_args(argv)
     command = command_line(PROG, argv)
 
-    def body() -> dict:
+    def check():
         if args.out:
-            check_output_file(args.out)
+            check_output_file(args.out, overwrite=args.overwrite)
         if args.attach and not args.merge:
             raise ValueError("--attach only works together with --merge")
-        result = _merge(args, command) if args.merge else _sweep(args, command)
+        if args.merge:  # reading and merging the parts is the check; nothing runs
+            return _merge(args, command)
+        return _config(args)
+
+    def work(checked) -> dict:
+        result = checked if args.merge else _sweep(args, checked, command)
         if args.out:
             write_json(result, args.out)
-            print(f"wrote {args.out} ({result['wall_time_s']} s)")
+            print(printable(f"wrote {args.out} ({result['wall_time_s']} s)"))
         return result
 
-    return run_cli(p, body)
+    return run_cli(p, check, work)
 
 
 if __name__ == "__main__":

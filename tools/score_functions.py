@@ -10,8 +10,8 @@ and ``--out`` checked before any training, the JSON rewritten after every run
 
 Usage::
 
-    python tools/score_functions.py [--out FILE] [--d-ks 4 16 64 256 1024] [--lrs 1e-3 1e-2]
-                                    [--seeds 0 1 2] [--steps 200]
+    python tools/score_functions.py --out FILE [--overwrite] [--d-ks 4 16 64 256 1024]
+                                    [--lrs 1e-3 1e-2] [--seeds 0 1 2] [--steps 200]
 
 The committed result (90 runs, 29 minutes of wall time on a 2-core machine shared with
 other jobs, one thread)::
@@ -19,7 +19,8 @@ other jobs, one thread)::
     python tools/score_functions.py --out mini_transformer/results/04_score_functions.json
 
 (the command is stored in the file; it ran as ``python -m mini_transformer.scoring`` with
-the same flags before the command line moved here on 2026-11-23).
+the same flags before the command line moved here on 2026-11-23). Rerunning it over the
+committed file needs ``--overwrite``; without it the tool exits with status 2.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def parser() -> argparse.ArgumentParser:
     """The tool's arguments (also used by the tests to parse the command stored in JSON)."""
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
+    p.add_argument("--overwrite", action="store_true", help="--out may be a committed result")
     p.add_argument("--d-ks", type=positive_int, nargs="+", default=[4, 16, 64, 256, 1024])
     p.add_argument("--lrs", type=positive_float, nargs="+", default=[1e-3, 1e-2])
     p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
@@ -110,6 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
         args.out,
         command_line(PROG, argv),
         lambda save: run_sweep(args.d_ks, args.lrs, args.seeds, args.steps, on_progress=save),
+        overwrite=args.overwrite,
     )
 
 

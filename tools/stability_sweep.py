@@ -10,8 +10,8 @@ usage message for bad input, 1 for a failure while running, 130 for Ctrl-C.
 
 Usage::
 
-    python tools/stability_sweep.py [--out FILE] [--steps 300] [--lrs 1e-3 3e-3 1e-2 3e-2]
-                                    [--warmups 0 100] [--seeds 0 1 2]
+    python tools/stability_sweep.py --out FILE [--overwrite] [--steps 300]
+                                    [--lrs 1e-3 3e-3 1e-2 3e-2] [--warmups 0 100] [--seeds 0 1 2]
 
 The committed results (48 training runs each, one CPU thread; ten minutes and 54 minutes of
 wall time on a 2-core machine shared with other jobs)::
@@ -21,7 +21,8 @@ wall time on a 2-core machine shared with other jobs)::
         --out mini_transformer/results/05_stability_600.json
 
 (the commands are stored in the files; they ran as ``python -m mini_transformer.stability``
-with the same flags before the command line moved here on 2026-11-23).
+with the same flags before the command line moved here on 2026-11-23). Rerunning one over
+its committed file needs ``--overwrite``; without it the tool exits with status 2.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ def parser() -> argparse.ArgumentParser:
     """The tool's arguments (also used by the tests to parse the commands stored in JSON)."""
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
+    p.add_argument("--overwrite", action="store_true", help="--out may be a committed result")
     p.add_argument("--steps", type=positive_int, default=300)
     p.add_argument("--lrs", type=positive_float, nargs="+", default=[1e-3, 3e-3, 1e-2, 3e-2])
     p.add_argument("--warmups", type=non_negative_int, nargs="+", default=[0, 100])
@@ -193,6 +195,7 @@ def main(argv: list[str] | None = None) -> dict:
             seeds=tuple(args.seeds),
             on_progress=save,
         ),
+        overwrite=args.overwrite,
     )
 
 

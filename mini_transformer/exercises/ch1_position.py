@@ -210,7 +210,8 @@ def scalar_readout_accuracy(n_positions: int) -> float:
 
     Only channel 0 differs between the codes, so the other channels cancel in the
     comparison. Codes sit ``1/N`` apart: an inner position is read right when its noise
-    is within ``1/(2N)`` of zero, the two end positions when the noise points inwards.
+    is within ``1/(2N)`` of zero, the two end positions unless the noise carries them more
+    than ``1/(2N)`` towards their only neighbour.
 
     >>> round(scalar_readout_accuracy(10), 3)
     0.136
@@ -239,8 +240,8 @@ def scalar_readout_accuracy(n_positions: int) -> float:
         "the codes differ only in channel 0, so the other 4095 channels add the same noise to "
         "every candidate's distance and cancel: d_model does not matter. The 20 codes sit "
         "1/20 apart; an inner position is read right when its N(0, 1) noise is within 1/40 "
-        "of zero (2.0 % of the time), each end position when the noise points inwards "
-        "(51 %): (18 x 0.020 + 2 x 0.510) / 20 = 0.069."
+        "of zero (2.0 % of the time), each end position unless its noise carries it more than "
+        "1/40 towards its only neighbour (51 %): (18 x 0.020 + 2 x 0.510) / 20 = 0.069."
     ),
 )
 def _scalar_readout() -> float:

@@ -1,5 +1,6 @@
 """Chapter 6's exercises (training): the learning-rate schedule, perplexity, parameter
-count, training FLOPs, top-k filtering.
+count, training FLOPs, top-k filtering, global-norm clipping and a checked prediction about
+the standard error of a sampled held-out loss.
 
 One block per exercise: the reference (written from the formula, independently of
 the package's modules), its random inputs, edge cases and named mistakes. Importing
@@ -76,8 +77,11 @@ def _ppl_inputs(rng: np.random.Generator) -> tuple:
     )
 
 
-def _naive_ppl(z, t, per_token=False, no_exp=False, stable=False):
-    p = z.double().softmax(-1) if stable else z.exp() / z.exp().sum(-1, keepdim=True)
+def _naive_ppl(z, t, per_token=False, no_exp=False, stable=False, log_of_softmax=False):
+    if log_of_softmax:  # softmax in the logits' own dtype, then log: exp(-200) is 0 in float32
+        p = z.softmax(-1).double()
+    else:
+        p = z.double().softmax(-1) if stable else z.exp() / z.exp().sum(-1, keepdim=True)
     nll = -p.gather(-1, t[..., None]).squeeze(-1).log()
     if no_exp:
         return float(nll.mean())
@@ -99,8 +103,18 @@ def _naive_ppl(z, t, per_token=False, no_exp=False, stable=False):
             torch.tensor([[1]]),
         ),
         "one class": (torch.zeros(1, 3, 1), torch.zeros(1, 3, dtype=torch.long)),
+        # m11 of the 2026-11-24 review: a target 200 below its row's maximum. The stable
+        # answer is finite (mean NLL ~ 200 / 4 = 50); softmax-then-log gives log(0) = -inf.
+        "a float32 target 200 below the maximum logit (softmax underflows to 0)": (
+            torch.tensor(
+                [[[0.0, -200.0, -1.0], [3.0, 0.0, 1.0], [0.5, 0.0, 0.2], [0.0, 0.0, 0.0]]]
+            ),
+            torch.tensor([[1, 0, 0, 2]]),
+        ),
     },
     mistakes={
+        "log of the softmax (a probability that underflows to 0 gives log 0 = -inf); "
+        "use logits - logsumexp(logits)": lambda z, t: _naive_ppl(z, t, log_of_softmax=True),
         "exp without subtracting the maximum (overflows or underflows in float32)": _naive_ppl,
         "2 ** loss with the loss in nats: mixing the bases (e ** nats = 2 ** bits)": lambda z, t: (
             2.0 ** _naive_ppl(z, t, no_exp=True, stable=True)
@@ -243,3 +257,116 @@ def _top_k(logits, k):
         kth = sorted(row.tolist(), reverse=True)[min(k, len(row)) - 1]  # k-th largest value
         row[row < kth] = float("-inf")
     return out
+
+
+def _clip_inputs(rng: np.random.Generator) -> tuple:
+    shapes = [
+        tuple(int(n) for n in rng.integers(1, 5, size=rng.integers(1, 3)))
+        for _ in range(int(rng.integers(1, 4)))
+    ]
+    scale = float(10 ** rng.uniform(-1, 1))
+    return [random_tensor(rng, *s, scale=scale) for s in shapes], float(rng.uniform(0.5, 3.0))
+
+
+def _clip(grads, max_norm, per_tensor=False, norm_after=False, always=False):
+    if per_tensor:
+        out = [
+            g * min(1.0, max_norm / float(g.norm())) if float(g.norm()) > 0 else g.clone()
+            for g in grads
+        ]
+        total = math.sqrt(sum(float(g.norm()) ** 2 for g in grads))
+        return out, total
+    total = math.sqrt(sum(float((g.double() ** 2).sum()) for g in grads))
+    factor = max_norm / total if (always or total > max_norm) else 1.0
+    out = [g * factor for g in grads]
+    return out, (min(total, max_norm) if norm_after else total)
+
+
+class _Clipped(tuple):
+    """The reference's (clipped, norm), carrying its inputs so a mismatch can be named."""
+
+    grads: list
+    max_norm: float
+
+
+_CLIP_MISTAKES = {
+    "each tensor clipped by its own norm, not by the global norm": dict(per_tensor=True),
+    "the norm returned after clipping, not before (clip_grad_norm_ returns it before)": dict(
+        norm_after=True
+    ),
+    "gradients scaled up to max_norm when their norm is below it": dict(always=True),
+}
+
+
+def _clip_diff(expected, got) -> str | None:
+    if not (isinstance(got, (tuple, list)) and len(got) == 2):
+        return f"expected an answer (clipped_grads, norm_before), got {type(got).__name__}"
+    grads, norm = got
+    if not isinstance(grads, (list, tuple)) or len(grads) != len(expected[0]):
+        return f"expected a list of {len(expected[0])} clipped gradients as the first item"
+    for i, (e, g) in enumerate(zip(expected[0], grads, strict=True)):
+        msg = close(rtol=1e-9, atol=1e-12)(e, g)
+        if msg is not None:
+            return f"gradient {i}: {msg}"
+    msg = close(rtol=1e-9, atol=1e-12)(expected[1], norm)
+    return None if msg is None else f"the norm: {msg}"
+
+
+def _compare_clip(expected, got) -> str | None:
+    msg = _clip_diff(expected, got)
+    if msg is None or not isinstance(expected, _Clipped):
+        return msg
+    for mistake, how in _CLIP_MISTAKES.items():
+        if _clip_diff(_clip(expected.grads, expected.max_norm, **how), got) is None:
+            return f"{msg}; this looks like: {mistake}"
+    return msg
+
+
+@exercise(
+    "grad-clip",
+    "f(grads, max_norm) for a list of gradient tensors -> (clipped, norm): if the global norm "
+    "sqrt(sum of all squared entries) exceeds max_norm, every gradient is scaled by max_norm / "
+    "norm; otherwise they are returned unchanged. norm is the global norm before clipping.",
+    inputs=_clip_inputs,
+    edge_cases={
+        "norm below the threshold (nothing changes)": (
+            [torch.tensor([0.3, 0.4], dtype=torch.float64)],
+            1.0,
+        ),
+        "two tensors, each under the threshold, together over it": (
+            [
+                torch.tensor([0.6, 0.0], dtype=torch.float64),
+                torch.tensor([[0.0], [0.8]], dtype=torch.float64),
+            ],
+            0.9,
+        ),
+    },
+    compare=_compare_clip,
+)
+def _grad_clip(grads, max_norm):
+    total = math.sqrt(sum(float(v) ** 2 for g in grads for v in g.flatten()))
+    factor = max_norm / total if total > max_norm else 1.0
+    out = _Clipped(([g * factor for g in grads], total))
+    out.grads, out.max_norm = [g.clone() for g in grads], max_norm
+    return out
+
+
+@exercise(
+    "se-prediction",
+    "Predict, before running anything: the held-out loss is estimated from n random windows, "
+    "with a standard error s. By what whole factor must n grow for the standard error to "
+    "fall to s / 2?",
+    mistakes={
+        "2: as if the standard error fell like 1 / n, not 1 / sqrt(n)": 2,
+        "16: the factor for a quarter of the error, not a half": 16,
+    },
+    compare=exact_int,
+    explanation=(
+        "The mean of n independent windows has standard error sigma / sqrt(n), sigma the spread "
+        "of one window's loss: halving it needs sqrt(n) to double, so 4 times the windows "
+        "(16,384 -> 65,536 characters). 2 would be right for an error falling like 1 / n. The "
+        "whole held-out text has no sampling error at all, which is why section 6.5 reports it."
+    ),
+)
+def _se_prediction():
+    return 4

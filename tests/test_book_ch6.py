@@ -1,0 +1,235 @@
+"""Chapter 6's checks moved out of the reader's way (2026-11-25).
+
+Three kinds: regression pins of committed data (the corpus, the two committed logs and
+models, the presets the text quotes); the side analyses the chapter now folds into one
+sentence (the line-length comparison of the sample, the streak cut-off sweep of the attention
+maps); and the chapter's open training loop against the package's loop on a second
+configuration (bf16 autocast, a short schedule). Everything is computed from the package
+(``train.read_log``, ``train.load_model``, ``data.load_corpus``), never copied from the notebook.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tempfile
+
+import numpy as np
+import pytest
+import torch
+
+from mini_transformer import data, train
+from mini_transformer.model import TransformerLM
+
+LINE = "To be, or not to be,--that is the question:--"
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    tok = data.CharTokenizer.from_corpus()
+    train_text, val_text = data.load_corpus("train"), data.load_corpus("val")
+    return tok, train_text, val_text, tok.encode(train_text), tok.encode(val_text)
+
+
+@pytest.fixture(scope="module")
+def cpu_model():
+    torch.set_num_threads(1)
+    lm, _, weights_file = train.load_model(train.PRETRAINED["cpu"])
+    return lm, weights_file
+
+
+# ---------------------------------------------------------------- pins of committed data
+
+
+def test_corpus_split_as_the_chapter_quotes_it(corpus):
+    tok, _, _, train_ids, val_ids = corpus
+    works = data.load_works()
+    total = sum(len(t) for t in works.values())
+    held = sum(len(works[t]) for t in data.VAL_WORKS)
+    assert len(works) == 42 and total == 5_057_198
+    assert held == 490_684 and round(held / total, 3) == 0.097
+    assert len(val_ids) == 490_690 and len(train_ids) == 4_566_588
+    assert tok.vocab_size == 84
+
+
+def test_tokenizer_ids_of_the_hamlet_line(corpus):
+    tok = corpus[0]
+    ids = tok.encode(LINE).tolist()
+    assert ids[:6] == [46, 70, 1, 57, 60, 9] and len(ids) == len(LINE)
+
+
+def test_unigram_baseline_of_the_held_out_text(corpus):
+    tok, _, _, train_ids, val_ids = corpus
+    freq = torch.bincount(train_ids, minlength=tok.vocab_size).double() / len(train_ids)
+    unigram = float(-torch.log(freq[val_ids]).mean())
+    assert round(unigram, 2) == 3.32  # pins the corpus, not the model
+
+
+def test_cpu_log_and_checkpoint():
+    log = train.read_log("cpu")
+    start, end = log[0], log[-1]
+    evals = [r for r in log if r["event"] == "eval"]
+    assert end["step"] == 1360 and end["reason"] == "completed"
+    assert start["tokens_per_step"] == 2048 and start["dtype"].startswith("bfloat16")
+    assert round(evals[-1]["val_loss"], 3) == 1.698 and round(evals[-1]["train_loss"], 3) == 1.581
+    rates = [r["tokens_per_s"] for r in evals if r["tokens_per_s"]]
+    assert max(rates) / min(rates) < 1.2  # the cores were not visibly shared
+
+
+def test_gpu_preset_is_nanogpt_shakespeare_char():
+    cfg = train.get_preset("gpu")
+    m = cfg.model
+    assert (m["n_layers"], m["n_heads"], m["d_model"], m["block_size"], m["dropout"]) == (
+        6,
+        6,
+        384,
+        256,
+        0.2,
+    )
+    assert (cfg.batch_size, cfg.steps, cfg.lr, cfg.min_lr) == (64, 5000, 1e-3, 1e-4)
+    assert (cfg.warmup_steps, cfg.beta1, cfg.beta2, cfg.weight_decay) == (100, 0.9, 0.99, 0.1)
+    assert (cfg.grad_clip, cfg.eval_interval) == (1.0, 250)
+
+
+def _training_share(log):
+    start, end = log[0], log[-1]
+    prev, busy = 0, 0.0
+    for r in log:
+        if r["event"] == "eval" and r["tokens_per_s"]:
+            busy += (r["step"] - prev) * start["tokens_per_step"] / r["tokens_per_s"]
+        if r["event"] == "eval":
+            prev = r["step"]
+    return busy / end["wall_time_s"]
+
+
+def test_gpu_log_as_the_chapter_quotes_it(corpus):
+    train_ids = corpus[3]
+    log = train.read_log("gpu")
+    start, end = log[0], log[-1]
+    evals = [r for r in log if r["event"] == "eval"]
+    later = [r for r in evals if r["tokens_per_s"]][1:]
+    mfu = float(np.median([r["mfu"] for r in later]))
+    assert 0.07 < mfu < 0.10 and round(mfu, 3) == 0.082
+    assert end["wall_time_s"] < 180 and round(end["wall_time_s"]) == 157
+    assert round(evals[-1]["tokens_seen"] / len(train_ids)) == 18
+    assert len(evals) == 21 and start["torch"] == "2.11.0+cu130"
+    assert round(_training_share(log), 2) == 0.64
+
+
+def test_cpu_run_spent_most_of_its_time_training():
+    share = _training_share(train.read_log("cpu"))
+    assert round(share, 2) == 0.96  # evaluation, checkpoints and start-up: the other 4%
+
+
+# ---------------------------------------------------------------- the side analyses, folded
+
+
+def _words(text):
+    words = re.findall(r"[A-Za-z]+", text)
+    return words[:-1] if text[-1].isalpha() else words
+
+
+def _lines(text):
+    return [line for line in text.split("\n")[:-1] if line.strip()]
+
+
+def test_seven_sample_lines_do_not_show_learned_line_lengths(corpus, cpu_model):
+    """The binomial comparison the chapter folds into a dropdown."""
+    tok, train_text, _, train_ids, _ = corpus
+    lm = cpu_model[0]
+    prompt = tok.encode("KING.\n")[None, :]
+    out = lm.generate(
+        prompt, max_new_tokens=400, temperature=0.8, generator=torch.Generator().manual_seed(0)
+    )
+    body = tok.decode(out[0])[len("KING.\n") :]
+    lines = _lines(body)
+    corpus_lengths = np.array([len(line) for line in train_text.split("\n") if line.strip()])
+    lo, hi = np.percentile(corpus_lengths, 10), np.percentile(corpus_lengths, 90)
+    counts = torch.bincount(train_ids, minlength=tok.vocab_size).double()
+    band = []
+    for seed in range(5):
+        drawn = tok.decode(
+            torch.multinomial(
+                counts, 400, replacement=True, generator=torch.Generator().manual_seed(seed)
+            )
+        )
+        band += [lo <= len(line) <= hi for line in _lines(drawn)]
+    p = float(np.mean(band))
+    k, n = sum(lo <= len(line) <= hi for line in lines), len(lines)
+    chance = sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1))
+    assert (k, n) == (6, 7) and round(chance, 2) == 0.23
+    assert chance > 0.05  # the band does not separate the sample from the baseline
+    assert max(len(line) for line in lines) > corpus_lengths.max()  # one line longer than any
+
+
+def test_streak_count_depends_on_the_cut_off(corpus, cpu_model):
+    """The 21-cut-off sweep the chapter folds into one sentence."""
+    tok, lm = corpus[0], cpu_model[0]
+    attns = [block.attn for block in lm.blocks]
+    for a in attns:
+        a.keep_weights = True
+    try:
+        with torch.no_grad():
+            lm(tok.encode(LINE)[None, :])
+    finally:
+        for a in attns:
+            a.keep_weights = False
+    maps = torch.stack([a.last_weights for a in attns])
+    n_show = 24
+    far = torch.tril(torch.ones(n_show, n_show), diagonal=-3)
+    n_eligible = far.sum(0)
+    uniform_far = (far / torch.arange(1, n_show + 1)[:, None]).sum(0) / n_eligible.clamp(min=1)
+    heads = [(layer, h) for layer in (0, lm.config.n_layers - 1) for h in range(lm.config.n_heads)]
+    strongest, key = {}, {}
+    for layer, h in heads:
+        mean_far = (maps[layer, 0, h, :n_show, :n_show] * far).sum(0) / n_eligible.clamp(min=1)
+        ratio = torch.where(n_eligible >= 8, mean_far / uniform_far, torch.zeros(()))
+        strongest[(layer, h)], key[(layer, h)] = float(ratio.max()), int(ratio.argmax())
+    cutoffs = np.round(np.arange(1.5, 2.5001, 0.05), 2)
+    passing = {float(c): [h for h in heads if strongest[h] >= c] for c in cutoffs}
+    ever = {h for hs in passing.values() for h in hs}
+    assert [len(passing[c]) for c in passing][:3] == [4, 3, 2] and passing[2.5] == []
+    assert len(ever) == 4 and sorted(set(heads) - ever) == [h for h in heads if strongest[h] < 1]
+    assert [(LINE[key[h]], key[h]) for h in sorted(ever)] == [
+        (",", 5),
+        (",", 5),
+        (" ", 9),
+        (",", 5),
+    ]
+
+
+# ---------------------------------------------------------------- the open loop, second config
+
+
+def _seed_for(*keys):
+    return int(np.random.SeedSequence(list(keys)).generate_state(2, np.uint64)[0] >> np.uint64(1))
+
+
+def test_open_loop_matches_the_package_under_bf16_autocast(corpus):
+    """The chapter's loop, with autocast on (forced bf16) and 12 steps: still bit for bit."""
+    tok, _, _, train_ids, _ = corpus
+    torch.set_num_threads(1)
+    cfg = train.get_preset(
+        "tiny", device="cpu", progress=False, steps=12, warmup_steps=3, precision="bf16"
+    )
+    torch.manual_seed(cfg.seed)
+    net = TransformerLM(cfg.model_config(tok.vocab_size))
+    opt = train.configure_optimizer(net, cfg)
+    losses = []
+    for step in range(cfg.steps):
+        g = torch.Generator().manual_seed(_seed_for(cfg.seed, 0, step))
+        xs, ys = data.get_batch(train_ids, cfg.batch_size, net.config.block_size, g)
+        for group in opt.param_groups:
+            group["lr"] = train.lr_at(step, cfg)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            _, loss = net(xs, ys)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.grad_clip)
+        opt.step()
+        losses.append(loss.item())
+    with tempfile.TemporaryDirectory() as tmp:
+        result = train.train(cfg, tmp, argv=["test"])
+        log = train.read_log(f"{tmp}/metrics.jsonl")
+    assert log[0]["precision"] == "bf16"
+    assert losses == result["losses"]

@@ -1,0 +1,236 @@
+"""Issue 26, command lines and files: the last ways a run or a tool lost work, overwrote a
+committed result or broke the exit-code contract (2: bad input, before any work; 1: a
+failure while running, one line; 130: Ctrl-C). Each test failed before its fix."""
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import extrapolation_lab
+import pytest
+import score_functions
+import stability_sweep
+import torch
+
+from mini_transformer import checkpoints, cli
+from mini_transformer import train as T
+from mini_transformer.model import TransformerConfig, TransformerLM
+
+torch.set_num_threads(1)
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "mini_transformer" / "results"
+
+
+def exit_code(main, argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return exc.value.code, err
+
+
+def load_benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def no_work(*args, **kwargs):
+    raise AssertionError("the tool started working")
+
+
+# ------------------------------------------------------------------ 4: committed results
+
+
+@pytest.mark.parametrize("tool", [stability_sweep, score_functions])
+def test_a_sweep_without_out_exits_2_with_usage(tool, capsys, monkeypatch):
+    monkeypatch.setattr(tool, "run_sweep", no_work)
+    code, err = exit_code(tool.main, ["--steps", "1"], capsys)
+    assert code == 2 and "usage:" in err and "--out" in err
+
+
+@pytest.mark.parametrize(
+    "tool,name",
+    [
+        (stability_sweep, "05_stability.json"),
+        (score_functions, "04_score_functions.json"),
+        (extrapolation_lab, "extrapolation.json"),
+    ],
+)
+def test_a_tool_refuses_to_overwrite_a_committed_result(tool, name, capsys, monkeypatch):
+    committed = RESULTS / name
+    before = committed.read_bytes()
+    monkeypatch.setattr(tool, "run_lab" if tool is extrapolation_lab else "run_sweep", no_work)
+    code, err = exit_code(tool.main, ["--steps", "1", "--out", str(committed)], capsys)
+    assert code == 2 and "usage:" in err and "committed result" in err and "--overwrite" in err
+    assert committed.read_bytes() == before
+
+
+def test_overwrite_lets_a_sweep_replace_a_committed_result(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "COMMITTED_DIRS", (tmp_path,))
+    out = tmp_path / "05_stability.json"
+    out.write_text("{}")
+    monkeypatch.setattr(stability_sweep, "run_sweep", lambda **kw: {"wall_time_s": 0})
+    code, _ = exit_code(stability_sweep.main, ["--out", str(out)], capsys)
+    assert code == 2  # refused without --overwrite
+    stability_sweep.main(["--out", str(out), "--overwrite"])
+    assert json.loads(out.read_text())["wall_time_s"] == 0
+
+
+def test_export_refuses_to_replace_the_committed_model_by_default(tmp_path, capsys):
+    committed = checkpoints.PRETRAINED["cpu"]
+    before = committed.stat().st_mtime_ns
+    ckpt = T.save_checkpoint(tmp_path / "c.pt", _small_model())
+    code, err = exit_code(T.main, ["export", "--ckpt", str(ckpt)], capsys)
+    assert code == 2 and "committed" in err and "--overwrite" in err
+    assert committed.stat().st_mtime_ns == before
+
+
+# ------------------------------------------------------------------ 5: exit codes
+
+
+def test_a_failure_once_the_lab_is_running_exits_1_with_one_line(tmp_path, capsys, monkeypatch):
+    def fails_while_running(*args, **kwargs):
+        raise ValueError("a length the task cannot build, found while evaluating")
+
+    monkeypatch.setattr(extrapolation_lab, "run_lab", fails_while_running)
+    argv = ["--steps", "1", "--out", str(tmp_path / "lab.json")]
+    code, err = exit_code(extrapolation_lab.main, argv, capsys)
+    assert code == 1 and "usage:" not in err
+    assert err.strip().splitlines() == [
+        f"{extrapolation_lab.PROG}: error: a length the task cannot build, found while evaluating"
+    ]
+
+
+def test_a_run_into_a_folder_with_a_non_utf8_name_completes(tmp_path):
+    out = os.fsencode(tmp_path) + b"/caf\xe9/run"  # a Latin-1 name
+    argv = ["--preset", "tiny", "--steps", "1", "--eval-interval", "1", "--no-progress"]
+    argv += ["--device", "cpu", "--peak-tflops", "0.1", "--threads", "1"]
+    env = os.environ | {"PYTHONIOENCODING": "utf-8:strict", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mini_transformer.train", *argv, "--out", out],
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-500:]
+    assert b"checkpoints in" in proc.stdout and os.path.isfile(out + b"/last.pt")
+
+
+def test_merging_a_json_that_is_no_lab_result_exits_2(tmp_path, capsys):
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"hello": 1}))
+    code, err = exit_code(extrapolation_lab.main, ["--merge", str(other)], capsys)
+    assert code == 2 and "parts[0] is not a lab result" in err and "config" in err
+
+
+@pytest.mark.parametrize(
+    "bench,argv,message",
+    [
+        ("cpu_preset", ["--runs", "0"], "expected a positive integer, got '0'"),
+        ("train_step", ["--dropout", "2"], "expected a probability in [0, 1), got '2'"),
+        ("attention", ["--device", "tpu"], "--device"),
+    ],
+)
+def test_benchmarks_refuse_bad_arguments_with_exit_2(bench, argv, message, capsys):
+    code, err = exit_code(load_benchmark(bench).main, argv, capsys)
+    assert code == 2 and "usage:" in err and message in err
+
+
+# ------------------------------------------------------------------ 6: files
+
+
+def _small_model():
+    torch.manual_seed(0)
+    return TransformerLM(
+        TransformerConfig(vocab_size=84, block_size=8, d_model=16, n_heads=2, n_layers=1)
+    )
+
+
+def test_a_failed_export_leaves_no_file_behind(tmp_path, monkeypatch):
+    ckpt = T.save_checkpoint(tmp_path / "c.pt", _small_model(), train_config={})
+    (tmp_path / "log.jsonl").write_text('{"event": "start"}\n')
+
+    def full_disk(obj, f, *args, **kwargs):
+        f.write(b"partial")
+        raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    out = tmp_path / "w" / "weights.pt"
+    out.parent.mkdir()
+    with pytest.raises(OSError, match="could not write"):
+        T.export_weights(ckpt, out, tmp_path / "log.jsonl")
+    assert list(out.parent.iterdir()) == []
+
+
+def test_export_with_a_log_that_does_not_exist_exits_2(tmp_path, capsys):
+    ckpt = T.save_checkpoint(tmp_path / "c.pt", _small_model(), train_config={})
+    argv = ["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "w.pt")]
+    code, err = exit_code(T.main, [*argv, "--log", str(tmp_path / "missing.jsonl")], capsys)
+    assert code == 2 and "missing.jsonl" in err and not (tmp_path / "w.pt").exists()
+
+
+def test_out_given_a_fifo_is_refused_and_left_alone(tmp_path, capsys, monkeypatch):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(score_functions, "run_sweep", no_work)
+    code, err = exit_code(score_functions.main, ["--out", str(fifo)], capsys)
+    assert code == 2 and "not a regular file" in err
+    assert fifo.is_fifo()
+
+
+def test_a_symlinked_temporary_is_never_written_through(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (tmp_path / "c.pt.tmp").symlink_to(victim)
+    (tmp_path / "r.json.tmp").symlink_to(victim)
+    T.save_checkpoint(tmp_path / "c.pt", _small_model())
+    cli.write_json({"a": 1}, tmp_path / "r.json")
+    assert victim.read_text() == "precious"
+    assert T.load_checkpoint(tmp_path / "c.pt")["step"] == 0
+    assert json.loads((tmp_path / "r.json").read_text()) == {"a": 1}
+
+
+def _strict(text: str):
+    def refuse(name):
+        raise ValueError(f"non-standard JSON token {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_nan_is_written_as_null_never_a_bare_token(tmp_path):
+    log = checkpoints.MetricsLog(tmp_path / "m.jsonl")
+    log.write({"val_loss": math.nan, "mfu": math.inf, "step": 1})
+    assert _strict((tmp_path / "m.jsonl").read_text()) == {
+        "val_loss": None,
+        "mfu": None,
+        "step": 1,
+    }
+    cli.write_json({"losses": [1.0, math.nan]}, tmp_path / "r.json")
+    assert _strict((tmp_path / "r.json").read_text()) == {"losses": [1.0, None]}
+
+
+def test_a_copied_pre_checksum_file_with_a_flipped_bit_is_refused(tmp_path):
+    data = bytearray(checkpoints.PRETRAINED["gpu"].read_bytes())
+    intact = tmp_path / "gpu_copy.pt"
+    intact.write_bytes(data)
+    T.load_model(intact)  # a committed model, known by its digest wherever it lies
+    data[len(data) // 2] ^= 0x10
+    flipped = tmp_path / "flipped.pt"
+    flipped.write_bytes(data)
+    with pytest.raises(ValueError, match="before checkpoints carried a checksum"):
+        T.load_model(flipped)
+
+
+def test_a_lab_length_its_task_cannot_build_is_refused_before_training(capsys, monkeypatch):
+    """``--task reverse --train-length 3``: the shortest training length (1) became 0 after
+    rounding to even, and the run failed mid-sweep, reported as a bad argument (exit 2)."""
+    monkeypatch.setattr(extrapolation_lab, "run_lab", no_work)
+    argv = ["--task", "reverse", "--train-length", "3", "--steps", "1"]
+    code, err = exit_code(extrapolation_lab.main, argv, capsys)
+    assert code == 2 and "min_train_length must be >= 2 for task 'reverse'" in err
