@@ -57,6 +57,7 @@ def test_memn2n_encoding_is_a_bounded_straight_ramp_ending_at_k_over_d():
     assert l_.min() >= 0 and l_.max() <= 1
     assert np.allclose(np.diff(l_, n=2, axis=0), 0, atol=1e-14)  # straight line in j
     assert np.allclose(l_[-1], np.arange(1, d + 1) / d, atol=1e-15)  # last word: k/d
+    assert np.allclose(l_[:, d // 2 - 1], 0.5, atol=1e-15)  # k = d/2: constant 1/2 (moved here)
 
 
 def test_example_sentences_start_values():
@@ -160,7 +161,7 @@ def test_accuracy_pins_no_encoding(res):
 
 
 def test_accuracy_pins_rope_and_alibi(res):
-    """M1 of the 2026-11-24 review: RoPE ahead of ALiBi at 4L, behind at 8L (on t >= L)."""
+    """RoPE ahead of ALiBi up to 2L, level within the seed spread at 4L, behind at 8L (t >= L)."""
     L = res["config"]["train_length"]
     longer = [T for T in res["eval_lengths"] if T > L]
     b = "accuracy_beyond"
@@ -169,7 +170,14 @@ def test_accuracy_pins_rope_and_alibi(res):
     assert [_r2(rope_8.min()), _r2(rope_8.max())] == [0.50, 0.62]
     assert [_r2(_mean(res, "alibi", T, b)) for T in longer] == [0.96, 0.94, 0.90, 0.86]
     assert all(_r2(_before_L(res, "alibi", T).mean()) == 0.99 for T in longer)
-    assert _mean(res, "rope", 4 * L, b) > _mean(res, "alibi", 4 * L, b) + 0.02
+    rope_4, alibi_4 = _per_seed(res, "rope", 4 * L, b), _per_seed(res, "alibi", 4 * L, b)
+    assert [_r2(x) for x in (rope_4.min(), rope_4.max(), alibi_4.min(), alibi_4.max())] == [
+        0.90,
+        0.97,
+        0.87,
+        0.92,
+    ]  # the seed ranges the prose quotes; they overlap, and seed 1 has ALiBi ahead
+    assert not (rope_4 > alibi_4).all()
     assert _mean(res, "alibi", 8 * L, b) > _mean(res, "rope", 8 * L, b) + 0.2
     assert all(_mean(res, "rope", T, b) >= _mean(res, "alibi", T, b) for T in longer[:3])
 

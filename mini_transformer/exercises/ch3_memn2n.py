@@ -142,14 +142,14 @@ def _slopes_wrong(n, how):
     "alibi-slopes",
     "f(n_heads) -> ALiBi's n_heads slopes for any head count: for a power of two the "
     "geometric sequence 2^(-8h/n), h = 1..n; otherwise the slopes of the closest smaller "
-    "power of two p, followed by every other slope of 2p (the first n - p of them).",
+    "power of two p, followed by the first n - p odd-numbered slopes (h = 1, 3, 5, ...) of 2p.",
     inputs=lambda rng: (int(rng.integers(1, 33)),),
     edge_cases={"6 heads (the paper's example)": (6,), "3 heads": (3,), "8 heads": (8,)},
     mistakes={
         "the power-of-two formula 2^(-8h/n) used for a head count that is not one": (
             lambda n: _slopes_wrong(n, "formula")
         ),
-        "the first n - p slopes of 2p instead of every other one": lambda n: _slopes_wrong(
+        "the first n - p slopes of 2p instead of its odd-numbered ones": lambda n: _slopes_wrong(
             n, "first"
         ),
         "sorted from steep to shallow: the paper appends the extra slopes after the first p": (
