@@ -28,7 +28,7 @@ Conventions (the same as PyTorch's ``F.scaled_dot_product_attention``):
   integer, bool or complex inputs, mixed dtypes, empty dimensions, a non-finite ``scale``, and
   score tensors too big to allocate. The checks read shapes and dtypes only (no GPU sync),
   and each input is checked once, where it enters: :class:`MultiHeadAttention` checks its
-  arguments and then calls the unchecked core :func:`_attend` that the public function
+  arguments and then calls the unchecked core ``_attend`` that the public function
   shares.
 """
 

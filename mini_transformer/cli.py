@@ -73,8 +73,8 @@ def probability(text: str) -> float:
 
 _PACKAGE = Path(__file__).resolve().parent
 
-#: Folders of committed results: the package's results and assets (the chapters load
-#: them) and the repository's ``benchmarks/results``. An existing file in them is replaced
+#: The folders of committed results (the package's results and assets, which the chapters
+#: load, and the repository's ``benchmarks/results``). An existing file in them is replaced
 #: only with ``--overwrite``.
 COMMITTED_DIRS: tuple[Path, ...] = (
     _PACKAGE / "results",

@@ -79,7 +79,7 @@ RESULTS: tuple[str, ...] = (
 def load_result(name: str) -> dict:
     """The committed result ``name`` (one of :data:`RESULTS`), read from the installed package.
 
-    Read through :mod:`importlib.resources`, never a path into the repository, so the
+    Read through ``importlib.resources``, never a path into the repository, so the
     chapters that quote these results run on Colab from an installed wheel.
 
     >>> load_result("extrapolation")["command"].startswith("python tools/extrapolation_lab.py")

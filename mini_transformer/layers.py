@@ -238,9 +238,9 @@ class TransformerBlock(nn.Module):
         eps: LayerNorm epsilon.
         bias: whether the block's LayerNorms learn a shift ``beta``.
 
-    Attributes:
-        attn, ffn, cross_attn: the parts given. ``ln1``, ``ln2`` (and ``ln_cross`` with
-        ``cross_attn``): the :class:`LayerNorm` around each. ``dropout``: residual dropout.
+    The parts given are kept as ``attn``, ``ffn`` and ``cross_attn``; ``ln1``, ``ln2`` (and
+    ``ln_cross`` with ``cross_attn``) are the :class:`LayerNorm` around each, and ``dropout``
+    is the residual dropout.
 
     Shape:
         ``x``: ``(B, T, d_model)`` (and ``memory``: ``(B, S, d_model)``) -> ``(B, T, d_model)``.

@@ -185,7 +185,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
-        """Inverse of :meth:`to_dict`; an unknown key is a ``ValueError`` (never dropped)."""
+        """Inverse of ``to_dict``; an unknown key is a ``ValueError`` (never dropped)."""
         if not isinstance(d, dict):
             raise TypeError(f"a TrainConfig description must be a dict, got {type(d).__name__}")
         known = [f.name for f in fields(cls)]
