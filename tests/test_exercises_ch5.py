@@ -112,3 +112,39 @@ def test_adam_first_step_wrong_predictions(answer, words, capsys):
 def test_adam_first_step_no_answer_gives_no_explanation(capsys):
     assert not exercises.check("adam-first-step", None)
     assert "Why:" not in capsys.readouterr().out
+
+
+def _ln_jacobian_constants(x, eps):  # the learner's first try: mu and sigma held constant
+    import torch
+
+    return torch.eye(len(x), dtype=x.dtype) / torch.sqrt(x.var(unbiased=False) + eps)
+
+
+def _ln_jacobian_no_eps(x, eps):
+    import torch
+
+    d, z = len(x), x - x.mean()
+    sigma = torch.sqrt(z.pow(2).mean())
+    y = z / sigma
+    return (torch.eye(d, dtype=x.dtype) - 1.0 / d - torch.outer(y, y) / d) / sigma
+
+
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        (_ln_jacobian_constants, "both the mean and the standard deviation treated as constants"),
+        (_ln_jacobian_no_eps, "eps left out"),
+    ],
+)
+def test_ln_jacobian_names_the_learners_mistakes(answer, words, capsys):
+    assert not exercises.check("ln-jacobian", answer, seed=SEED)
+    assert f"This looks like: {words}" in capsys.readouterr().out
+
+
+def test_the_ln_jacobian_reference_is_symmetric():
+    import torch
+
+    from mini_transformer.exercises.ch5_layernorm import _ln_jacobian
+
+    j = _ln_jacobian(torch.tensor([1.0, 3.0, -2.0], dtype=torch.float64), 1e-5)
+    torch.testing.assert_close(j, j.T, rtol=0, atol=1e-10)

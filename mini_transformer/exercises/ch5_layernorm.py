@@ -252,6 +252,11 @@ def _ln_jac(x, eps, drop_mean=False, drop_scale=False, unbiased=False):
             x, e, drop_scale=True
         ),
         "unbiased variance": lambda x, e: _ln_jac(x, e, unbiased=True),
+        "both the mean and the standard deviation treated as constants (J = I / sigma: the "
+        "-1/d and -y y^T / d terms are missing)": lambda x, e: _ln_jac(
+            x, e, drop_mean=True, drop_scale=True
+        ),
+        "eps left out of sigma = sqrt(var + eps)": lambda x, e: _ln_jac(x, 0.0),
     },
 )
 def _ln_jacobian(x, eps):
@@ -261,13 +266,18 @@ def _ln_jacobian(x, eps):
         var = sum((a - mu) ** 2 for a in v) / len(v)
         return [(a - mu) / math.sqrt(var + eps) for a in v]
 
-    v, d, h = x.tolist(), len(x), 1e-6
+    def shifted(j, step):
+        w = list(v)
+        w[j] += step
+        return ln(w)
+
+    # Five-point differences: error O(h^4), so the reference is symmetric to ~1e-12 (J is).
+    v, d, h = x.tolist(), len(x), 1e-3
     cols = []
     for j in range(d):
-        up, down = list(v), list(v)
-        up[j] += h
-        down[j] -= h
-        cols.append([(a - b) / (2 * h) for a, b in zip(ln(up), ln(down), strict=True)])
+        p1, m1, p2, m2 = shifted(j, h), shifted(j, -h), shifted(j, 2 * h), shifted(j, -2 * h)
+        steps = zip(p1, m1, p2, m2, strict=True)
+        cols.append([(8 * (a - b) - (c - e)) / (12 * h) for a, b, c, e in steps])
     return torch.tensor(cols, dtype=torch.float64).T.to(x.dtype)
 
 
