@@ -309,6 +309,8 @@ def test_a_checked_prediction_explains_the_right_answer_after_the_verdict(capsys
         assert "Why: two and two make four" in wrong and "Why: two and two make four" in right
         assert not exercises.check(name, None)
         assert "Why:" not in capsys.readouterr().out  # no prediction committed yet
+        assert not exercises.check(name, "four")  # the wrong kind: rejected, no spoiler
+        assert "Why:" not in capsys.readouterr().out
         with pytest.raises(ValueError, match="explanation"):
             checking.exercise("test-bad", "x", inputs=lambda rng: (1,), explanation="no")
     finally:

@@ -740,6 +740,7 @@ class _Outcome:
     replay: bool = False  # the message should say how to replay the case
     stdout: str = ""
     stderr: str = ""
+    committed: bool = False  # a prediction of the right kind was compared (show the why)
 
 
 class _Capped(io.StringIO):
@@ -971,7 +972,7 @@ def check(name: str, answer: Any, *, seed: int | None = None, time_limit: float 
     if outcome.replay:
         msg += _details(ex, answer, seed, outcome)
     print(("✓ " if outcome.passed else "✗ ") + f"{name}: {msg}")
-    if ex.explanation is not None and answer is not None:
+    if ex.explanation is not None and outcome.committed:  # not on a wrong kind: no spoiler
         print(f"  Why: {ex.explanation}")
     expected = outcome.expected if ex.inputs is not None else None  # a value: no spoiler
     return Verdict(name, outcome.passed, msg, seed, case, inputs, expected, outcome.got)
@@ -1029,7 +1030,7 @@ def _check_value(ex: Exercise, answer: Any, time_limit: float) -> _Outcome:
     except Exception:  # a comparison that cannot read the answer at all
         msg = f"expected {_describe_kind(expected)}, got {_describe(answer)}"
     if msg is None:
-        return _Outcome(True, "correct.", got=answer)
+        return _Outcome(True, "correct.", got=answer, committed=True)
     if msg.startswith(("expected a", "expected shape")) and "differ" not in msg:
         # the kind of answer is wrong (type, shape, dtype): saying so gives nothing away
         return _Outcome(False, msg + ".", got=answer)
@@ -1038,7 +1039,8 @@ def _check_value(ex: Exercise, answer: Any, time_limit: float) -> _Outcome:
     if _numeric(e) and _numeric(g) and e.ndim == 0 and g.ndim == 0 and g.dtype.kind in "iuf":
         side = " (too small)" if g < e else " (too large)"
     named = _name_mistake(ex, compare, expected, answer, lambda wrong: wrong)
-    return _Outcome(False, f"{_describe(answer)} is not right{side}." + _hint(named), got=answer)
+    msg = f"{_describe(answer)} is not right{side}." + _hint(named)
+    return _Outcome(False, msg, got=answer, committed=True)
 
 
 def _failure(status: str, err: Any, time_limit: float) -> str:
