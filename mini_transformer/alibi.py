@@ -40,7 +40,9 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
         n_heads: ``n_heads >= 1``.
 
     Returns:
-        float32 tensor of shape ``(n_heads,)``, decreasing, in ``(0, 1)``.
+        float32 tensor of shape ``(n_heads,)`` in ``(0, 1)``, in the paper's order: decreasing
+        for a power of two; otherwise the ``p`` slopes of the closest smaller power of two,
+        then the interleaved ones (``alibi_slopes(6)`` starts 0.25, 0.0625, ..., then 0.5).
     """
     n_heads = _check_int("n_heads", n_heads)
     check_size("the slopes (n_heads,)", (n_heads,), torch.float32)

@@ -177,3 +177,32 @@ def test_rope_half_is_the_package_rope_with_the_opposite_sign():
     pkg = pkg.double().numpy()[:, perm]
     assert np.allclose(rope_half(x[:, perm], -np.arange(9), 1e4), pkg, atol=1e-5)
     assert np.abs(rope_half(x[:, perm], np.arange(9), 1e4) - pkg).max() > 0.1
+
+
+def _pe_with(n, d, exponent, cos_first=False):
+    """The learner's versions: pair i at base^(-exponent(i)), optionally cos before sin."""
+    pe = np.zeros((n, d))
+    for pos in range(n):
+        for i in range(d // 2):
+            a = pos * 10000.0 ** -exponent(i, d)
+            pe[pos, 2 * i], pe[pos, 2 * i + 1] = (
+                (np.cos(a), np.sin(a))
+                if cos_first
+                else (
+                    np.sin(a),
+                    np.cos(a),
+                )
+            )
+    return pe
+
+
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        (lambda n, d: _pe_with(n, d, lambda i, d: i / d), "exponent i/d_model instead of 2i"),
+        (lambda n, d: _pe_with(n, d, lambda i, d: 2 * i / d, True), "cos before sin in each pair"),
+    ],
+)
+def test_sinusoidal_encoding_names_the_learners_mistakes(answer, words, capsys):
+    assert not exercises.check("sinusoidal-encoding", answer, seed=1)
+    assert f"This looks like: {words}" in capsys.readouterr().out

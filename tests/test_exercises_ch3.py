@@ -79,3 +79,34 @@ def test_memn2n_append_matches_the_package_encoding():
     same = np.isclose(before, after, rtol=0, atol=1e-12)
     answer = (int((~same.all(axis=1)).sum()), int(same[0].sum()))
     assert exercises.check("memn2n-append", answer)
+
+
+def _window_infinite(m, T, w):  # a geometric series to infinity as the normaliser
+    return sum(math.exp(-m * r) for r in range(w)) * (1 - math.exp(-m))
+
+
+def _window_plus(m, T, w):  # the bias with the wrong sign
+    z = sum(math.exp(m * r) for r in range(T))
+    return sum(math.exp(m * r) for r in range(w)) / z
+
+
+def _slopes_even(n):  # every other slope of 2p, but starting with the second
+    p = 2 ** int(math.floor(math.log2(n)))
+
+    def geo(k):
+        return [(2 ** (-8 / k)) ** (h + 1) for h in range(k)]
+
+    return geo(p) if p == n else geo(p) + geo(2 * p)[1::2][: n - p]
+
+
+@pytest.mark.parametrize(
+    ("name", "answer", "words"),
+    [
+        ("alibi-window", _window_infinite, "normalised over infinitely many offsets"),
+        ("alibi-window", _window_plus, "the bias with the wrong sign"),
+        ("alibi-slopes", _slopes_even, "the even-numbered slopes of 2p"),
+    ],
+)
+def test_alibi_checkers_name_the_learners_mistakes(name, answer, words, capsys):
+    assert not exercises.check(name, answer, seed=1)
+    assert f"This looks like: {words}" in capsys.readouterr().out

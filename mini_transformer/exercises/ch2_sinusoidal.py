@@ -43,7 +43,12 @@ def _even(rng: np.random.Generator, high: int = 17) -> int:
     mistakes={
         "the concat layout (all sines, then all cosines)": lambda n, d: np.concatenate(
             [_pe(n, d)[:, 0::2], _pe(n, d)[:, 1::2]], axis=1
-        )
+        ),
+        "cos before sin in each pair (the paper puts sin in the even column 2i)": lambda n, d: (
+            _pe(n, d).reshape(n, d // 2, 2)[:, :, ::-1].reshape(n, d)
+        ),
+        "exponent i/d_model instead of 2i/d_model (pair i's frequency is "
+        "base^(-2i/d_model))": lambda n, d: _pe(n, 2 * d)[:, :d],
     },
 )
 def _sinusoidal_encoding(n_positions: int, d_model: int) -> np.ndarray:

@@ -99,9 +99,10 @@ def _window_inputs(rng: np.random.Generator) -> tuple:
     return float(2.0 ** -rng.integers(1, 9)), T, int(rng.integers(1, T + 1))
 
 
-def _window(m, T, w, base2=False, plus=0):
-    wts = np.array([(2.0 if base2 else math.e) ** (-m * r) for r in range(T)])
-    return float(wts[: w + plus].sum() / wts.sum())
+def _window(m, T, w, base2=False, plus=0, infinite=False, sign=-1):
+    wts = np.array([(2.0 if base2 else math.e) ** (sign * m * r) for r in range(T)])
+    z = 1.0 / (1.0 - math.exp(-m)) if infinite else wts.sum()  # a geometric series to infinity
+    return float(wts[: w + plus].sum() / z)
 
 
 @exercise(
@@ -115,6 +116,11 @@ def _window(m, T, w, base2=False, plus=0):
             m, T, w, base2=True
         ),
         "w + 1 keys (offsets 0..w)": lambda m, T, w: _window(m, T, w, plus=1),
+        "normalised over infinitely many offsets: the softmax runs over the T keys r = 0..T-1 "
+        "only": lambda m, T, w: _window(m, T, w, infinite=True),
+        "the bias with the wrong sign (e^(+m r)): ALiBi penalises distance": lambda m, T, w: (
+            _window(m, T, w, sign=1)
+        ),
     },
 )
 def _alibi_window(slope: float, T: int, w: int) -> float:
@@ -135,6 +141,8 @@ def _slopes_wrong(n, how):
         return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
     if how == "first":
         return _slopes_power_of_two(p) + _slopes_power_of_two(2 * p)[: n - p]
+    if how == "even":
+        return _slopes_power_of_two(p) + _slopes_power_of_two(2 * p)[1::2][: n - p]
     return sorted(_alibi_slopes_ref(n), reverse=True)  # "sorted"
 
 
@@ -154,6 +162,10 @@ def _slopes_wrong(n, how):
         ),
         "sorted from steep to shallow: the paper appends the extra slopes after the first p": (
             lambda n: _slopes_wrong(n, "sorted")
+        ),
+        "the even-numbered slopes of 2p ([1::2]: 2^-2, 2^-4, ... repeat the first p slopes); "
+        "take every other slope starting with the first (h = 1, 3, 5, ...)": (
+            lambda n: _slopes_wrong(n, "even")
         ),
     },
 )
