@@ -87,3 +87,25 @@ def test_the_unstable_answer_is_finite_on_the_stable_path():
     t = torch.tensor([[1]])
     assert math.isfinite(_ppl_right(z, t))
     assert math.isinf(_ppl_log_of_softmax(z, t))  # log(0) = -inf, so the perplexity is inf
+
+
+def _count_like_the_learner(V, block, d, L, d_ff, positional, bias, table=True, beta=False):
+    b, ln = int(bias), int(bias or beta)
+    layer = 4 * (d * d + b * d) + 2 * d * d_ff + b * (d_ff + d) + 2 * (1 + ln) * d
+    pos = block * d if positional == "learned" and table else 0
+    return V * d + pos + L * layer + (1 + ln) * d
+
+
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        (lambda *a: _count_like_the_learner(*a, table=False), "the learned position table"),
+            lambda *a: _count_like_the_learner(*a, table=False),
+            "the learned position table left out",
+        ),
+        (lambda *a: _count_like_the_learner(*a, beta=True), "LayerNorm shifts (beta) counted"),
+    ],
+)
+def test_param_count_names_the_learners_mistakes(answer, words, capsys):
+    assert not exercises.check("param-count", answer, seed=1)
+    assert f"This looks like: {words}" in capsys.readouterr().out

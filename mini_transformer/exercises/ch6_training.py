@@ -140,11 +140,15 @@ def _perplexity(logits, targets):
     return math.exp(total / count)
 
 
-def _count(V, block, d, L, d_ff, positional, bias, head=False, final_ln=True, learned_always=False):
-    b = int(bias)
-    per_layer = 4 * (d * d + b * d) + d * d_ff + b * d_ff + d_ff * d + b * d + 2 * (1 + b) * d
-    pos = block * d if (positional == "learned" or learned_always) else 0
-    return V * d * (2 if head else 1) + pos + L * per_layer + ((1 + b) * d if final_ln else 0)
+def _count(
+    V, block, d, L, d_ff, positional, bias, head=False, final_ln=True, learned_always=False,
+    no_table=False, ln_shift=False,
+):  # fmt: skip
+    b, ln = int(bias), int(bias or ln_shift)  # ln_shift: LayerNorm betas counted without biases
+    per_layer = 4 * (d * d + b * d) + d * d_ff + b * d_ff + d_ff * d + b * d + 2 * (1 + ln) * d
+    learned = (positional == "learned" and not no_table) or learned_always
+    pos = block * d if learned else 0
+    return V * d * (2 if head else 1) + pos + L * per_layer + ((1 + ln) * d if final_ln else 0)
 
 
 def _count_inputs(rng: np.random.Generator) -> tuple:
@@ -174,6 +178,12 @@ def _count_inputs(rng: np.random.Generator) -> tuple:
         "the tied head counted a second time": lambda *a: _count(*a, head=True),
         "the final LayerNorm forgotten": lambda *a: _count(*a, final_ln=False),
         "a position table counted for every scheme": lambda *a: _count(*a, learned_always=True),
+        "the learned position table left out (block_size * d_model parameters)": lambda *a: _count(
+            *a, no_table=True
+        ),
+        "LayerNorm shifts (beta) counted with bias=False: (2 n_layers + 1) * d_model too many": (
+            lambda *a: _count(*a, ln_shift=True)
+        ),
     },
     compare=exact_int,
 )
