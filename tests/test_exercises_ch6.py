@@ -100,9 +100,6 @@ def _count_like_the_learner(V, block, d, L, d_ff, positional, bias, table=True, 
     ("answer", "words"),
     [
         (lambda *a: _count_like_the_learner(*a, table=False), "the learned position table"),
-            lambda *a: _count_like_the_learner(*a, table=False),
-            "the learned position table left out",
-        ),
         (lambda *a: _count_like_the_learner(*a, beta=True), "LayerNorm shifts (beta) counted"),
     ],
 )
