@@ -15,6 +15,7 @@ import pytest
 import score_functions
 import stability_sweep
 import torch
+from test_cli import exit_code  # the same exit-status helper as the CLI tests
 
 from mini_transformer import checkpoints, cli
 from mini_transformer import train as T
@@ -23,14 +24,6 @@ from mini_transformer.model import TransformerConfig, TransformerLM
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "mini_transformer" / "results"
-
-
-def exit_code(main, argv, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    return exc.value.code, err
 
 
 def load_benchmark(name: str):
