@@ -121,3 +121,18 @@ def test_no_chapter_reads_a_path_into_the_repository(path):
         r"['\"]data/[\w.]+\.json",
     ):
         assert not re.search(pattern, code), f"{path.name} reads a repository path ({pattern})"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_folded_code_is_folded_in_jupyterlab_and_an_asides_output_with_it(path):
+    cells = _cells(path)
+    for before, cell in zip(cells, cells[1:], strict=False):
+        tags = set(cell["metadata"].get("tags", []))
+        if cell["cell_type"] != "code" or not tags & {"hide-input", "hide-cell"}:
+            continue
+        assert cell["metadata"].get("jupyter", {}).get("source_hidden") is True, _text(cell)[:80]
+        # the cell computing a folded aside shows nothing in the open: its output folds too
+        aside = _text(before).rstrip()
+        last = aside[aside.rfind("```{") :] if "```{" in aside else ""
+        if before["cell_type"] == "markdown" and last.startswith("```{dropdown}"):
+            assert "hide-cell" in tags, f"aside cell shows its output: {_text(cell)[:80]}"
