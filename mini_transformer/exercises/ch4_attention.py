@@ -177,14 +177,15 @@ def _attention(q, k, v, mask):
     return weights @ v, weights
 
 
-def _prefix(T, P, plus=0, prefix_sees_all=False):
+def _bool_mask(T: int, allowed) -> torch.Tensor:
+    """The (T, T) bool mask with ``allowed(i, j)`` at query i, key j (written out, no torch ops)."""
     return torch.tensor(
-        [
-            [(j <= i or j < P + plus or (prefix_sees_all and i < P)) for j in range(T)]
-            for i in range(T)
-        ],
-        dtype=torch.bool,
+        [[bool(allowed(i, j)) for j in range(T)] for i in range(T)], dtype=torch.bool
     ).reshape(T, T)
+
+
+def _prefix(T, P, plus=0, prefix_sees_all=False):
+    return _bool_mask(T, lambda i, j: j <= i or j < P + plus or (prefix_sees_all and i < P))
 
 
 @exercise(
@@ -252,13 +253,7 @@ def _softmax_jacobian(s: torch.Tensor) -> torch.Tensor:
 
 
 def _window(T: int, w: int, lo: int = 0, future: bool = False) -> torch.Tensor:
-    return torch.tensor(
-        [
-            [(i - w - lo < j <= i) or (future and 0 <= j - i < w) for j in range(T)]
-            for i in range(T)
-        ],
-        dtype=torch.bool,
-    ).reshape(T, T)
+    return _bool_mask(T, lambda i, j: (i - w - lo < j <= i) or (future and 0 <= j - i < w))
 
 
 @exercise(
