@@ -12,7 +12,8 @@ import math
 
 import numpy as np
 
-from .checking import close, exact_int, exercise
+from .checking import exercise
+from .comparing import close, exact_int
 
 
 def _bits(n: int, n_bits: int, msb_first: bool = False, first: int = 0) -> np.ndarray:

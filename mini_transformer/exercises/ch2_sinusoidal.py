@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from .checking import close, exact_int, exercise
+from .checking import exercise
+from .comparing import close, exact_int
 
 
 def _omega(d_model: int, base: float = 10000.0) -> np.ndarray:

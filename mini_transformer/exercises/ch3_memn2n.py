@@ -12,7 +12,8 @@ import math
 
 import numpy as np
 
-from .checking import close, exercise, int_list
+from .checking import exercise
+from .comparing import close, int_list
 
 
 def _alibi(n_heads, t, first=1, sign=-1, signed=False):

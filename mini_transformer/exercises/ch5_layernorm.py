@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .checking import close, exercise, random_tensor
+from .checking import exercise, random_tensor
+from .comparing import close
 
 
 def _ln_inputs(rng: np.random.Generator) -> tuple:

@@ -14,7 +14,8 @@ import math
 import numpy as np
 import torch
 
-from .checking import close, exact_int, exercise, random_tensor
+from .checking import exercise, random_tensor
+from .comparing import close, exact_int
 
 
 def _lr(step, lr, min_lr, warmup, steps, cap=True, from_zero=False, to_zero=False):
