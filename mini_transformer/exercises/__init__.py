@@ -29,8 +29,7 @@ cells call ``assert exercises.check(...)`` so CI runs every solution against its
 """
 
 # Importing a chapter's module registers its exercises.
-from . import ch1_position, ch2_sinusoidal, ch3_memn2n  # noqa: F401
-from . import ch4_attention, ch5_layernorm, ch6_training  # noqa: F401
+from . import ch1_position, ch2_sinusoidal, ch3_memn2n, ch4_attention, ch5_layernorm, ch6_training  # noqa: F401, E501
 from .checking import Exercise, Verdict, available, check, exercise, task
 
 __all__ = ["Exercise", "Verdict", "exercise", "check", "available", "task"]
