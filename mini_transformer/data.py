@@ -23,14 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .checks import (
-    check_choice,
-    check_device,
-    check_instance,
-    check_int,
-    check_size,
-    check_tensor,
-)
+from .checks import check_choice, check_device, check_instance, check_int, check_size, check_tensor
 from .tasks import IGNORE_INDEX, SYNTHETIC_TASKS, copy_offset_task  # noqa: F401 (contract)
 
 __all__ = [
@@ -66,7 +59,7 @@ RESULTS = (
 
 
 def load_result(name: str) -> dict:
-    """The committed result ``name`` (one of :data:`RESULTS`).
+    """The committed result ``name``, one of ``RESULTS`` (e.g. ``"extrapolation"``).
 
     Read through ``importlib.resources``, never a path into the repository, so that the
     chapters run on Colab from an installed wheel.
@@ -132,7 +125,7 @@ class CharTokenizer:
         if not self.chars or any(len(c) != 1 for c in self.chars):
             raise ValueError(f"chars must be one or more single characters, got {chars!r:.80}")
         codes = np.array([ord(c) for c in self.chars])
-        self._lut = np.full(codes.max() + 1, -1)  # code point -> id (-1: not in the vocabulary)
+        self._lut = np.full(codes.max() + 1, -1, dtype=np.int64)  # code point -> id, -1: unknown
         self._lut[codes] = np.arange(len(codes))
 
     @classmethod

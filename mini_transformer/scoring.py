@@ -30,9 +30,9 @@ from torch import Tensor, nn
 from .additive import AdditiveAttention
 from .checks import check_choice, check_float, check_int
 
-__all__ = ["SCORE_KINDS", "ScoreModel", "retrieval_batch", "train_scores"]
+__all__ = ["ScoreModel", "retrieval_batch", "train_scores"]
 
-SCORE_KINDS = ("additive", "unscaled", "scaled")
+SCORE_KINDS = ("additive", "unscaled", "scaled")  # in the order the sweep tool runs them
 
 
 def retrieval_batch(
