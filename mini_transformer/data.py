@@ -151,9 +151,9 @@ class CharTokenizer:
         ids = np.where(codes < n, self._lut[np.minimum(codes, n - 1)], -1)
         if (ids < 0).any():
             pos = int(np.argmax(ids < 0))
-            raise ValueError(
-                f"text holds character {text[pos]!r} (U+{ord(text[pos]):04X}) at position {pos}, "
-                f"which is not in the tokenizer's vocabulary of {self.vocab_size} characters"
+            raise ValueError(  # worded as chapter 6 prints it
+                f"character {text[pos]!r} (U+{ord(text[pos]):04X}) at position {pos} is not in "
+                f"the tokenizer's vocabulary of {self.vocab_size} characters"
             )
         return torch.from_numpy(ids)
 

@@ -81,7 +81,8 @@ def test_encode_and_decode_agree_with_a_plain_dict_lookup(tok):
 
 
 def test_unknown_character_error_names_the_character_and_its_position(tok):
-    with pytest.raises(ValueError, match=r"text holds character 'é' \(U\+00E9\) at position 4"):
+    msg = r"character 'é' \(U\+00E9\) at position 4 is not in the tokenizer's vocabulary"
+    with pytest.raises(ValueError, match=msg):
         tok.encode("Cafx\u00e9")
 
 
