@@ -17,7 +17,6 @@ from torch import nn
 
 from .checks import (
     check_bool,
-    check_broadcast,
     check_input_dtype,
     check_int,
     check_mask,
@@ -77,8 +76,7 @@ def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Te
     """Softmax over the last dim, masked as in :mod:`mini_transformer.attention`."""
     if mask is None:
         return torch.softmax(scores, dim=-1)
-    check_mask("mask", mask)
-    check_broadcast("mask", mask, tuple(scores.shape), "(..., T_q, T_k)")
+    check_mask("mask", mask, tuple(scores.shape), "(..., T_q, T_k)")
     filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     return torch.softmax(filled, dim=-1) * mask.any(dim=-1, keepdim=True)  # empty rows -> 0
 
@@ -91,21 +89,11 @@ class AdditiveAttention(nn.Module):
         e_{ij} = w^\\top \\tanh(W_q x_i + W_k c_j), \\qquad
         a_{ij} = \\operatorname{softmax}_j(e_{ij}), \\qquad o_i = \\sum_j a_{ij} v_j ,
 
-    the "additive attention" of Vaswani et al. (section 3.2.1), which "computes the
-    compatibility function using a feed-forward network with a single hidden layer" of width
-    ``d_attn``. Masks follow
-    :func:`~mini_transformer.attention.scaled_dot_product_attention` (bool, ``True`` = may
-    attend; a fully masked row gives zero weights and a zero output).
-
-    Args:
-        d_query: width of the queries' input ``x``.
-        d_key: width of the keys' input ``c``.
-        d_attn: width of the hidden layer (:math:`W_q, W_k` map to it; the :math:`d_k` of the
-            comparison with dot-product attention).
-
-    Submodules ``q_proj`` (``d_query -> d_attn``) and ``k_proj`` (``d_key -> d_attn``, with
-    the hidden layer's bias) and the parameter ``w`` of shape ``(d_attn,)``. The values are
-    used as given (project them outside if needed).
+    the "additive attention" of Vaswani et al. (section 3.2.1): a feed-forward network with
+    one hidden layer of width ``d_attn`` (the :math:`d_k` of the comparison), ``q_proj``
+    (``d_query -> d_attn``) and ``k_proj`` (``d_key -> d_attn``, with the hidden bias). The
+    values are used as given. Masks as in
+    :func:`~mini_transformer.attention.scaled_dot_product_attention`.
     """
 
     def __init__(self, d_query: int, d_key: int, d_attn: int) -> None:
@@ -129,38 +117,22 @@ class AdditiveAttention(nn.Module):
         mask: torch.Tensor | None = None,
         return_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Attend from ``x`` to ``context``.
-
-        Args:
-            x: queries' input ``(..., T_q, d_query)``.
-            context: keys' input ``(..., T_k, d_key)``.
-            value: values ``(..., T_k, d_v)``; default ``context``.
-            mask: optional bool mask broadcastable to ``(..., T_q, T_k)``, ``True`` = may attend.
-            return_weights: also return the weights ``(..., T_q, T_k)``.
-
-        Returns:
-            ``out`` ``(..., T_q, d_v)``, or ``(out, weights)``.
-        """
-        check_tensor("x", x, floating=True, min_ndim=2, dims="(..., T_q, d_query)")
-        check_tensor("context", context, floating=True, min_ndim=2, dims="(..., T_k, d_key)")
-        for name, t, width in (
-            ("x", x, self.q_proj.in_features),
-            ("context", context, self.k_proj.in_features),
-        ):
-            if t.shape[-1] != width:
-                raise ValueError(
-                    f"{name} must have {width} features in its last dimension, "
-                    f"got shape {tuple(t.shape)}"
-                )
+        """Attend from ``x`` ``(..., T_q, d_query)`` to ``context`` ``(..., T_k, d_key)``;
+        ``value`` ``(..., T_k, d_v)`` defaults to ``context``. Returns ``out`` ``(..., T_q,
+        d_v)``, or ``(out, weights)``."""
+        d_q, d_k = self.q_proj.in_features, self.k_proj.in_features
+        check_tensor("x", x, floating=True, shape=(..., None, d_q), dims="(..., T_q, d_query)")
+        check_tensor(
+            "context", context, floating=True, shape=(..., None, d_k), dims="(..., T_k, d_key)"
+        )
         check_input_dtype("x", x, self.q_proj.weight)
         check_input_dtype("context", context, self.k_proj.weight)
         check_bool("return_weights", return_weights)
         value = context if value is None else value
         check_tensor("value", value, floating=True, min_ndim=2, dims="(..., T_k, d_v)")
-        if value.shape[-2] != context.shape[-2]:
+        if (T_v := value.shape[-2]) != (T_k := context.shape[-2]):
             raise ValueError(
-                "value and context must have the same number of keys T_k, got "
-                f"{value.shape[-2]} and {context.shape[-2]}"
+                f"value and context must have the same number of keys, got {T_v}, {T_k}"
             )
         weights = _masked_softmax(self.scores(x, context), mask)
         out = weights @ value  # (..., T_q, d_v)

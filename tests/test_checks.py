@@ -151,7 +151,7 @@ def test_tensor_floating_rejects_int_bool_complex(dtype):
         C.check_tensor("x", x, floating=True)
 
 
-@pytest.mark.parametrize("dtype", C.FLOAT_DTYPES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_tensor_floating_accepts_every_float_dtype(dtype):
     x = torch.zeros(2, 3, dtype=dtype)
     assert C.check_tensor("x", x, floating=True) is x
@@ -208,24 +208,6 @@ def test_same_dtype_names_every_argument():
     ):
         C.check_same_dtype(q=q, k=k)
     assert C.check_same_dtype(q=q, k=q, v=q) == torch.float32
-
-
-def test_same_device():
-    a = torch.zeros(2)
-    assert C.check_same_device(a=a, b=a) == a.device
-    meta = torch.zeros(2, device="meta")
-    with pytest.raises(
-        ValueError, match="a and b must be on the same device, got a on cpu, b on meta"
-    ):
-        C.check_same_device(a=a, b=meta)
-
-
-def test_finite_tensor():
-    C.check_finite_tensor("bias", torch.tensor([0.0, -math.inf]), allow_neg_inf=True)
-    with pytest.raises(ValueError, match="bias must hold finite values, got 1 NaN or inf"):
-        C.check_finite_tensor("bias", torch.tensor([0.0, -math.inf]))
-    with pytest.raises(ValueError, match="bias must hold finite values or -inf, got 1"):
-        C.check_finite_tensor("bias", torch.tensor([0.0, math.nan]), allow_neg_inf=True)
 
 
 def test_array():

@@ -441,7 +441,9 @@ def test_error_decoder_memory_wrong_last_dimension():
 
 
 def test_error_decoder_memory_batch_mismatch():
-    with pytest.raises(ValueError, match="memory must have the same batch size as x"):
+    with pytest.raises(
+        ValueError, match=r"memory must have shape \(B, T, d_model=16\) with size 2 in dimension 0"
+    ):
         decoder()(torch.randn(2, 3, D), memory=torch.randn(1, 4, D))
 
 

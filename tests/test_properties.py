@@ -29,7 +29,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mini_transformer import additive, alibi, masks, memn2n, paths, schemes, tasks
+from mini_transformer import additive, alibi, masks, memn2n, paths, tasks
 from mini_transformer import attention as A
 from mini_transformer import data as D
 from mini_transformer import layers as L
@@ -1021,13 +1021,12 @@ COVERED = (
 NOT_COVERED = {  # public callables without arguments to get wrong
     "load_works": "no arguments",
     "load_metadata": "no arguments",
-    "PositionalScheme": "a frozen record: its six rows are SCHEMES, tested in test_model.py",
 }
 
 
 def _public_callables() -> set[str]:
     names = set()
-    for module in (P, memn2n, alibi, A, masks, additive, L, paths, D, tasks, schemes, M):
+    for module in (P, memn2n, alibi, A, masks, additive, L, paths, D, tasks, M):
         for name in module.__all__:
             obj = getattr(module, name)
             if callable(obj) and not isinstance(obj, dict):  # lru_cache-wrapped functions too
