@@ -17,10 +17,7 @@ from torch import nn
 
 from .checks import (
     check_bool,
-    check_input_dtype,
     check_int,
-    check_mask,
-    check_same_dtype,
     check_size,
     check_tensor,
 )
@@ -51,9 +48,8 @@ def additive_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.
         \\rVert_1]` because :math:`\\tanh` is bounded by 1.
     """
     check_tensor("q", q, floating=True, min_ndim=2, dims="(..., T_q, d_a)", nonempty=True)
-    check_tensor("k", k, floating=True, min_ndim=2, dims="(..., T_k, d_a)", nonempty=True)
-    check_tensor("w", w, floating=True, ndim=1, dims="(d_a,)", nonempty=True)
-    check_same_dtype(q=q, k=k, w=w)
+    check_tensor("k", k, floating=True, min_ndim=2, dims="(..., T_k, d_a)", dtype_of=q, of="q")
+    check_tensor("w", w, floating=True, ndim=1, dims="(d_a,)", nonempty=True, dtype_of=q, of="q")
     if not q.shape[-1] == k.shape[-1] == w.shape[0]:
         raise ValueError(
             "q, k and w must share the attention width d_a, got "
@@ -76,7 +72,7 @@ def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Te
     """Softmax over the last dim, masked as in :mod:`mini_transformer.attention`."""
     if mask is None:
         return torch.softmax(scores, dim=-1)
-    check_mask("mask", mask, tuple(scores.shape), "(..., T_q, T_k)")
+    check_tensor("mask", mask, boolean=True, broadcast_to=scores.shape, dims="(..., T_q, T_k)")
     filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     return torch.softmax(filled, dim=-1) * mask.any(dim=-1, keepdim=True)  # empty rows -> 0
 
@@ -121,12 +117,18 @@ class AdditiveAttention(nn.Module):
         ``value`` ``(..., T_k, d_v)`` defaults to ``context``. Returns ``out`` ``(..., T_q,
         d_v)``, or ``(out, weights)``."""
         d_q, d_k = self.q_proj.in_features, self.k_proj.in_features
-        check_tensor("x", x, floating=True, shape=(..., None, d_q), dims="(..., T_q, d_query)")
+        w = self.q_proj.weight
         check_tensor(
-            "context", context, floating=True, shape=(..., None, d_k), dims="(..., T_k, d_key)"
+            "x", x, floating=True, shape=(..., None, d_q), dims="(..., T, d_query)", dtype_of=w
         )
-        check_input_dtype("x", x, self.q_proj.weight)
-        check_input_dtype("context", context, self.k_proj.weight)
+        check_tensor(
+            "context",
+            context,
+            floating=True,
+            shape=(..., None, d_k),
+            dims="(..., T_k, d_key)",
+            dtype_of=w,
+        )
         check_bool("return_weights", return_weights)
         value = context if value is None else value
         check_tensor("value", value, floating=True, min_ndim=2, dims="(..., T_k, d_v)")

@@ -28,11 +28,8 @@ from .alibi import ALiBi
 from .checks import (
     check_bool,
     check_float,
-    check_input_dtype,
     check_int,
-    check_mask,
     check_probability,
-    check_same_dtype,
     check_size,
     check_tensor,
 )
@@ -40,6 +37,9 @@ from .masks import causal_mask, combine_masks
 from .masks import padding_mask as padding_mask  # the API contract names it here
 
 __all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "RotaryEmbedding"]
+
+# an additive mask's 0 means "may attend", a boolean mask's 0 the opposite: never guess
+MASK = {"boolean": True, "why": "; pass an additive float mask as `score_bias` instead"}
 
 
 def check_heads(d_model: int, n_heads: int) -> int:
@@ -119,11 +119,12 @@ def scaled_dot_product_attention(
         >>> q = k = v = torch.randn(2, 5, 8)
         >>> out = scaled_dot_product_attention(q, k, v, mask=causal_mask(5))
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_tensor(name, t, floating=True, min_ndim=2, dims="(..., T, d)", nonempty=True)
-    check_same_dtype(q=q, k=k, v=v)
-    check_tensor("k", k, shape=(..., q.shape[-1]), dims=f"(..., T_k, d_k={q.shape[-1]} of q)")
-    check_tensor("v", v, shape=(..., k.shape[-2], None), dims=f"(..., T_k={k.shape[-2]} of k, d_v)")
+    check_tensor("q", q, floating=True, min_ndim=2, dims="(..., T, d)", nonempty=True)
+    kw = {"floating": True, "nonempty": True, "dtype_of": q, "of": "q"}
+    d_k = q.shape[-1]
+    check_tensor("k", k, shape=(..., None, d_k), dims=f"(..., T_k, d_k={d_k} of q)", **kw)
+    T_k = k.shape[-2]
+    check_tensor("v", v, shape=(..., T_k, None), dims=f"(..., T_k={T_k} of k, d_v)", **kw)
     dropout_p = check_probability("dropout_p", dropout_p)
     check_bool("return_weights", return_weights)
     scale = (
@@ -141,7 +142,7 @@ def scaled_dot_product_attention(
     target, dims = (*batch, q.shape[-2], k.shape[-2]), "(..., T_q, T_k)"
     check_size("the attention scores (..., T_q, T_k)", target, q.dtype)
     if mask is not None:
-        check_mask("mask", mask, target, dims)
+        check_tensor("mask", mask, broadcast_to=target, dims=dims, **MASK)
     if score_bias is not None:
         check_tensor("score_bias", score_bias, floating=True, broadcast_to=target, dims=dims)
     out, weights = _attend(q, k, v, mask, score_bias, scale, dropout_p)
@@ -302,14 +303,14 @@ class MultiHeadAttention(nn.Module):
         for name, t in (("x", x), ("memory", memory)):  # memory: None for self-attention
             if t is not None:
                 shape = (None if t is x else x.shape[0], None, self.d_model)
-                check_tensor(name, t, floating=True, shape=shape, dims=self._dims, nonempty=True)
-                check_input_dtype(name, t, self.q_proj.weight)
+                w = self.q_proj.weight
+                check_tensor(name, t, floating=True, shape=shape, dims=self._dims, dtype_of=w)
         m = x if memory is None else memory
         B, T_q, _ = x.shape
         target = (B, self.n_heads, T_q, m.shape[1])
         tdims = "(B, n_heads, T_q, T_k)"
         if mask is not None:
-            check_mask("mask", mask, target, tdims)
+            check_tensor("mask", mask, broadcast_to=target, dims=tdims, **MASK)
         if score_bias is not None:
             check_tensor("score_bias", score_bias, floating=True, broadcast_to=target, dims=tdims)
         check_bool("causal", causal)

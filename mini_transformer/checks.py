@@ -29,9 +29,6 @@ __all__ = [
     "check_instance",
     "check_device",
     "check_tensor",
-    "check_same_dtype",
-    "check_input_dtype",
-    "check_mask",
     "check_array",
     "check_size",
 ]
@@ -237,14 +234,20 @@ def check_tensor(
     dims: str | None = None,
     nonempty: bool = False,
     broadcast_to: tuple[int, ...] | None = None,
+    dtype_of: torch.Tensor | None = None,
+    of: str = "the layer's weights",
+    why: str = "",
 ) -> torch.Tensor:
     """Check a tensor's type, dtype and shape (metadata only: no sync, no data read); return it.
 
     ``floating`` refuses integer, bool and complex dtypes (they would be cast, or lose their
     imaginary part). ``shape`` holds ``None`` for any size; ``dims`` is the shape in the
     book's notation for the message, e.g. ``"(B, T, d_model)"``; ``shape=(..., d)`` checks
-    the last dimension only. ``broadcast_to``: ``t`` must
-    broadcast to exactly this shape (a mask or bias against the scores).
+    the last dimension only. ``broadcast_to``: ``t`` must broadcast to exactly this shape (a
+    mask or bias against the scores). ``dtype_of``: ``t`` must have the dtype of this tensor,
+    described as ``of`` (unless autocast is on): the error names the argument and the fix,
+    instead of torch's ``mat1 and mat2 must have the same dtype`` from inside a matmul.
+    ``why`` is appended to the ``boolean`` error.
     """
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {_given(t)}")
@@ -257,7 +260,7 @@ def check_tensor(
     if integer and kind != "int":
         raise TypeError(f"{name} must be an integer tensor (e.g. torch.long), got dtype {t.dtype}")
     if boolean and kind != "bool":
-        raise TypeError(f"{name} must be a boolean tensor (torch.bool), got dtype {t.dtype}")
+        raise TypeError(f"{name} must be a boolean tensor (torch.bool), got dtype {t.dtype}{why}")
     if dtypes is not None and t.dtype not in tuple(dtypes):
         allowed = ", ".join(str(d) for d in dtypes)
         raise TypeError(f"{name} must have dtype in ({allowed}), got dtype {t.dtype}")
@@ -285,6 +288,13 @@ def check_tensor(
         raise ValueError(f"{name} must not be empty (every dimension >= 1), got shape {got}")
     if broadcast_to is not None and not _broadcasts(got, broadcast_to):
         raise ValueError(f"{name} of shape {got} does not broadcast to {dims} = {broadcast_to}")
+    if dtype_of is not None and t.dtype != dtype_of.dtype:
+        if not torch.is_autocast_enabled(t.device.type):
+            want = dtype_of.dtype
+            raise TypeError(
+                f"{name} must have the dtype of {of} ({want}), got dtype {t.dtype}; convert one "
+                f"of them first, e.g. {name}.to({want})"
+            )
     return t
 
 
@@ -293,47 +303,6 @@ def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
         return len(shape) <= len(target) and torch.broadcast_shapes(shape, target) == target
     except RuntimeError:
         return False
-
-
-def check_same_dtype(**tensors: torch.Tensor) -> torch.dtype:
-    """One dtype for all (``q, k, v``): a TypeError listing each, not torch's from a matmul."""
-    names = list(tensors)
-    first = tensors[names[0]].dtype
-    if any(tensors[n].dtype != first for n in names[1:]):
-        listed = ", ".join(f"{n} {tensors[n].dtype}" for n in names)
-        joined = ", ".join(names[:-1]) + " and " + names[-1]
-        raise TypeError(
-            f"{joined} must have the same dtype, got {listed}; convert one first, "
-            f"e.g. {names[-1]}.to({names[0]}.dtype)"
-        )
-    return first
-
-
-def check_input_dtype(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
-    """An input must have its layer's weight dtype, unless autocast is on for its device."""
-    if t.dtype != weight.dtype and not torch.is_autocast_enabled(t.device.type):
-        raise TypeError(
-            f"{name} must have the dtype of the layer's weights ({weight.dtype}), got dtype "
-            f"{t.dtype}; convert the input ({name}.to({weight.dtype})) or the module "
-            f"(module.to({t.dtype}))"
-        )
-
-
-def check_mask(
-    name: str, mask: object, broadcast_to: tuple[int, ...] | None = None, dims: str = ""
-) -> torch.Tensor:
-    """A **boolean** mask (``True`` = may attend), optionally broadcasting to the scores.
-
-    A float mask is a ``TypeError``: an additive mask's 0 means "may attend", a bool 0 the
-    opposite, so it goes in ``score_bias``.
-    """
-    check_tensor(name, mask)
-    if mask.dtype != torch.bool:  # type: ignore[union-attr]
-        raise TypeError(
-            f"{name} must be a boolean tensor (True = may attend), got dtype {mask.dtype}; "  # type: ignore[union-attr]
-            "pass an additive float mask as `score_bias` instead"
-        )
-    return check_tensor(name, mask, broadcast_to=broadcast_to, dims=dims)
 
 
 def check_array(

@@ -19,7 +19,6 @@ from .checks import (
     check_bool,
     check_choice,
     check_float,
-    check_input_dtype,
     check_instance,
     check_int,
     check_probability,
@@ -126,9 +125,8 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
 
     def forward(self, x: Tensor) -> Tensor:
-        dims = f"(..., d_model={self.d_model})"
-        check_tensor("x", x, floating=True, shape=(..., self.d_model), dims=dims)
-        check_input_dtype("x", x, self.linear1.weight)
+        dims, w = f"(..., d_model={self.d_model})", self.linear1.weight
+        check_tensor("x", x, floating=True, shape=(..., self.d_model), dims=dims, dtype_of=w)
         h = self.linear1(x)  # x W_1 + b_1                     (..., d_ff)
         h = F.gelu(h) if self.activation == "gelu" else F.relu(h)  # phi
         return self.linear2(self.dropout(h))  # phi(.) W_2 + b_2  (..., d_model)

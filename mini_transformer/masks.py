@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .checks import check_device, check_int, check_mask, check_size, check_tensor
+from .checks import check_device, check_int, check_size, check_tensor
 
 __all__ = ["causal_mask", "padding_mask", "combine_masks"]
 
@@ -78,7 +78,7 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
     for i, m in enumerate(masks):
         if m is None:
             continue
-        check_mask(f"mask {i}", m)
+        check_tensor(f"mask {i}", m, boolean=True)
         try:
             out = m if out is None else out & m
         except RuntimeError as err:

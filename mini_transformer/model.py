@@ -240,7 +240,8 @@ class TransformerLM(nn.Module):
         if T > c.block_size and not SCHEMES[c.positional].extrapolates:
             raise ValueError(
                 f"sequence length T={T} exceeds block_size={c.block_size}: a learned position "
-                "embedding has no vector for unseen positions (crop the input)"
+                "embedding has no vector for unseen positions (crop the input, or use a scheme "
+                f"from {tuple(n for n, s in SCHEMES.items() if s.extrapolates)})"
             )
         if self.check_token_ids and not torch.compiler.is_compiling():  # a GPU sync
             check_ids(name, idx, c.vocab_size, allow_ignore=name == "targets")

@@ -201,13 +201,36 @@ def test_tensor_dtypes():
         C.check_tensor("x", torch.zeros(2, dtype=torch.float64), dtypes=(torch.float32,))
 
 
-def test_same_dtype_names_every_argument():
+def test_tensor_dtype_of_names_both_and_allows_autocast():
     q, k = torch.zeros(2), torch.zeros(2, dtype=torch.float64)
     with pytest.raises(
-        TypeError, match="q and k must have the same dtype, got q torch.float32, k torch.float64"
+        TypeError, match=r"k must have the dtype of q \(torch.float32\), got dtype torch.float64"
     ):
-        C.check_same_dtype(q=q, k=k)
-    assert C.check_same_dtype(q=q, k=q, v=q) == torch.float32
+        C.check_tensor("k", k, dtype_of=q, of="q")
+    assert C.check_tensor("k", q, dtype_of=q) is q
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert C.check_tensor("x", k, dtype_of=q) is k
+
+
+def test_tensor_broadcast_to():
+    bias = torch.zeros(3, 5, 5)
+    assert C.check_tensor("bias", bias, broadcast_to=(2, 3, 5, 5)) is bias
+    with pytest.raises(
+        ValueError,
+        match=r"bias of shape \(3, 5, 5\) does not broadcast to \(h, T, T\) = \(4, 5, 5\)",
+    ):
+        C.check_tensor("bias", bias, broadcast_to=(4, 5, 5), dims="(h, T, T)")
+
+
+def test_tensor_shape_with_leading_ellipsis_checks_the_last_dimensions():
+    x = torch.zeros(2, 3, 5)
+    assert C.check_tensor("x", x, shape=(..., 5)) is x
+    with pytest.raises(
+        ValueError, match=r"x must have shape \(\.\.\., d=4\) with size 4 in dimension 2"
+    ):
+        C.check_tensor("x", x, shape=(..., 4), dims="(..., d=4)")
+    with pytest.raises(ValueError, match="x must have at least 2 dimensions"):
+        C.check_tensor("x", torch.zeros(5), shape=(..., None, 5))
 
 
 def test_array():

@@ -31,7 +31,6 @@ MODULES = [
     "layers",
     "paths",
     "model",
-    "schemes",
     "data",
     "tasks",
     "train",
