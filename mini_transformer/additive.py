@@ -15,64 +15,18 @@ import math
 import torch
 from torch import nn
 
-from .checks import (
-    check_bool,
-    check_int,
-    check_size,
-    check_tensor,
-)
+from .checks import check_bool, check_int, check_size, check_tensor
 
-__all__ = ["additive_scores", "AdditiveAttention"]
-
-
-def additive_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Additive (Bahdanau) scores of already projected queries and keys.
-
-    .. math::
-
-        e_{ij} = w^\\top \\tanh(q_i + k_j),
-
-    where :math:`q_i = W_a s_i` and :math:`k_j = U_a h_j` are the projected query and key
-    (Bahdanau et al., 2015, appendix A.1.2, writes :math:`v_a^\\top \\tanh(W_a s_{i-1}
-    + U_a h_j)`). Unlike a dot product, the score needs the ``(..., T_q, T_k, d_a)`` tensor of
-    sums, so it is not one matrix product: that is why it is slower and uses more memory than
-    dot-product attention for the same ``d_a`` (Vaswani et al., section 3.2.1).
-
-    Args:
-        q: projected queries ``(..., T_q, d_a)``.
-        k: projected keys ``(..., T_k, d_a)``; leading dimensions broadcast with ``q``'s.
-        w: the vector :math:`w` (Bahdanau's :math:`v_a`) of shape ``(d_a,)``.
-
-    Returns:
-        scores ``(..., T_q, T_k)``; each lies in :math:`[-\\lVert w \\rVert_1, \\lVert w
-        \\rVert_1]` because :math:`\\tanh` is bounded by 1.
-    """
-    check_tensor("q", q, floating=True, min_ndim=2, dims="(..., T_q, d_a)", nonempty=True)
-    check_tensor("k", k, floating=True, min_ndim=2, dims="(..., T_k, d_a)", dtype_of=q, of="q")
-    check_tensor("w", w, floating=True, ndim=1, dims="(d_a,)", nonempty=True, dtype_of=q, of="q")
-    if not q.shape[-1] == k.shape[-1] == w.shape[0]:
-        raise ValueError(
-            "q, k and w must share the attention width d_a, got "
-            f"{q.shape[-1]}, {k.shape[-1]} and {w.shape[0]}"
-        )
-    try:
-        lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            f"the leading dimensions of q {tuple(q.shape)} and k {tuple(k.shape)} must broadcast"
-        ) from None
-    check_size(
-        "the (..., T_q, T_k, d_a) sums", (*lead, q.shape[-2], k.shape[-2], w.shape[0]), q.dtype
-    )
-    hidden = torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3))  # (..., T_q, T_k, d_a)
-    return hidden @ w  # (..., T_q, T_k)
+__all__ = ["AdditiveAttention"]
 
 
 def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """Softmax over the last dim, masked as in :mod:`mini_transformer.attention`."""
     if mask is None:
         return torch.softmax(scores, dim=-1)
-    check_tensor("mask", mask, boolean=True, broadcast_to=scores.shape, dims="(..., T_q, T_k)")
+    check_tensor(
+        "mask", mask, boolean=True, broadcast_to=tuple(scores.shape), dims="(..., T_q, T_k)"
+    )
     filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     return torch.softmax(filled, dim=-1) * mask.any(dim=-1, keepdim=True)  # empty rows -> 0
 
@@ -102,8 +56,25 @@ class AdditiveAttention(nn.Module):
         self.w = nn.Parameter(torch.empty(d_attn).uniform_(-1, 1) / math.sqrt(d_attn))
 
     def scores(self, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        """``x`` (..., T_q, d_query), ``context`` (..., T_k, d_key) -> scores (..., T_q, T_k)."""
-        return additive_scores(self.q_proj(x), self.k_proj(context), self.w)
+        r"""$e_{ij} = w^\top \tanh(W_q x_i + W_k c_j + b)$, ``(..., T_q, T_k)``.
+
+        Bahdanau et al. (2015, appendix A.1.2) write $v_a^\top \tanh(W_a s_{i-1} + U_a h_j)$.
+        The score needs the ``(..., T_q, T_k, d_attn)`` tensor of sums, not one matrix
+        product: that is why it is slower and uses more memory than a dot product (Vaswani et
+        al., section 3.2.1). $|e_{ij}| \le \lVert w \rVert_1$ since $|\tanh| \le 1$.
+        """
+        q, k = self.q_proj(x), self.k_proj(context)  # W_q x_i, W_k c_j + b   (..., T, d_attn)
+        try:
+            lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        except RuntimeError:
+            raise ValueError(
+                f"the leading dimensions of x {tuple(x.shape)} and context {tuple(context.shape)} "
+                "must broadcast"
+            ) from None
+        shape = (*lead, q.shape[-2], k.shape[-2], self.d_attn)
+        check_size("the (..., T_q, T_k, d_attn) sums", shape, q.dtype)
+        hidden = torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3))  # (..., T_q, T_k, d_attn)
+        return hidden @ self.w  # e_ij = w^T tanh(...)   (..., T_q, T_k)
 
     def forward(
         self,

@@ -300,13 +300,17 @@ class MultiHeadAttention(nn.Module):
         n_heads, T_q, T_k)`` with ``return_weights``, else ``None``. A query whose keys are
         all masked gives ``out_proj(0)``, never NaN.
         """
-        for name, t in (("x", x), ("memory", memory)):  # memory: None for self-attention
-            if t is not None:
-                shape = (None if t is x else x.shape[0], None, self.d_model)
-                w = self.q_proj.weight
-                check_tensor(name, t, floating=True, shape=shape, dims=self._dims, dtype_of=w)
-        m = x if memory is None else memory
+        kw = {
+            "floating": True,
+            "dims": self._dims,
+            "nonempty": True,
+            "dtype_of": self.q_proj.weight,
+        }
+        check_tensor("x", x, shape=(None, None, self.d_model), **kw)
         B, T_q, _ = x.shape
+        if memory is not None:  # cross-attention: keys and values from memory (B, T_k, d_model)
+            check_tensor("memory", memory, shape=(B, None, self.d_model), **kw)
+        m = x if memory is None else memory
         target = (B, self.n_heads, T_q, m.shape[1])
         tdims = "(B, n_heads, T_q, T_k)"
         if mask is not None:

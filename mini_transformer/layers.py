@@ -24,10 +24,8 @@ from .checks import (
     check_probability,
     check_tensor,
 )
-from .paths import count_paths_by_length as count_paths_by_length  # chapter 5 imports them here
-from .paths import residual_paths as residual_paths
 
-__all__ = ["LayerNorm", "FeedForward", "TransformerBlock"]
+__all__ = ["LayerNorm", "FeedForward", "TransformerBlock", "residual_paths"]
 
 NORM_POSITIONS = ("pre", "post")  # LN(x + F(x)) or x + F(LN(x))
 ACTIVATIONS = ("gelu", "relu")  # exact (erf) GELU as F.gelu, or ReLU
@@ -235,3 +233,22 @@ class TransformerBlock(nn.Module):
 
     def extra_repr(self) -> str:
         return f"norm_position={self.norm_position!r}, causal={self.causal}"
+
+
+def residual_paths(n_blocks: int) -> list[tuple[int, ...]]:
+    r"""The $2^n$ paths through ``n_blocks`` residual blocks (Veit et al., 2016), shortest first.
+
+    Unrolling $x_i = x_{i-1} + f_i(x_{i-1})$ writes the output as a sum over one path per
+    subset of blocks; Veit et al. read a residual network as an ensemble of them. A path is
+    the increasing tuple of the (1-based) blocks it goes through, ``()`` the identity; at
+    most 20 blocks (a million paths), since the list doubles with every block.
+
+    Example:
+        >>> residual_paths(2)
+        [(), (1,), (2,), (1, 2)]
+    """
+    check_int("n_blocks", n_blocks, low=1, high=20, why=" (2**n_blocks paths are listed)")
+    paths: list[tuple[int, ...]] = [()]
+    for k in range(1, n_blocks + 1):
+        paths = paths + [p + (k,) for p in paths]  # each path skips or passes block k
+    return sorted(paths, key=lambda p: (len(p), p))

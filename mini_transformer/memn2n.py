@@ -11,9 +11,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from .checks import check_array, check_int, check_size, check_tensor
+from .checks import check_int, check_size, check_tensor
 
-__all__ = ["memn2n_encoding", "memn2n_sentence", "MemN2NPositionalEncoding"]
+__all__ = ["memn2n_encoding", "MemN2NPositionalEncoding"]
 
 
 def memn2n_encoding(sentence_length: int, d_model: int) -> np.ndarray:
@@ -33,18 +33,12 @@ def memn2n_encoding(sentence_length: int, d_model: int) -> np.ndarray:
     return (1 - j / J) - (k / d) * (1 - 2 * j / J)
 
 
-def memn2n_sentence(x: np.ndarray) -> np.ndarray:
-    r"""MemN2N's sentence vector $m = \sum_j l_j \odot x_j$: ``(..., J, d) -> (..., d)``."""
-    x = check_array("x", x, min_ndim=2, dims="(..., J, d)")
-    return (memn2n_encoding(x.shape[-2], x.shape[-1]) * x).sum(axis=-2)
-
-
 class MemN2NPositionalEncoding(nn.Module):
     r"""MemN2N's multiplicative encoding: ``x * l`` with $l$ from :func:`memn2n_encoding`.
 
     ``(B, T, d_model) -> (B, T, d_model)`` with ``J = T``, so the same position is scaled
-    differently in sequences of different length. Summing over ``T`` gives
-    :func:`memn2n_sentence`.
+    differently in sequences of different length; summing over ``T`` gives MemN2N's sentence
+    vector $m = \sum_j l_j \odot x_j$.
     """
 
     def __init__(self, d_model: int) -> None:

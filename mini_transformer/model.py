@@ -43,9 +43,12 @@ from .memn2n import MemN2NPositionalEncoding
 from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from .tasks import IGNORE_INDEX  # -100: targets the loss skips (unscored positions)
 
-__all__ = ["TransformerConfig", "TransformerLM", "evaluate", "POSITIONAL_SCHEMES"]
+__all__ = ["TransformerConfig", "TransformerLM", "evaluate"]
 
 MAX_LEN = 4096  # the shortest sinusoidal table built (at least block_size)
+COMPONENTS = [(".tok_emb.", "embeddings"), (".pos_emb.", "positional"), (".attn.", "attention")]
+COMPONENTS += [(".ffn.", "ffn"), (".ln_f.", "norms"), (".ln1.", "norms"), (".ln2.", "norms")]
+COMPONENTS += [(".lm_head.", "head")]  # parameter name -> part, for num_parameters
 
 
 # --------------------------------------------------------------------------- positional schemes
@@ -328,11 +331,8 @@ class TransformerLM(nn.Module):
                 raise ValueError(
                     f"generator must be a CPU torch.Generator, got one on {generator.device}"
                 )
-        check_size(
-            "the output (B, T + max_new_tokens)",
-            (len(idx), idx.shape[1] + max_new_tokens),
-            torch.long,
-        )
+        shape = (len(idx), idx.shape[1] + max_new_tokens)
+        check_size("the output (B, T + max_new_tokens)", shape, torch.long)
         was_training = self.training
         self.eval()
         try:
@@ -361,34 +361,16 @@ class TransformerLM(nn.Module):
         return idx
 
     # ------------------------------------------------------------------ accounting
-
-    def _component(self, name: str) -> str:
-        if name.startswith("tok_emb."):
-            return "embeddings"
-        if name.startswith(("pos_emb.", "rotary.")):
-            return "positional"
-        if ".attn." in name:
-            return "attention"
-        if ".ffn." in name:
-            return "ffn"
-        if name.startswith("ln_f.") or ".ln1." in name or ".ln2." in name:
-            return "norms"
-        if name.startswith("lm_head."):
-            return "head"
-        return "other"
-
     def num_parameters(self, by_component: bool = False) -> int | dict[str, int]:
         """Trainable parameters, a tied matrix once; ``by_component``: a dict by part and
         ``"total"`` (``head`` is 0 when tied; only ``"learned"`` has positional ones)."""
         check_bool("by_component", by_component)
         counts = dict.fromkeys(("embeddings", "positional", "attention", "ffn", "norms", "head"), 0)
         for name, p in self.named_parameters():  # shared parameters are yielded once
-            counts[self._component(name)] = counts.get(self._component(name), 0) + p.numel()
+            part = next((part for key, part in COMPONENTS if key in f".{name}"), "other")
+            counts[part] = counts.get(part, 0) + p.numel()
         total = sum(counts.values())
-        if not by_component:
-            return total
-        counts["total"] = total
-        return counts
+        return counts | {"total": total} if by_component else total
 
     def flops_per_token(self, T: int | None = None) -> float:
         r"""Training FLOPs per token (forward + backward), as in PaLM (Chowdhery et al. 2022, B).

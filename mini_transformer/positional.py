@@ -22,7 +22,6 @@ from .attention import RotaryEmbedding as RotaryEmbedding
 from .checks import check_array, check_choice, check_float, check_int, check_size, check_tensor
 from .memn2n import MemN2NPositionalEncoding as MemN2NPositionalEncoding
 from .memn2n import memn2n_encoding as memn2n_encoding
-from .memn2n import memn2n_sentence as memn2n_sentence
 
 __all__ = [
     "index_encoding",

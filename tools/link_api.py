@@ -29,7 +29,6 @@ MODULES = [
     "masks",
     "additive",
     "layers",
-    "paths",
     "model",
     "data",
     "tasks",
