@@ -28,6 +28,7 @@ from .alibi import ALiBi
 from .checks import (
     check_bool,
     check_float,
+    check_instance,
     check_int,
     check_probability,
     check_size,
@@ -38,6 +39,8 @@ from .masks import padding_mask as padding_mask  # the API contract names it her
 
 __all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "RotaryEmbedding"]
 
+# base < 1 would make wavelengths shorter than 2 pi (aliased angles); a tiny one overflows
+BASE = {"low": 1, "what": "a finite number >= 1 (10000 in the paper)"}
 # an additive mask's 0 means "may attend", a boolean mask's 0 the opposite: never guess
 MASK = {"boolean": True, "why": "; pass an additive float mask as `score_bias` instead"}
 
@@ -170,9 +173,7 @@ class RotaryEmbedding(nn.Module):
     def __init__(self, d_head: int, base: float = 10000.0, max_len: int = 4096) -> None:
         super().__init__()
         self.d_head = check_int("d_head", d_head, low=1, even=True, why=" for a rotation")
-        self.base = check_float(
-            "base", base, low=1, what="a finite number >= 1 (10000 in the paper)"
-        )
+        self.base = check_float("base", base, **BASE)
         self.max_len = check_int("max_len", max_len, low=1)
         i = np.arange(self.d_head // 2, dtype=np.float64)
         omega = torch.from_numpy(self.base ** (-2.0 * i / self.d_head))  # w_i = base^(-2i/d)
@@ -182,9 +183,8 @@ class RotaryEmbedding(nn.Module):
         self._build_cache(self.max_len, device=None)
 
     def _build_cache(self, length: int, device: torch.device | None) -> None:
-        check_size(
-            "the rotary cache (offset + T, d_head / 2)", (length, self.d_head // 2), torch.float64
-        )
+        shape = (length, self.d_head // 2)
+        check_size("the rotary cache (offset + T, d_head / 2)", shape, torch.float64)
         omega = self.omega if device is None else self.omega.to(device)
         angles = torch.arange(length, dtype=torch.float64, device=omega.device)[:, None] * omega
         self.register_buffer("cos_cached", angles.cos().float(), persistent=False)  # (L, d/2)
@@ -252,8 +252,7 @@ class MultiHeadAttention(nn.Module):
         self.d_head = check_heads(d_model, n_heads)
         check_bool("bias", bias)
         check_size("the projections (4, d_model, d_model)", (4, d_model, d_model), torch.float32)
-        if rotary is not None and not isinstance(rotary, nn.Module):
-            raise TypeError(f"rotary must be an nn.Module or None, got {type(rotary).__name__}")
+        check_instance("rotary", rotary, (nn.Module, type(None)), "an nn.Module or None")
         if alibi is not None and not (isinstance(alibi, ALiBi) and alibi.n_heads == n_heads):
             raise ValueError(f"alibi must be None or an ALiBi with n_heads={n_heads}, got {alibi}")
         self.d_model = d_model

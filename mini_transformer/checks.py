@@ -7,8 +7,8 @@ Every message names the argument, the allowed values and what was given::
 
     ValueError: d_model must be a positive integer, got 0
 
-The checks read Python values and tensor *metadata* only (no data, so no GPU sync): each
-input is checked once, where it enters the package.
+The checks read Python values and tensor *metadata* only (no data, so no GPU sync; the one
+exception, :func:`check_ids`, says so): each input is checked once, where it enters.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ __all__ = [
     "check_instance",
     "check_device",
     "check_tensor",
+    "check_ids",
     "check_array",
     "check_size",
 ]
@@ -303,6 +304,20 @@ def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
         return len(shape) <= len(target) and torch.broadcast_shapes(shape, target) == target
     except RuntimeError:
         return False
+
+
+def check_ids(name: str, ids: torch.Tensor, vocab_size: int, ignore: int | None = None) -> None:
+    """Token ids in ``0..vocab_size-1`` (entries equal to ``ignore`` aside, but not all).
+
+    The one check that reads tensor *data*: on a GPU the host waits for the answer.
+    """
+    ids = ids if ignore is None else ids[ids != ignore]
+    if ids.numel() == 0:
+        raise ValueError(f"every entry of {name} is {ignore} (ignored): the loss would be NaN")
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= vocab_size:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"{name} contains token id {bad}, outside 0..{vocab_size - 1}")
 
 
 def check_array(

@@ -32,6 +32,7 @@ from .checks import (
     check_bool,
     check_choice,
     check_float,
+    check_ids,
     check_instance,
     check_int,
     check_probability,
@@ -155,24 +156,6 @@ class TransformerConfig:
         return cls(**d)
 
 
-def check_ids(name: str, ids: torch.Tensor, vocab_size: int, allow_ignore: bool = False) -> None:
-    """Token ids in ``0..vocab_size-1`` (or ``IGNORE_INDEX`` with ``allow_ignore``).
-
-    It reads the data, so on a GPU the host waits: the training loop checks its whole
-    corpus once and sets ``model.check_token_ids = False``.
-    """
-    ids = ids[ids != IGNORE_INDEX] if allow_ignore else ids
-    if ids.numel() == 0:
-        raise ValueError(
-            f"every entry of {name} is {IGNORE_INDEX} (ignored): the loss would be NaN"
-        )
-    lo, hi = int(ids.min()), int(ids.max())
-    if lo < 0 or hi >= vocab_size:
-        raise ValueError(
-            f"{name} contains token id {lo if lo < 0 else hi}, outside 0..{vocab_size - 1}"
-        )
-
-
 class TransformerLM(nn.Module):
     """A GPT-style causal language model: predicts token ``t + 1`` from tokens ``0..t``.
 
@@ -185,7 +168,9 @@ class TransformerLM(nn.Module):
         torch.Size([2, 10, 84])
     """
 
-    check_token_ids: bool = True  # see check_ids
+    #: check that ids are in 0..vocab_size-1 on every call; a GPU waits for the answer, so the
+    #: training loop checks its corpus once and turns this off
+    check_token_ids: bool = True
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -235,11 +220,11 @@ class TransformerLM(nn.Module):
 
     # ------------------------------------------------------------------ forward
 
-    def _check_idx(self, idx: torch.Tensor, name: str = "idx", shape=None) -> None:
-        check_tensor(
-            name, idx, integer=True, ndim=2, shape=shape, dims="(B, T) of token ids", nonempty=True
-        )
-        T, c = idx.shape[1], self.config
+    def _check_idx(self, idx: torch.Tensor, name: str = "idx", shape=None, crop=False) -> None:
+        dims = "(B, T) of token ids"
+        check_tensor(name, idx, integer=True, ndim=2, shape=shape, dims=dims, nonempty=True)
+        c = self.config
+        T = min(idx.shape[1], c.block_size) if crop else idx.shape[1]  # what the model sees
         if T > c.block_size and not SCHEMES[c.positional].extrapolates:
             raise ValueError(
                 f"sequence length T={T} exceeds block_size={c.block_size}: a learned position "
@@ -247,7 +232,7 @@ class TransformerLM(nn.Module):
                 f"from {tuple(n for n, s in SCHEMES.items() if s.extrapolates)})"
             )
         if self.check_token_ids and not torch.compiler.is_compiling():  # a GPU sync
-            check_ids(name, idx, c.vocab_size, allow_ignore=name == "targets")
+            check_ids(name, idx, c.vocab_size, ignore=IGNORE_INDEX if name == "targets" else None)
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
@@ -319,8 +304,7 @@ class TransformerLM(nn.Module):
         ``top_k`` largest and samples. Sampling runs on the CPU with ``generator``, so a
         seeded generator gives the same text on any device.
         """
-        check_tensor("idx", idx, ndim=2, dims="(B, T) of token ids")
-        self._check_idx(idx[:, -self.config.block_size :])  # the model sees the crop
+        self._check_idx(idx, crop=True)
         check_int("max_new_tokens", max_new_tokens, low=0)
         temperature = check_float("temperature", temperature, low=0)
         if top_k is not None:

@@ -18,6 +18,7 @@ from torch import nn
 from .alibi import ALiBi as ALiBi
 from .alibi import alibi_bias as alibi_bias
 from .alibi import alibi_slopes as alibi_slopes
+from .attention import BASE
 from .attention import RotaryEmbedding as RotaryEmbedding
 from .checks import check_array, check_choice, check_float, check_int, check_size, check_tensor
 from .memn2n import MemN2NPositionalEncoding as MemN2NPositionalEncoding
@@ -36,8 +37,6 @@ __all__ = [
 ]
 
 LAYOUTS = ("interleaved", "concat")
-# base < 1 would make wavelengths shorter than 2 pi (aliased angles); a tiny one overflows
-BASE = {"low": 1, "what": "a finite number >= 1 (10000 in the paper)"}
 
 
 # --------------------------------------------------------------------------- scalar encodings
@@ -105,9 +104,8 @@ def sinusoidal_encoding(
     """
     n_positions = check_int("n_positions", n_positions, low=1)
     check_choice("layout", layout, LAYOUTS)
-    d_model = check_int("d_model", d_model, low=1)
+    omega = sinusoidal_frequencies(d_model, base)  # checks d_model, base       (ceil(d/2),)
     check_size("the encoding (n_positions, d_model)", (n_positions, d_model), np.float64)
-    omega = sinusoidal_frequencies(d_model, base)  # (ceil(d/2),)
     angles = np.arange(n_positions, dtype=np.float64)[:, None] * omega  # pos w_i (n, ceil(d/2))
     sin, cos = np.sin(angles), np.cos(angles[:, : d_model // 2])
     if layout == "concat":
@@ -158,9 +156,7 @@ def encoding_properties(pe: np.ndarray, decimals: int = 12) -> dict:
     pe = check_array("pe", pe, nonempty=False)
     decimals = check_int("decimals", decimals)
     if pe.ndim != 2 or pe.shape[0] < 2 or pe.shape[1] < 1:
-        raise ValueError(
-            f"pe must have shape (n_positions, dim) with n_positions >= 2, got shape {pe.shape}"
-        )
+        raise ValueError(f"pe must have shape (n_positions >= 2, dim >= 1), got shape {pe.shape}")
     norms = np.linalg.norm(pe, axis=1)
     dist = np.linalg.norm(pe[1:] - pe[:-1], axis=1)
     ok = (norms[:-1] > 0) & (norms[1:] > 0)
@@ -215,10 +211,9 @@ class SinusoidalPositionalEncoding(nn.Module):
         super().__init__()
         self.d_model = check_int("d_model", d_model, low=1)
         self.max_len = check_int("max_len", max_len, low=1)
-        self.base = check_float("base", base, **BASE)
-        self.layout = check_choice("layout", layout, LAYOUTS)
         check_size("the table (max_len, d_model)", (self.max_len, self.d_model), np.float64)
-        pe = sinusoidal_encoding(self.max_len, self.d_model, self.base, layout)
+        pe = sinusoidal_encoding(self.max_len, self.d_model, base, layout)  # checks the rest
+        self.base, self.layout = float(base), layout
         self.register_buffer("pe", torch.from_numpy(pe).float(), persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
