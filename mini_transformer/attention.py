@@ -1,18 +1,11 @@
 r"""Masked scaled dot-product attention, multi-head attention and RoPE (chapters 2 and 4).
 
-The whole of chapter 4 is one formula, $\operatorname{Attention}(Q, K, V) =
-\operatorname{softmax}(Q K^\top / \sqrt{d_k} + B + M)\,V$, with $B$ an optional additive
-bias (ALiBi) and $M$ the mask: 0 where a query may attend to a key, very negative where not.
-
-- A mask is **boolean**, ``True`` = *may attend* (as PyTorch's
-  ``F.scaled_dot_product_attention``), broadcasting against the scores ``(..., T_q, T_k)``.
-  An additive float mask goes in ``score_bias`` (``bias`` always means a Linear's bias).
-- Masked scores get ``torch.finfo(dtype).min``. Not ``-inf``: a row with every key masked
-  would give ``softmax([-inf, ..., -inf]) = 0/0 = NaN``. Not a constant such as ``-2**30``:
-  it overflows to ``-inf`` in float16 (largest magnitude 65504).
-- A query whose keys are *all* masked gets zero weights and a zero output (and zero
-  gradient), never NaN, on both the from-scratch and the fused path. A ``-inf`` entry of
-  ``score_bias`` counts as a masked key.
+Chapter 4 is one formula, $\operatorname{softmax}(Q K^\top / \sqrt{d_k} + B + M)\,V$: $B$
+an optional additive bias (ALiBi), $M$ the mask. A mask is **boolean**, ``True`` = *may
+attend*, as in PyTorch; masked scores get ``torch.finfo(dtype).min``, not ``-inf`` (a row
+with every key masked would give ``0/0 = NaN``) and not ``-2**30`` (``-inf`` in float16).
+A query whose keys are all masked (a ``-inf`` bias counts as masked) gets zero weights and
+a zero output, never NaN, on both the from-scratch and the fused path.
 """
 
 from __future__ import annotations
@@ -130,18 +123,14 @@ def scaled_dot_product_attention(
     check_tensor("v", v, shape=(..., T_k, None), dims=f"(..., T_k={T_k} of k, d_v)", **kw)
     dropout_p = check_probability("dropout_p", dropout_p)
     check_bool("return_weights", return_weights)
-    scale = (
-        1.0 / math.sqrt(q.shape[-1])
-        if scale is None
-        else check_float("scale", scale, low=0, low_open=True)
-    )
+    if scale is not None:
+        check_float("scale", scale, low=0, low_open=True)
+    scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)  # 1 / sqrt(d_k)
     try:
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError:
-        raise ValueError(
-            f"the leading dimensions of q, k and v must broadcast, got shapes {tuple(q.shape)}, "
-            f"{tuple(k.shape)} and {tuple(v.shape)}"
-        ) from None
+        shapes = f"{tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}"
+        raise ValueError(f"the leading dimensions of q, k and v must broadcast: {shapes}") from None
     target, dims = (*batch, q.shape[-2], k.shape[-2]), "(..., T_q, T_k)"
     check_size("the attention scores (..., T_q, T_k)", target, q.dtype)
     if mask is not None:
@@ -178,13 +167,11 @@ class RotaryEmbedding(nn.Module):
         i = np.arange(self.d_head // 2, dtype=np.float64)
         omega = torch.from_numpy(self.base ** (-2.0 * i / self.d_head))  # w_i = base^(-2i/d)
         self.register_buffer("omega", omega, persistent=False)
-        shape = (self.max_len, self.d_head // 2)
-        check_size("the rotary cache (max_len, d_head / 2)", shape, torch.float64)
         self._build_cache(self.max_len, device=None)
 
     def _build_cache(self, length: int, device: torch.device | None) -> None:
         shape = (length, self.d_head // 2)
-        check_size("the rotary cache (offset + T, d_head / 2)", shape, torch.float64)
+        check_size("the rotary cache (max_len or offset + T, d_head / 2)", shape, torch.float64)
         omega = self.omega if device is None else self.omega.to(device)
         angles = torch.arange(length, dtype=torch.float64, device=omega.device)[:, None] * omega
         self.register_buffer("cos_cached", angles.cos().float(), persistent=False)  # (L, d/2)
@@ -216,24 +203,17 @@ class RotaryEmbedding(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    r"""Multi-head attention, for self-attention and cross-attention.
-
-    $$\operatorname{MultiHead}(X, M) = \operatorname{Concat}(\text{head}_1, \dots,
-    \text{head}_h) W^O, \quad \text{head}_i = \operatorname{Attention}(X W_i^Q, M W_i^K,
-    M W_i^V),$$
-
-    with $M = X$ for self-attention. The ``h`` heads are computed at once: ``(B, T,
-    d_model)`` is viewed as ``(B, T, h, d_head)`` and transposed to ``(B, h, T, d_head)``.
+    r"""Multi-head attention, $\operatorname{Concat}(\text{head}_1, \dots, \text{head}_h) W^O$
+    with $\text{head}_i = \operatorname{Attention}(X W_i^Q, M W_i^K, M W_i^V)$ ($M = X$ for
+    self-attention). The heads are computed at once: ``(B, T, d_model)`` is viewed as ``(B,
+    T, h, d_head)`` and transposed to ``(B, h, T, d_head)``.
 
     ``fused_attention`` uses PyTorch's ``F.scaled_dot_product_attention`` unless weights are
-    asked for; it agrees with the from-scratch path to float rounding (tested). The schemes
-    that act inside attention are given here, once, and shared by a model's layers:
-    ``rotary`` (a :class:`RotaryEmbedding`, applied to ``q`` and ``k``) and ``alibi`` (an
-    :class:`~mini_transformer.alibi.ALiBi`, added to the scaled scores).
-
-    Attention maps: with ``keep_weights = True`` every call keeps its weights, detached, in
-    ``last_weights`` ``(B, n_heads, T_q, T_k)``, so one forward pass of a whole model leaves
-    every layer's map behind.
+    asked for (it agrees with the from-scratch path to rounding, tested). ``rotary`` and
+    ``alibi``, the schemes that act inside attention, are given once here and shared by a
+    model's layers. With ``keep_weights = True`` every call keeps its weights, detached, in
+    ``last_weights`` ``(B, n_heads, T_q, T_k)``: one forward pass of a model leaves every
+    layer's map behind.
     """
 
     def __init__(

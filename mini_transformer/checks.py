@@ -93,23 +93,16 @@ def check_int(
         ...
         ValueError: n_heads must be a positive integer, got 0
     """
-    if low == 1 and high is None:
-        kind = "a positive even integer" if even else "a positive integer"
-    elif low == 0 and high is None:
-        kind = "a non-negative even integer" if even else "a non-negative integer"
+    parity = "even " if even else ""
+    if high is None and low in (0, 1):
+        kind = f"a {'positive' if low else 'non-negative'} {parity}integer"
     else:
-        kind = f"{'an even integer' if even else 'an integer'} " + _interval(
-            low, high, False, False
-        )
-        kind = kind.rstrip()
+        kind = f"an {parity}integer {_interval(low, high, False, False)}".rstrip()
     if not _is_int(value):
         raise TypeError(f"{name} must be {kind}{why}, got {_given(value)}")
     value = int(value)  # type: ignore[arg-type]
-    if (
-        (low is not None and value < low)
-        or (high is not None and value > high)
-        or (even and value % 2)
-    ):
+    bad = (low is not None and value < low) or (high is not None and value > high)
+    if bad or (even and value % 2):
         raise ValueError(f"{name} must be {kind}{why}, got {value}")
     return value
 
@@ -137,10 +130,8 @@ def check_float(
         ValueError: eps must be a finite number > 0, got inf
     """
     if what is None:
-        what = ("a finite number " if finite else "a number ") + _interval(
-            low, high, low_open, high_open
-        )
-        what = what.rstrip()
+        span = _interval(low, high, low_open, high_open)
+        what = f"a {'finite ' if finite else ''}number {span}".rstrip()
     if not _is_real(value):
         raise TypeError(f"{name} must be {what}, got {_given(value)}")
     x = float(value)  # type: ignore[arg-type]
@@ -154,10 +145,11 @@ def check_float(
     return x
 
 
-def check_probability(name: str, value: object, *, allow_one: bool = False) -> float:
-    """A probability (dropout rate): a float in ``[0, 1)`` (``[0, 1]`` with ``allow_one``)."""
-    what = f"a probability in [0, 1{']' if allow_one else ')'}"
-    return check_float(name, value, low=0.0, high=1.0, high_open=not allow_one, what=what)
+def check_probability(name: str, value: object) -> float:
+    """A dropout rate: a float in ``[0, 1)`` (1 would drop everything)."""
+    return check_float(
+        name, value, low=0.0, high=1.0, high_open=True, what="a probability in [0, 1)"
+    )
 
 
 def check_bool(name: str, value: object) -> bool:
@@ -349,9 +341,7 @@ def check_array(
 
 
 # --------------------------------------------------------------------------- memory
-def estimate_bytes(
-    shape: Sequence[int], dtype: torch.dtype | np.dtype | type = torch.float32
-) -> int:
+def estimate_bytes(shape: Sequence[int], dtype: torch.dtype | type = torch.float32) -> int:
     """Bytes of a dense array of ``shape`` and ``dtype`` (no allocation)."""
     itemsize = dtype.itemsize if isinstance(dtype, torch.dtype) else np.dtype(dtype).itemsize
     return math.prod([int(s) for s in shape]) * itemsize

@@ -32,20 +32,12 @@ ACTIVATIONS = ("gelu", "relu")  # exact (erf) GELU as F.gelu, or ReLU
 EPS_MIN = torch.finfo(torch.float32).tiny  # float32's smallest normal number, ~1.18e-38
 
 
-# --------------------------------------------------------------------------- LayerNorm
-
-
 class LayerNorm(nn.Module):
     r"""Layer normalisation over the last dimension, written from scratch.
 
-    For each token vector :math:`x \in \mathbb{R}^{d}` (``d = d_model``; every other
-    dimension is a batch dimension):
-
-    .. math::
-
-        \mu = \frac{1}{d}\sum_{i=1}^{d} x_i, \qquad
-        \sigma^2 = \frac{1}{d}\sum_{i=1}^{d} (x_i - \mu)^2, \qquad
-        y_i = \gamma_i \, \frac{x_i - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta_i .
+    For each token vector $x \in \mathbb{R}^{d}$, ``d = d_model`` (other dimensions batch):
+    $$\mu = \tfrac{1}{d}\sum_i x_i, \quad \sigma^2 = \tfrac{1}{d}\sum_i (x_i - \mu)^2, \quad
+    y_i = \gamma_i \frac{x_i - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta_i.$$
 
     The *biased* variance (divide by ``d``), as :class:`torch.nn.LayerNorm` and Ba et al.
     (2016); ``gamma`` and ``beta`` are ``.weight`` and ``.bias``, so a state dict loads into
@@ -69,7 +61,7 @@ class LayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d_model))  # gamma
         if check_bool("bias", bias):
             self.bias = nn.Parameter(torch.zeros(d_model))  # beta
-        else:
+        else:  # a constant zero, not in the state dict
             self.register_buffer("bias", torch.zeros(d_model), persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -79,39 +71,26 @@ class LayerNorm(nn.Module):
         out_dtype = torch.promote_types(x.dtype, self.weight.dtype)
         if x.dtype in (torch.float16, torch.bfloat16):
             x = x.float()
-        mu = x.mean(dim=-1, keepdim=True)  # (..., 1)
-        var = (x - mu).pow(2).mean(dim=-1, keepdim=True)  # (..., 1), biased
-        x_hat = (x - mu) * torch.rsqrt(var + self.eps)  # (..., d_model)
-        return (x_hat * self.weight + self.bias).to(out_dtype)
+        mu = x.mean(dim=-1, keepdim=True)  # mu = mean_i x_i                   (..., 1)
+        var = (x - mu).pow(2).mean(dim=-1, keepdim=True)  # sigma^2, biased    (..., 1)
+        x_hat = (x - mu) * torch.rsqrt(var + self.eps)  # (x - mu) / sqrt(sigma^2 + eps)
+        return (x_hat * self.weight + self.bias).to(out_dtype)  # y = gamma x_hat + beta
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}"
 
 
-# --------------------------------------------------------------------------- FFN
-
-
 class FeedForward(nn.Module):
-    r"""The position-wise feed-forward block.
+    r"""The position-wise feed-forward block, $\mathrm{FFN}(x) = \phi(x W_1 + b_1)\, W_2 + b_2$,
 
-    .. math::
-
-        \mathrm{FFN}(x) = \phi(x W_1 + b_1)\, W_2 + b_2,
-        \qquad W_1 \in \mathbb{R}^{d_\text{model} \times d_\text{ff}},\;
-        W_2 \in \mathbb{R}^{d_\text{ff} \times d_\text{model}},
-
-    with :math:`\phi` = GELU or ReLU (the original Transformer: ReLU, ``d_ff = 4 d_model``).
+    with $W_1$ ``(d_model, d_ff)``, $\phi$ = GELU or ReLU (the original Transformer: ReLU,
+    ``d_ff = 4 d_model``).
     The same weights act on every position separately, so permuting the positions permutes
     the output. ``linear1``/``linear2`` are named as in :class:`torch.nn.TransformerEncoderLayer`.
     """
 
     def __init__(
-        self,
-        d_model: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        activation: str = "gelu",
-        bias: bool = True,
+        self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "gelu", bias=True
     ) -> None:
         super().__init__()
         self.d_model = check_int("d_model", d_model, low=1)
@@ -133,34 +112,15 @@ class FeedForward(nn.Module):
         return f"activation={self.activation!r}"
 
 
-# --------------------------------------------------------------------------- blocks
-
-
 class TransformerBlock(nn.Module):
     r"""One Transformer block, wired from the parts it is given (as labml's implementations).
 
-    Post-LN (Vaswani et al., 2017), LayerNorm after each residual sum:
-
-    .. math::
-
-        x \leftarrow \mathrm{LN}_1\big(x + \mathrm{Drop}(\mathrm{Attn}(x))\big), \qquad
-        x \leftarrow \mathrm{LN}_2\big(x + \mathrm{Drop}(\mathrm{FFN}(x))\big).
-
-    Pre-LN (Xiong et al., 2020; GPT-2), LayerNorm at the entrance of each sub-layer, the
-    residual stream itself is never normalised inside the block (so a stack of Pre-LN blocks
-    needs one final LayerNorm, as :class:`~mini_transformer.model.TransformerLM` has):
-
-    .. math::
-
-        x \leftarrow x + \mathrm{Drop}(\mathrm{Attn}(\mathrm{LN}_1(x))), \qquad
-        x \leftarrow x + \mathrm{Drop}(\mathrm{FFN}(\mathrm{LN}_2(x))).
-
-    With ``cross_attn`` it is an encoder-decoder's decoder block: a third sub-layer attends
-    from the stream to ``memory`` ``(B, S, d_model)``, the encoder's output,
-    :math:`x \leftarrow x + \mathrm{Drop}(\mathrm{CrossAttn}(\mathrm{LN}_c(x), m))` in Pre-LN.
-    ``causal`` restricts the self-attention to positions ``<= t``; ``ln1``, ``ln2`` (and
-    ``ln_cross``) are the LayerNorms around ``attn``, ``ffn`` (and ``cross_attn``), and
-    ``dropout`` the residual dropout.
+    Post-LN (Vaswani et al., 2017): $x \leftarrow \mathrm{LN}(x + \mathrm{Drop}(F(x)))$ for
+    each sub-layer $F$. Pre-LN (Xiong et al., 2020; GPT-2): $x \leftarrow x +
+    \mathrm{Drop}(F(\mathrm{LN}(x)))$; the residual stream is never normalised inside the
+    block, so a Pre-LN stack needs one final LayerNorm. The sub-layers are ``attn``, then
+    ``cross_attn`` (an encoder-decoder's decoder block, attending to ``memory``, the
+    encoder's output), then ``ffn``; ``ln1``, ``ln_cross``, ``ln2`` are their LayerNorms.
 
     Example:
         >>> block = TransformerBlock(MultiHeadAttention(16, 4), FeedForward(16, 64), causal=True)
@@ -185,14 +145,14 @@ class TransformerBlock(nn.Module):
         check_instance("ffn", ffn, FeedForward, "a FeedForward")
         mha = (MultiHeadAttention, type(None))
         check_instance("cross_attn", cross_attn, mha, "a MultiHeadAttention or None")
+        self.d_model = d = attn.d_model
         for name, part in (("ffn", ffn), ("cross_attn", cross_attn)):
-            if part is not None and part.d_model != attn.d_model:
+            if part is not None and part.d_model != d:
                 raise ValueError(
-                    f"{name} must have the attention's d_model={attn.d_model}, got {part.d_model}"
+                    f"{name} must have the attention's d_model={d}, got {part.d_model}"
                 )
         self.norm_position = check_choice("norm_position", norm_position, NORM_POSITIONS)
         self.causal = check_bool("causal", causal)
-        self.d_model = d = attn.d_model
         self.attn = attn
         self.ffn = ffn
         self.ln1 = LayerNorm(d, eps=eps, bias=bias)
@@ -202,11 +162,7 @@ class TransformerBlock(nn.Module):
         self.ln_cross = LayerNorm(d, eps=eps, bias=bias) if cross_attn is not None else None
 
     def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None = None,
-        memory: Tensor | None = None,
-        memory_mask: Tensor | None = None,
+        self, x: Tensor, mask: Tensor | None = None, memory=None, memory_mask=None
     ) -> Tensor:
         """``mask`` (self-attention) and ``memory_mask`` (cross-attention, e.g. the source's
         padding) are boolean, ``True`` = may attend. Each input is checked by the part that

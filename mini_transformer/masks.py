@@ -52,20 +52,15 @@ def padding_mask(
     """
     T = check_int("T", T, low=1)
     check_device("device", device)
-    if isinstance(lengths, torch.Tensor):
-        check_tensor("lengths", lengths, integer=True, ndim=1, dims="(B,)", nonempty=True)
-        lengths = lengths.to(device=lengths.device if device is None else device, dtype=torch.long)
-        if bool(((lengths < 0) | (lengths > T)).any()):
-            raise ValueError(f"every length must be in [0, T] = [0, {T}], got {lengths.tolist()}")
-    else:
-        if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
-            raise TypeError(
-                f"lengths must be a sequence of B integers, got {type(lengths).__name__}"
-            )
-        values = [check_int(f"lengths[{b}]", n, low=0, high=T) for b, n in enumerate(lengths)]
-        if not values:
-            raise ValueError("lengths must be a non-empty 1-D sequence of B integers, got []")
-        lengths = torch.tensor(values, dtype=torch.long, device=device)
+    if isinstance(lengths, torch.Tensor):  # B integers, read once on the host
+        check_tensor("lengths", lengths, integer=True, ndim=1, dims="(B,)")
+        device, lengths = lengths.device if device is None else device, lengths.tolist()
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+        raise TypeError(f"lengths must be a sequence of B integers, got {type(lengths).__name__}")
+    values = [check_int(f"lengths[{b}]", n, low=0, high=T) for b, n in enumerate(lengths)]
+    if not values:
+        raise ValueError("lengths must be a non-empty 1-D sequence of B integers, got []")
+    lengths = torch.tensor(values, dtype=torch.long, device=device)
     positions = torch.arange(T, device=lengths.device)
     return (positions[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, T)
 
@@ -82,7 +77,6 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
         try:
             out = m if out is None else out & m
         except RuntimeError as err:
-            raise ValueError(
-                f"masks of shapes {tuple(out.shape)} and {tuple(m.shape)} do not broadcast"
-            ) from err
+            shapes = f"{tuple(out.shape)} and {tuple(m.shape)}"
+            raise ValueError(f"masks of shapes {shapes} do not broadcast") from err
     return out

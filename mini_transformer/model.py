@@ -52,7 +52,6 @@ COMPONENTS += [(".ffn.", "ffn"), (".ln_f.", "norms"), (".ln1.", "norms"), (".ln2
 COMPONENTS += [(".lm_head.", "head")]  # parameter name -> part, for num_parameters
 
 
-# --------------------------------------------------------------------------- positional schemes
 @dataclass(frozen=True)
 class PositionalScheme:
     r"""Everything the model does differently for one positional scheme (chapters 1-3).
@@ -193,14 +192,8 @@ class TransformerLM(nn.Module):
 
     def _block(self) -> TransformerBlock:
         c = self.config
-        attn = MultiHeadAttention(
-            c.d_model,
-            c.n_heads,
-            dropout=c.dropout,
-            bias=c.bias,
-            fused_attention=c.fused_attention,
-            rotary=self.rotary,
-            alibi=self.alibi,
+        attn = MultiHeadAttention(  # d_model, n_heads, dropout, bias, fused, rotary, alibi
+            c.d_model, c.n_heads, c.dropout, c.bias, c.fused_attention, self.rotary, self.alibi
         )
         ffn = FeedForward(c.d_model, c.d_ff, dropout=c.dropout, bias=c.bias)
         return TransformerBlock(
@@ -312,9 +305,7 @@ class TransformerLM(nn.Module):
         if generator is not None:
             check_instance("generator", generator, torch.Generator, "a CPU torch.Generator")
             if generator.device.type != "cpu":
-                raise ValueError(
-                    f"generator must be a CPU torch.Generator, got one on {generator.device}"
-                )
+                raise ValueError(f"generator must be on the CPU, got {generator.device}")
         shape = (len(idx), idx.shape[1] + max_new_tokens)
         check_size("the output (B, T + max_new_tokens)", shape, torch.long)
         was_training = self.training

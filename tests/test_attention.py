@@ -548,7 +548,7 @@ def test_error_causal_mask_size():
 def test_error_padding_mask_length_out_of_range():
     with pytest.raises(ValueError, match=r"lengths\[1\] must be an integer in \[0, 4\], got 5"):
         padding_mask([2, 5], 4)
-    with pytest.raises(ValueError, match=r"every length must be in \[0, T\] = \[0, 4\]"):
+    with pytest.raises(ValueError, match=r"lengths\[1\] must be an integer in \[0, 4\], got 5"):
         padding_mask(torch.tensor([2, 5]), 4)
 
 

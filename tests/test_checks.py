@@ -107,7 +107,6 @@ def test_probability():
     assert C.check_probability("dropout", 0) == 0.0
     with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\), got 1.0"):
         C.check_probability("dropout", 1.0)
-    assert C.check_probability("p", 1.0, allow_one=True) == 1.0
     with pytest.raises(TypeError, match=r"dropout must be a probability in \[0, 1\), got True"):
         C.check_probability("dropout", True)
 

@@ -498,7 +498,7 @@ def test_encoding_properties_of_index_and_binary():
         (
             lambda: P.RotaryEmbedding(8)(torch.ones(1, 1, 3, 8), offset=10**12),
             ValueError,
-            r"the rotary cache \(offset \+ T, d_head / 2\) .* would need 29.1 TiB",
+            r"the rotary cache \(max_len or offset \+ T, d_head / 2\) .* would need 29.1 TiB",
         ),
     ],
 )
