@@ -67,10 +67,8 @@ class AdditiveAttention(nn.Module):
         try:
             lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
         except RuntimeError:
-            raise ValueError(
-                f"the leading dimensions of x {tuple(x.shape)} and context {tuple(context.shape)} "
-                "must broadcast"
-            ) from None
+            shapes = f"x {tuple(x.shape)} and context {tuple(context.shape)}"
+            raise ValueError(f"the leading dimensions of {shapes} must broadcast") from None
         shape = (*lead, q.shape[-2], k.shape[-2], self.d_attn)
         check_size("the (..., T_q, T_k, d_attn) sums", shape, q.dtype)
         hidden = torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3))  # (..., T_q, T_k, d_attn)
@@ -87,26 +85,14 @@ class AdditiveAttention(nn.Module):
         """Attend from ``x`` ``(..., T_q, d_query)`` to ``context`` ``(..., T_k, d_key)``;
         ``value`` ``(..., T_k, d_v)`` defaults to ``context``. Returns ``out`` ``(..., T_q,
         d_v)``, or ``(out, weights)``."""
+        kw = {"floating": True, "dtype_of": self.q_proj.weight}
         d_q, d_k = self.q_proj.in_features, self.k_proj.in_features
-        w = self.q_proj.weight
-        check_tensor(
-            "x", x, floating=True, shape=(..., None, d_q), dims="(..., T, d_query)", dtype_of=w
-        )
-        check_tensor(
-            "context",
-            context,
-            floating=True,
-            shape=(..., None, d_k),
-            dims="(..., T_k, d_key)",
-            dtype_of=w,
-        )
+        check_tensor("x", x, shape=(..., None, d_q), dims="(..., T, d_query)", **kw)
+        check_tensor("context", context, shape=(..., None, d_k), dims="(..., T_k, d_key)", **kw)
         check_bool("return_weights", return_weights)
-        value = context if value is None else value
-        check_tensor("value", value, floating=True, min_ndim=2, dims="(..., T_k, d_v)")
-        if (T_v := value.shape[-2]) != (T_k := context.shape[-2]):
-            raise ValueError(
-                f"value and context must have the same number of keys, got {T_v}, {T_k}"
-            )
+        value, T_k = context if value is None else value, context.shape[-2]
+        dims = f"(..., T_k={T_k}, d_v)"
+        check_tensor("value", value, floating=True, shape=(..., T_k, None), dims=dims)
         weights = _masked_softmax(self.scores(x, context), mask)
         out = weights @ value  # (..., T_q, d_v)
         return (out, weights) if return_weights else out

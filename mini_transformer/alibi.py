@@ -50,9 +50,8 @@ def alibi_bias(n_heads: int, T_q: int, T_k: int | None = None) -> torch.Tensor:
     """
     T_q = check_int("T_q", T_q, low=1)
     T_k = T_q if T_k is None else check_int("T_k", T_k, low=T_q, why=" (queries are the last T_q)")
-    n_heads = check_int("n_heads", n_heads, low=1)
-    check_size("the bias (n_heads, T_q, T_k)", (n_heads, T_q, T_k), torch.float32)
-    slopes = alibi_slopes(n_heads)  # m_h                                      (h,)
+    slopes = alibi_slopes(n_heads)  # m_h, checks n_heads                      (h,)
+    check_size("the bias (n_heads, T_q, T_k)", (len(slopes), T_q, T_k), torch.float32)
     i = torch.arange(T_k - T_q, T_k, dtype=torch.float32)[:, None]  # query positions (T_q, 1)
     j = torch.arange(T_k, dtype=torch.float32)[None, :]  # key positions            (1, T_k)
     return -slopes[:, None, None] * (i - j).abs()  # B_hij = -m_h |i - j|  (h, T_q, T_k)

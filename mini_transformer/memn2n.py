@@ -46,9 +46,8 @@ class MemN2NPositionalEncoding(nn.Module):
         self.d_model = check_int("d_model", d_model, low=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_tensor(
-            "x", x, floating=True, shape=(None, None, self.d_model), dims="(B, T, d_model)"
-        )
+        shape = (None, None, self.d_model)
+        check_tensor("x", x, floating=True, shape=shape, dims="(B, T, d_model)")
         J, d = x.shape[1], self.d_model
         j = torch.arange(1, J + 1, dtype=torch.float64, device=x.device)[:, None]
         k = torch.arange(1, d + 1, dtype=torch.float64, device=x.device)[None, :]

@@ -126,9 +126,6 @@ class TransformerConfig:
         self.d_ff = check_int("d_ff", d_ff, low=1, why=" or None")
         check_heads(self.d_model, self.n_heads)
         check_choice("positional", self.positional, POSITIONAL_SCHEMES)
-        if SCHEMES[self.positional].rotary:  # it rotates pairs
-            rope = " for positional='rope'"
-            check_int("d_model // n_heads", self.d_head, low=1, even=True, why=rope)
         check_choice("norm_position", self.norm_position, ("pre", "post"))
         self.dropout = check_probability("dropout", self.dropout)
         for name in ("bias", "fused_attention", "tie_weights"):

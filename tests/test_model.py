@@ -47,12 +47,10 @@ def test_config_rejects_an_unknown_positional_scheme():
         TransformerConfig(vocab_size=5, block_size=4, positional="relative")
 
 
-def test_config_rejects_an_odd_head_dimension_for_rope():
-    with pytest.raises(
-        ValueError,
-        match="d_model // n_heads must be a positive even integer for positional='rope', got 3",
-    ):
-        TransformerConfig(vocab_size=5, block_size=4, d_model=6, n_heads=2, positional="rope")
+def test_model_rejects_an_odd_head_dimension_for_rope():
+    cfg = TransformerConfig(vocab_size=5, block_size=4, d_model=6, n_heads=2, positional="rope")
+    with pytest.raises(ValueError, match="d_head must be a positive even integer for a rotation"):
+        TransformerLM(cfg)
 
 
 def test_config_rejects_a_non_positive_vocab_size():
