@@ -1,11 +1,8 @@
 """Additive (Bahdanau) attention, the score function chapter 4 compares with dot products.
 
-Bahdanau et al. (2015) score a query against a key with a one-hidden-layer network,
-:math:`e_{ij} = w^\\top \\tanh(W_q x_i + W_k c_j)`. Vaswani et al. (2017, section 3.2.1)
-chose the scaled dot product instead, for speed and memory, and report that additive
-attention outperforms the *unscaled* dot product for larger :math:`d_k`;
-:mod:`mini_transformer.scoring` repeats that comparison in miniature. Masks follow the
-conventions of :mod:`mini_transformer.attention`.
+Vaswani et al. (2017, section 3.2.1) chose the scaled dot product for speed and memory, and
+report that additive attention beats the *unscaled* dot product for larger :math:`d_k`;
+:mod:`mini_transformer.scoring` repeats that comparison in miniature.
 """
 
 from __future__ import annotations

@@ -38,13 +38,11 @@ BASE = {"low": 1, "what": "a finite number >= 1 (10000 in the paper)"}
 MASK = {"boolean": True, "why": "; pass an additive float mask as `score_bias` instead"}
 
 
-def check_heads(d_model: int, n_heads: int) -> int:
+def check_heads(d: int, h: int) -> int:
     """``d_head = d_model / n_heads``: the one place that says the heads must divide ``d_model``."""
-    if d_model % n_heads:
-        raise ValueError(
-            f"d_model must be divisible by n_heads, got d_model={d_model} and n_heads={n_heads}"
-        )
-    return d_model // n_heads
+    if d % h:
+        raise ValueError(f"d_model must be divisible by n_heads, got d_model={d} and n_heads={h}")
+    return d // h
 
 
 def _known_all(t: torch.Tensor) -> bool:
@@ -250,10 +248,8 @@ class MultiHeadAttention(nn.Module):
         self.alibi = alibi
 
     def extra_repr(self) -> str:
-        return (
-            f"d_model={self.d_model}, n_heads={self.n_heads}, "
-            f"dropout={self.dropout}, fused_attention={self.fused_attention}"
-        )
+        d, h, p, fused = self.d_model, self.n_heads, self.dropout, self.fused_attention
+        return f"d_model={d}, n_heads={h}, dropout={p}, fused_attention={fused}"
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         B, T, _ = t.shape

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -39,7 +39,6 @@ __all__ = [
 MAX_BYTES = 16 * 2**30
 
 
-# --------------------------------------------------------------------------- helpers
 def _given(value: object) -> str:
     """``'x'`` as the message's "got ..." part: repr (shortened) and, if useful, the type."""
     text = repr(value)
@@ -72,7 +71,6 @@ def _interval(low: float | None, high: float | None, low_open: bool, high_open: 
     return ""
 
 
-# --------------------------------------------------------------------------- Python scalars
 def check_int(
     name: str,
     value: object,
@@ -204,7 +202,6 @@ def check_device(name: str, device: object) -> torch.device | None:
     return dev
 
 
-# --------------------------------------------------------------------------- tensors
 def _dtype_kind(dtype: torch.dtype) -> str:
     if dtype == torch.bool:
         return "bool"
@@ -220,7 +217,6 @@ def check_tensor(
     floating: bool = False,
     integer: bool = False,
     boolean: bool = False,
-    dtypes: Iterable[torch.dtype] | None = None,
     ndim: int | Sequence[int] | None = None,
     min_ndim: int | None = None,
     shape: Sequence[int | None] | None = None,
@@ -254,9 +250,6 @@ def check_tensor(
         raise TypeError(f"{name} must be an integer tensor (e.g. torch.long), got dtype {t.dtype}")
     if boolean and kind != "bool":
         raise TypeError(f"{name} must be a boolean tensor (torch.bool), got dtype {t.dtype}{why}")
-    if dtypes is not None and t.dtype not in tuple(dtypes):
-        allowed = ", ".join(str(d) for d in dtypes)
-        raise TypeError(f"{name} must have dtype in ({allowed}), got dtype {t.dtype}")
     got = tuple(t.shape)
     if shape and shape[0] is Ellipsis:  # (..., d): any leading dimensions
         shape, min_ndim = tuple(shape[1:]), len(shape) - 1
@@ -340,7 +333,6 @@ def check_array(
     return arr
 
 
-# --------------------------------------------------------------------------- memory
 def estimate_bytes(shape: Sequence[int], dtype: torch.dtype | type = torch.float32) -> int:
     """Bytes of a dense array of ``shape`` and ``dtype`` (no allocation)."""
     itemsize = dtype.itemsize if isinstance(dtype, torch.dtype) else np.dtype(dtype).itemsize

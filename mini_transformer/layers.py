@@ -146,11 +146,9 @@ class TransformerBlock(nn.Module):
         mha = (MultiHeadAttention, type(None))
         check_instance("cross_attn", cross_attn, mha, "a MultiHeadAttention or None")
         self.d_model = d = attn.d_model
-        for name, part in (("ffn", ffn), ("cross_attn", cross_attn)):
+        for n, part in (("ffn", ffn), ("cross_attn", cross_attn)):
             if part is not None and part.d_model != d:
-                raise ValueError(
-                    f"{name} must have the attention's d_model={d}, got {part.d_model}"
-                )
+                raise ValueError(f"{n} must have the attention's d_model={d}, got {part.d_model}")
         self.norm_position = check_choice("norm_position", norm_position, NORM_POSITIONS)
         self.causal = check_bool("causal", causal)
         self.attn = attn

@@ -73,10 +73,6 @@ class PositionalScheme:
     table_floats: Callable[[Any], int] = lambda c: 0
 
 
-def _sinusoidal_len(c: TransformerConfig) -> int:
-    return max(MAX_LEN, c.block_size)
-
-
 SCHEMES: dict[str, PositionalScheme] = {
     "none": PositionalScheme(),  # no position at all (the causal mask alone leaks some)
     "learned": PositionalScheme(  # GPT-2; no vector past block_size
@@ -85,9 +81,9 @@ SCHEMES: dict[str, PositionalScheme] = {
         learned_table=True,
     ),
     "sinusoidal": PositionalScheme(
-        input=lambda c: SinusoidalPositionalEncoding(c.d_model, max_len=_sinusoidal_len(c)),
+        input=lambda c: SinusoidalPositionalEncoding(c.d_model, max_len=max(MAX_LEN, c.block_size)),
         scale_embeddings=True,
-        table_floats=lambda c: 2 * _sinusoidal_len(c) * c.d_model,  # float64, then float32
+        table_floats=lambda c: 2 * max(MAX_LEN, c.block_size) * c.d_model,  # float64, then float32
     ),
     "memn2n": PositionalScheme(input=lambda c: MemN2NPositionalEncoding(c.d_model)),  # x * l
     "rope": PositionalScheme(rotary=True, table_floats=lambda c: 2 * c.block_size * c.d_head),
@@ -208,8 +204,6 @@ class TransformerLM(nn.Module):
             nn.init.normal_(block.attn.out_proj.weight, mean=0.0, std=residual_std)
             nn.init.normal_(block.ffn.linear2.weight, mean=0.0, std=residual_std)
 
-    # ------------------------------------------------------------------ forward
-
     def _check_idx(self, idx: torch.Tensor, name: str = "idx", shape=None, crop=False) -> None:
         dims = "(B, T) of token ids"
         check_tensor(name, idx, integer=True, ndim=2, shape=shape, dims=dims, nonempty=True)
@@ -227,14 +221,11 @@ class TransformerLM(nn.Module):
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        r"""Next-token logits ``(B, T, vocab_size)`` at every position, and the loss.
+        r"""Next-token logits ``(B, T, vocab_size)`` for ids ``idx`` ``(B, T)``, and the loss.
 
-        ``idx`` ``(B, T)``: ``T`` may exceed ``block_size`` for every scheme but
-        ``"learned"`` (evaluation past the trained context). ``targets`` ``(B, T)``: the
-        next ids; entries equal to ``IGNORE_INDEX`` (-100, PyTorch's convention) are not
-        scored. The loss is the mean cross-entropy
-        $-\frac{1}{BT}\sum_{b,t}\log p(\text{targets}_{b,t})$ over the scored positions (in
-        nats), or ``None`` without targets.
+        ``T`` may exceed ``block_size`` for every scheme but ``"learned"``. The loss is the
+        mean cross-entropy $-\frac{1}{BT}\sum_{b,t}\log p(\text{targets}_{b,t})$ in nats over
+        the positions whose target is not ``IGNORE_INDEX`` (-100, PyTorch's), or ``None``.
         """
         self._check_idx(idx)
         B, T = idx.shape

@@ -39,7 +39,6 @@ __all__ = [
 LAYOUTS = ("interleaved", "concat")
 
 
-# --------------------------------------------------------------------------- scalar encodings
 def index_encoding(n: int) -> np.ndarray:
     r"""The raw index, $PE_{pos} = pos$, shape ``(n, 1)``: unbounded, so a sentence longer
     than any seen in training gives values never seen."""
@@ -74,7 +73,6 @@ def binary_encoding(n: int, n_bits: int) -> np.ndarray:
     return ((pos >> k) & 1).astype(np.float64)
 
 
-# --------------------------------------------------------------------------- sinusoidal
 def sinusoidal_frequencies(d_model: int, base: float = 10000.0) -> np.ndarray:
     r"""$\omega_i = base^{-2i/d_{model}}$ for ``i < ceil(d_model / 2)``: wavelengths $2\pi/\omega_i$
     from $2\pi$ to almost $2\pi \cdot base$, a geometric progression."""
@@ -143,7 +141,6 @@ def rotation_matrix(offset: float, d_model: int, base: float = 10000.0) -> np.nd
     return R
 
 
-# --------------------------------------------------------------------------- properties
 def encoding_properties(pe: np.ndarray, decimals: int = 12) -> dict:
     r"""The numbers chapter 1 scores an encoding with, from its rows $p_0, \dots, p_{n-1}$.
 
@@ -182,18 +179,15 @@ def encoding_properties(pe: np.ndarray, decimals: int = 12) -> dict:
     }
 
 
-# --------------------------------------------------------------------------- torch modules
 def _add_rows(x: torch.Tensor, table: torch.Tensor, offset: int, hint: str) -> torch.Tensor:
     """``x + table[offset : offset + T]`` for ``x`` ``(B, T, d_model)``, if those rows exist."""
     max_len, d_model = table.shape
     check_tensor("x", x, floating=True, shape=(None, None, d_model), dims="(B, T, d_model)")
     offset = check_int("offset", offset, low=0)
     T = x.shape[1]
-    if offset + T > max_len:
-        raise ValueError(
-            f"positions up to {offset + T - 1} requested (offset={offset}, T={T}) but "
-            f"max_len={max_len}{hint}"
-        )
+    if (last := offset + T - 1) >= max_len:
+        what = f"positions up to {last} requested (offset={offset}, T={T})"
+        raise ValueError(f"{what} but max_len={max_len}{hint}")
     return x + table[offset : offset + T].to(dtype=x.dtype)  # (B, T, d) + (T, d)
 
 
@@ -220,10 +214,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         return _add_rows(x, self.pe, offset, "; build it with a larger max_len")
 
     def extra_repr(self) -> str:
-        return (
-            f"d_model={self.d_model}, max_len={self.max_len}, base={self.base}, "
-            f"layout={self.layout!r}"
-        )
+        layout = self.layout
+        return f"d_model={self.d_model}, max_len={self.max_len}, base={self.base}, {layout=}"
 
 
 class LearnedPositionalEmbedding(nn.Module):
