@@ -275,12 +275,8 @@ class MultiHeadAttention(nn.Module):
         n_heads, T_q, T_k)`` with ``return_weights``, else ``None``. A query whose keys are
         all masked gives ``out_proj(0)``, never NaN.
         """
-        kw = {
-            "floating": True,
-            "dims": self._dims,
-            "nonempty": True,
-            "dtype_of": self.q_proj.weight,
-        }
+        w = self.q_proj.weight
+        kw = {"floating": True, "dims": self._dims, "nonempty": True, "dtype_of": w}
         check_tensor("x", x, shape=(None, None, self.d_model), **kw)
         B, T_q, _ = x.shape
         if memory is not None:  # cross-attention: keys and values from memory (B, T_k, d_model)

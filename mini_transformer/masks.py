@@ -52,8 +52,7 @@ def padding_mask(
     """
     T = check_int("T", T, low=1)
     check_device("device", device)
-    if isinstance(lengths, torch.Tensor):  # B integers, read once on the host
-        check_tensor("lengths", lengths, integer=True, ndim=1, dims="(B,)")
+    if isinstance(lengths, torch.Tensor):  # read once on the host, then checked as a list
         device, lengths = lengths.device if device is None else device, lengths.tolist()
     if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
         raise TypeError(f"lengths must be a sequence of B integers, got {type(lengths).__name__}")

@@ -292,8 +292,7 @@ class TransformerLM(nn.Module):
             check_int("top_k", top_k, low=1, high=self.config.vocab_size, why=" (or None)")
         if generator is not None:
             check_instance("generator", generator, torch.Generator, "a CPU torch.Generator")
-            if generator.device.type != "cpu":
-                raise ValueError(f"generator must be on the CPU, got {generator.device}")
+            check_choice("generator's device", generator.device.type, ("cpu",))  # samples on CPU
         shape = (len(idx), idx.shape[1] + max_new_tokens)
         check_size("the output (B, T + max_new_tokens)", shape, torch.long)
         was_training = self.training

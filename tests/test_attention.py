@@ -562,7 +562,7 @@ def test_error_padding_mask_fractional_lengths_are_never_truncated():
 
 
 def test_error_padding_mask_float_lengths():
-    with pytest.raises(TypeError, match="lengths must be an integer tensor"):
+    with pytest.raises(TypeError, match=r"lengths\[0\] must be an integer in \[0, 4\], got 1.0"):
         padding_mask(torch.tensor([1.0, 2.0]), 4)
 
 
