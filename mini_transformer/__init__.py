@@ -10,9 +10,9 @@ One module per idea:
   (chapter 4), with :mod:`~mini_transformer.masks` (causal and padding masks) and
   :mod:`~mini_transformer.additive` (Bahdanau's additive attention).
 - :mod:`mini_transformer.layers`: LayerNorm, the feed-forward block, Pre-LN and Post-LN blocks
-  (chapter 5), with :mod:`~mini_transformer.paths` (counting residual paths).
-- :mod:`mini_transformer.model`: the decoder-only language model (chapters 3 and 6), with
-  :mod:`~mini_transformer.schemes` (what each positional scheme changes in it).
+  and residual paths (chapter 5).
+- :mod:`mini_transformer.model`: the decoder-only language model and its positional schemes
+  (chapters 3 and 6).
 - :mod:`mini_transformer.data`: the bundled Shakespeare corpus, tokenizer and batches, with
   :mod:`~mini_transformer.tasks` (chapter 3's synthetic tasks).
 - :mod:`mini_transformer.train`: training the chapter-6 model: its public names and command

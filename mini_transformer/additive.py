@@ -1,11 +1,8 @@
 """Additive (Bahdanau) attention, the score function chapter 4 compares with dot products.
 
-Bahdanau et al. (2015) score a query against a key with a one-hidden-layer network,
-:math:`e_{ij} = w^\\top \\tanh(W_q x_i + W_k c_j)`. Vaswani et al. (2017, section 3.2.1)
-chose the scaled dot product instead, for speed and memory, and report that additive
-attention outperforms the *unscaled* dot product for larger :math:`d_k`;
-:mod:`mini_transformer.scoring` repeats that comparison in miniature. Masks follow the
-conventions of :mod:`mini_transformer.attention`.
+Vaswani et al. (2017, section 3.2.1) chose the scaled dot product for speed and memory, and
+report that additive attention beats the *unscaled* dot product for larger :math:`d_k`;
+:mod:`mini_transformer.scoring` repeats that comparison in miniature.
 """
 
 from __future__ import annotations
@@ -15,70 +12,18 @@ import math
 import torch
 from torch import nn
 
-from .checks import (
-    check_bool,
-    check_broadcast,
-    check_input_dtype,
-    check_int,
-    check_mask,
-    check_same_dtype,
-    check_size,
-    check_tensor,
-)
+from .checks import check_bool, check_int, check_size, check_tensor
 
-__all__ = ["additive_scores", "AdditiveAttention"]
-
-
-def additive_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Additive (Bahdanau) scores of already projected queries and keys.
-
-    .. math::
-
-        e_{ij} = w^\\top \\tanh(q_i + k_j),
-
-    where :math:`q_i = W_a s_i` and :math:`k_j = U_a h_j` are the projected query and key
-    (Bahdanau et al., 2015, appendix A.1.2, writes :math:`v_a^\\top \\tanh(W_a s_{i-1}
-    + U_a h_j)`). Unlike a dot product, the score needs the ``(..., T_q, T_k, d_a)`` tensor of
-    sums, so it is not one matrix product: that is why it is slower and uses more memory than
-    dot-product attention for the same ``d_a`` (Vaswani et al., section 3.2.1).
-
-    Args:
-        q: projected queries ``(..., T_q, d_a)``.
-        k: projected keys ``(..., T_k, d_a)``; leading dimensions broadcast with ``q``'s.
-        w: the vector :math:`w` (Bahdanau's :math:`v_a`) of shape ``(d_a,)``.
-
-    Returns:
-        scores ``(..., T_q, T_k)``; each lies in :math:`[-\\lVert w \\rVert_1, \\lVert w
-        \\rVert_1]` because :math:`\\tanh` is bounded by 1.
-    """
-    check_tensor("q", q, floating=True, min_ndim=2, dims="(..., T_q, d_a)", nonempty=True)
-    check_tensor("k", k, floating=True, min_ndim=2, dims="(..., T_k, d_a)", nonempty=True)
-    check_tensor("w", w, floating=True, ndim=1, dims="(d_a,)", nonempty=True)
-    check_same_dtype(q=q, k=k, w=w)
-    if not q.shape[-1] == k.shape[-1] == w.shape[0]:
-        raise ValueError(
-            "q, k and w must share the attention width d_a, got "
-            f"{q.shape[-1]}, {k.shape[-1]} and {w.shape[0]}"
-        )
-    try:
-        lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            f"the leading dimensions of q {tuple(q.shape)} and k {tuple(k.shape)} must broadcast"
-        ) from None
-    check_size(
-        "the (..., T_q, T_k, d_a) sums", (*lead, q.shape[-2], k.shape[-2], w.shape[0]), q.dtype
-    )
-    hidden = torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3))  # (..., T_q, T_k, d_a)
-    return hidden @ w  # (..., T_q, T_k)
+__all__ = ["AdditiveAttention"]
 
 
 def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """Softmax over the last dim, masked as in :mod:`mini_transformer.attention`."""
     if mask is None:
         return torch.softmax(scores, dim=-1)
-    check_mask("mask", mask)
-    check_broadcast("mask", mask, tuple(scores.shape), "(..., T_q, T_k)")
+    check_tensor(
+        "mask", mask, boolean=True, broadcast_to=tuple(scores.shape), dims="(..., T_q, T_k)"
+    )
     filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     return torch.softmax(filled, dim=-1) * mask.any(dim=-1, keepdim=True)  # empty rows -> 0
 
@@ -91,21 +36,11 @@ class AdditiveAttention(nn.Module):
         e_{ij} = w^\\top \\tanh(W_q x_i + W_k c_j), \\qquad
         a_{ij} = \\operatorname{softmax}_j(e_{ij}), \\qquad o_i = \\sum_j a_{ij} v_j ,
 
-    the "additive attention" of Vaswani et al. (section 3.2.1), which "computes the
-    compatibility function using a feed-forward network with a single hidden layer" of width
-    ``d_attn``. Masks follow
-    :func:`~mini_transformer.attention.scaled_dot_product_attention` (bool, ``True`` = may
-    attend; a fully masked row gives zero weights and a zero output).
-
-    Args:
-        d_query: width of the queries' input ``x``.
-        d_key: width of the keys' input ``c``.
-        d_attn: width of the hidden layer (:math:`W_q, W_k` map to it; the :math:`d_k` of the
-            comparison with dot-product attention).
-
-    Submodules ``q_proj`` (``d_query -> d_attn``) and ``k_proj`` (``d_key -> d_attn``, with
-    the hidden layer's bias) and the parameter ``w`` of shape ``(d_attn,)``. The values are
-    used as given (project them outside if needed).
+    the "additive attention" of Vaswani et al. (section 3.2.1): a feed-forward network with
+    one hidden layer of width ``d_attn`` (the :math:`d_k` of the comparison), ``q_proj``
+    (``d_query -> d_attn``) and ``k_proj`` (``d_key -> d_attn``, with the hidden bias). The
+    values are used as given. Masks as in
+    :func:`~mini_transformer.attention.scaled_dot_product_attention`.
     """
 
     def __init__(self, d_query: int, d_key: int, d_attn: int) -> None:
@@ -118,8 +53,23 @@ class AdditiveAttention(nn.Module):
         self.w = nn.Parameter(torch.empty(d_attn).uniform_(-1, 1) / math.sqrt(d_attn))
 
     def scores(self, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        """``x`` (..., T_q, d_query), ``context`` (..., T_k, d_key) -> scores (..., T_q, T_k)."""
-        return additive_scores(self.q_proj(x), self.k_proj(context), self.w)
+        r"""$e_{ij} = w^\top \tanh(W_q x_i + W_k c_j + b)$, ``(..., T_q, T_k)``.
+
+        Bahdanau et al. (2015, appendix A.1.2) write $v_a^\top \tanh(W_a s_{i-1} + U_a h_j)$.
+        The score needs the ``(..., T_q, T_k, d_attn)`` tensor of sums, not one matrix
+        product: that is why it is slower and uses more memory than a dot product (Vaswani et
+        al., section 3.2.1). $|e_{ij}| \le \lVert w \rVert_1$ since $|\tanh| \le 1$.
+        """
+        q, k = self.q_proj(x), self.k_proj(context)  # W_q x_i, W_k c_j + b   (..., T, d_attn)
+        try:
+            lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        except RuntimeError:
+            shapes = f"x {tuple(x.shape)} and context {tuple(context.shape)}"
+            raise ValueError(f"the leading dimensions of {shapes} must broadcast") from None
+        shape = (*lead, q.shape[-2], k.shape[-2], self.d_attn)
+        check_size("the (..., T_q, T_k, d_attn) sums", shape, q.dtype)
+        hidden = torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3))  # (..., T_q, T_k, d_attn)
+        return hidden @ self.w  # e_ij = w^T tanh(...)   (..., T_q, T_k)
 
     def forward(
         self,
@@ -129,39 +79,17 @@ class AdditiveAttention(nn.Module):
         mask: torch.Tensor | None = None,
         return_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Attend from ``x`` to ``context``.
-
-        Args:
-            x: queries' input ``(..., T_q, d_query)``.
-            context: keys' input ``(..., T_k, d_key)``.
-            value: values ``(..., T_k, d_v)``; default ``context``.
-            mask: optional bool mask broadcastable to ``(..., T_q, T_k)``, ``True`` = may attend.
-            return_weights: also return the weights ``(..., T_q, T_k)``.
-
-        Returns:
-            ``out`` ``(..., T_q, d_v)``, or ``(out, weights)``.
-        """
-        check_tensor("x", x, floating=True, min_ndim=2, dims="(..., T_q, d_query)")
-        check_tensor("context", context, floating=True, min_ndim=2, dims="(..., T_k, d_key)")
-        for name, t, width in (
-            ("x", x, self.q_proj.in_features),
-            ("context", context, self.k_proj.in_features),
-        ):
-            if t.shape[-1] != width:
-                raise ValueError(
-                    f"{name} must have {width} features in its last dimension, "
-                    f"got shape {tuple(t.shape)}"
-                )
-        check_input_dtype("x", x, self.q_proj.weight)
-        check_input_dtype("context", context, self.k_proj.weight)
+        """Attend from ``x`` ``(..., T_q, d_query)`` to ``context`` ``(..., T_k, d_key)``;
+        ``value`` ``(..., T_k, d_v)`` defaults to ``context``. Returns ``out`` ``(..., T_q,
+        d_v)``, or ``(out, weights)``."""
+        kw = {"floating": True, "dtype_of": self.q_proj.weight}
+        d_q, d_k = self.q_proj.in_features, self.k_proj.in_features
+        check_tensor("x", x, shape=(..., None, d_q), dims="(..., T, d_query)", **kw)
+        check_tensor("context", context, shape=(..., None, d_k), dims="(..., T_k, d_key)", **kw)
         check_bool("return_weights", return_weights)
-        value = context if value is None else value
-        check_tensor("value", value, floating=True, min_ndim=2, dims="(..., T_k, d_v)")
-        if value.shape[-2] != context.shape[-2]:
-            raise ValueError(
-                "value and context must have the same number of keys T_k, got "
-                f"{value.shape[-2]} and {context.shape[-2]}"
-            )
+        value, T_k = context if value is None else value, context.shape[-2]
+        dims = f"(..., T_k={T_k}, d_v)"
+        check_tensor("value", value, floating=True, shape=(..., T_k, None), dims=dims)
         weights = _masked_softmax(self.scores(x, context), mask)
         out = weights @ value  # (..., T_q, d_v)
         return (out, weights) if return_weights else out

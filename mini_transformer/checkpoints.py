@@ -39,8 +39,7 @@ import torch
 from .checks import check_int
 from .cli import _committed, json_safe, open_temporary
 from .data import ASSETS_DIR, CharTokenizer
-from .model import TransformerConfig, TransformerLM
-from .schemes import SCHEMES
+from .model import SCHEMES, TransformerConfig, TransformerLM
 
 __all__ = [
     "CHECKPOINT_FORMAT",

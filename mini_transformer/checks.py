@@ -1,37 +1,26 @@
 """Argument checks: the one way the package says "this argument is wrong".
 
-One rule everywhere:
-
-- ``TypeError`` when the argument has the wrong *type*: a ``str`` where a number is expected,
-  a ``bool`` where an integer is expected (``True`` is not a size), a ``float`` where an
-  integer is expected (``2.7`` is never read as 2), an integer or complex tensor where a
-  floating-point one is expected (never silently cast).
-- ``ValueError`` when the type is right but the *value* is not allowed: out of range, NaN or
-  infinite, the wrong shape, a size that would not fit in memory.
-
+``TypeError`` for the wrong *type* (a ``str`` or ``bool`` where a number is expected, a
+``float`` where an integer is, an integer tensor where a float one is: never silently cast);
+``ValueError`` for a wrong *value* (out of range, NaN, the wrong shape, too big to allocate).
 Every message names the argument, the allowed values and what was given::
 
     ValueError: d_model must be a positive integer, got 0
-    TypeError: x must be a floating-point tensor (float16, bfloat16, float32 or float64),
-        got dtype torch.int64; convert it first, e.g. x.float()
 
-Cost: the checks read Python values and tensor *metadata* (dtype, shape, device) only. None
-reads tensor data, so none forces a GPU sync; they are cheap enough for every forward call.
-The one exception, :func:`check_finite_tensor`, says so and is meant for inputs read once
-(a configuration, a bias built at construction), not for the training hot path.
+The checks read Python values and tensor *metadata* only (no data, so no GPU sync; the one
+exception, :func:`check_ids`, says so): each input is checked once, where it enters.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 __all__ = [
-    "MAX_BYTES",
     "check_int",
     "check_float",
     "check_probability",
@@ -40,27 +29,16 @@ __all__ = [
     "check_instance",
     "check_device",
     "check_tensor",
-    "check_same_dtype",
-    "check_same_device",
-    "check_input_dtype",
-    "check_mask",
-    "check_broadcast",
-    "check_finite_tensor",
+    "check_ids",
     "check_array",
-    "estimate_bytes",
     "check_size",
-    "format_bytes",
 ]
 
-#: Largest single allocation :func:`check_size` lets through by default (16 GiB). Sizes above
-#: it are almost always a typo (``T=10**6`` for ``10**3``) and would otherwise end in a
-#: MemoryError or an allocator error from deep inside torch.
+#: Largest allocation :func:`check_size` lets through (16 GiB): bigger is almost always a typo
+#: (``T=10**6`` for ``10**3``) that would end in an allocator error from deep inside torch.
 MAX_BYTES = 16 * 2**30
 
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
-
-# --------------------------------------------------------------------------- helpers
 def _given(value: object) -> str:
     """``'x'`` as the message's "got ..." part: repr (shortened) and, if useful, the type."""
     text = repr(value)
@@ -93,7 +71,6 @@ def _interval(low: float | None, high: float | None, low_open: bool, high_open: 
     return ""
 
 
-# --------------------------------------------------------------------------- Python scalars
 def check_int(
     name: str,
     value: object,
@@ -103,17 +80,10 @@ def check_int(
     even: bool = False,
     why: str = "",
 ) -> int:
-    """Return ``value`` as an ``int`` in ``[low, high]`` (either bound optional).
+    """Return ``value`` as an ``int`` in ``[low, high]``; ``why`` is appended to the message.
 
-    Accepts Python and NumPy integers. ``bool`` and ``float`` (even ``2.0``) are a
-    ``TypeError``: a flag is not a size, and a float is never truncated.
-
-    Args:
-        name: the argument's name, as the caller wrote it.
-        value: what was given.
-        low, high: inclusive bounds (``None``: unbounded).
-        even: the value must also be even (e.g. a rotation needs pairs).
-        why: a reason appended to the allowed values, e.g. ``" for a rotation"``.
+    ``bool`` and ``float`` (even ``2.0``) are a ``TypeError``: a flag is not a size, and a
+    float is never truncated.
 
     Example:
         >>> check_int("n_heads", 0, low=1)
@@ -121,23 +91,16 @@ def check_int(
         ...
         ValueError: n_heads must be a positive integer, got 0
     """
-    if low == 1 and high is None:
-        kind = "a positive even integer" if even else "a positive integer"
-    elif low == 0 and high is None:
-        kind = "a non-negative even integer" if even else "a non-negative integer"
+    parity = "even " if even else ""
+    if high is None and low in (0, 1):
+        kind = f"a {'positive' if low else 'non-negative'} {parity}integer"
     else:
-        kind = f"{'an even integer' if even else 'an integer'} " + _interval(
-            low, high, False, False
-        )
-        kind = kind.rstrip()
+        kind = f"an {parity}integer {_interval(low, high, False, False)}".rstrip()
     if not _is_int(value):
         raise TypeError(f"{name} must be {kind}{why}, got {_given(value)}")
     value = int(value)  # type: ignore[arg-type]
-    if (
-        (low is not None and value < low)
-        or (high is not None and value > high)
-        or (even and value % 2)
-    ):
+    bad = (low is not None and value < low) or (high is not None and value > high)
+    if bad or (even and value % 2):
         raise ValueError(f"{name} must be {kind}{why}, got {value}")
     return value
 
@@ -153,16 +116,10 @@ def check_float(
     finite: bool = True,
     what: str | None = None,
 ) -> float:
-    """Return ``value`` as a ``float`` in the interval given by ``low``/``high``.
+    """Return ``value`` as a ``float`` in the interval ``low``..``high`` (open ends optional).
 
-    Accepts Python and NumPy reals (ints included: ``eps=1`` is fine). ``bool``, ``str``,
-    ``complex`` and tensors are a ``TypeError``. NaN is always a ``ValueError``; so is
-    ``inf`` unless ``finite=False``. ``low_open``/``high_open`` exclude the bound itself
-    (``low=0, low_open=True`` means "> 0").
-
-    Args:
-        what: the allowed values in words, replacing the generated text (e.g.
-            ``"a probability in [0, 1)"``).
+    Ints are fine (``eps=1``); NaN is always refused, ``inf`` unless ``finite=False``.
+    ``what`` replaces the generated words for the allowed values.
 
     Example:
         >>> check_float("eps", float("inf"), low=0, low_open=True)
@@ -171,10 +128,8 @@ def check_float(
         ValueError: eps must be a finite number > 0, got inf
     """
     if what is None:
-        what = ("a finite number " if finite else "a number ") + _interval(
-            low, high, low_open, high_open
-        )
-        what = what.rstrip()
+        span = _interval(low, high, low_open, high_open)
+        what = f"a {'finite ' if finite else ''}number {span}".rstrip()
     if not _is_real(value):
         raise TypeError(f"{name} must be {what}, got {_given(value)}")
     x = float(value)  # type: ignore[arg-type]
@@ -188,25 +143,22 @@ def check_float(
     return x
 
 
-def check_probability(name: str, value: object, *, allow_one: bool = False) -> float:
-    """A probability (dropout rate): a float in ``[0, 1)`` (``[0, 1]`` with ``allow_one``)."""
-    what = f"a probability in [0, 1{']' if allow_one else ')'}"
-    return check_float(name, value, low=0.0, high=1.0, high_open=not allow_one, what=what)
+def check_probability(name: str, value: object) -> float:
+    """A dropout rate: a float in ``[0, 1)`` (1 would drop everything)."""
+    return check_float(
+        name, value, low=0.0, high=1.0, high_open=True, what="a probability in [0, 1)"
+    )
 
 
 def check_bool(name: str, value: object) -> bool:
-    """Return ``value`` if it is ``True`` or ``False`` (NumPy bools too); ``1`` is a TypeError."""
+    """``True`` or ``False`` (NumPy bools too); ``1`` is a TypeError."""
     if not _is_bool(value):
         raise TypeError(f"{name} must be True or False, got {_given(value)}")
     return bool(value)
 
 
 def check_choice(name: str, value: object, choices: Sequence) -> object:
-    """Return ``value`` if it is one of ``choices``.
-
-    A value of another type than every choice (``layout=3`` for string choices) is a
-    ``TypeError``; a value of the right type that is not a choice is a ``ValueError``.
-    """
+    """One of ``choices``; a value of another type than every choice is a ``TypeError``."""
     allowed = ", ".join(repr(c) for c in choices)
     if not any(type(value) is type(c) for c in choices):  # noqa: E721 (exact: bool is not int)
         raise TypeError(f"{name} must be one of {allowed}, got {_given(value)}")
@@ -223,14 +175,13 @@ def check_instance(name: str, value: object, cls: type | tuple[type, ...], what:
 
 
 def check_device(name: str, device: object) -> torch.device | None:
-    """``None``, a ``torch.device``, or a device string (``"cpu"``, ``"cuda:0"``) that exists here.
+    """``None``, a ``torch.device``, or a device string that exists on this machine.
 
-    Returns the ``torch.device`` (or ``None``). An unknown device type (``"tpu"``) or one this
-    machine lacks (``"cuda"`` without a GPU) is a ``ValueError`` naming the argument, instead of
-    a RuntimeError or an AssertionError from inside torch.
+    ``"tpu"``, or ``"cuda"`` without a GPU, is a ``ValueError`` naming the argument instead of
+    a RuntimeError from inside torch.
     """
-    if device is None or isinstance(device, torch.device):  # a device object exists (and is
-        return device  # what tensors report: this fast path keeps forward calls cheap)
+    if device is None or isinstance(device, torch.device):  # fast path for forward calls
+        return device
     if not isinstance(device, str):
         raise TypeError(
             f"{name} must be None, a device string such as 'cpu' or 'cuda', or a torch.device, "
@@ -251,15 +202,12 @@ def check_device(name: str, device: object) -> torch.device | None:
     return dev
 
 
-# --------------------------------------------------------------------------- tensors
 def _dtype_kind(dtype: torch.dtype) -> str:
     if dtype == torch.bool:
         return "bool"
     if dtype.is_complex:
         return "complex"
-    if dtype.is_floating_point:
-        return "float"
-    return "int"
+    return "float" if dtype.is_floating_point else "int"
 
 
 def check_tensor(
@@ -269,32 +217,26 @@ def check_tensor(
     floating: bool = False,
     integer: bool = False,
     boolean: bool = False,
-    dtypes: Iterable[torch.dtype] | None = None,
     ndim: int | Sequence[int] | None = None,
     min_ndim: int | None = None,
     shape: Sequence[int | None] | None = None,
     dims: str | None = None,
     nonempty: bool = False,
+    broadcast_to: tuple[int, ...] | None = None,
+    dtype_of: torch.Tensor | None = None,
+    of: str = "the layer's weights",
+    why: str = "",
 ) -> torch.Tensor:
-    """Check a tensor's type, dtype and shape (metadata only: no sync, no data read).
+    """Check a tensor's type, dtype and shape (metadata only: no sync, no data read); return it.
 
-    Args:
-        name: the argument's name.
-        t: what was given; anything but a ``torch.Tensor`` is a ``TypeError``.
-        floating: the dtype must be float16, bfloat16, float32 or float64 (an integer, bool
-            or complex tensor is a ``TypeError``: it would be silently cast or lose its
-            imaginary part).
-        integer: the dtype must be an integer type (not bool, not float).
-        boolean: the dtype must be ``torch.bool``.
-        dtypes: the dtype must be one of these.
-        ndim: the number of dimensions, or the allowed numbers.
-        min_ndim: at least this many dimensions.
-        shape: expected sizes, ``None`` for any size in that position (implies ``ndim``).
-        dims: the shape in the book's notation for the message, e.g. ``"(B, T, d_model)"``.
-        nonempty: every dimension must be at least 1.
-
-    Returns:
-        ``t`` itself.
+    ``floating`` refuses integer, bool and complex dtypes (they would be cast, or lose their
+    imaginary part). ``shape`` holds ``None`` for any size; ``dims`` is the shape in the
+    book's notation for the message, e.g. ``"(B, T, d_model)"``; ``shape=(..., d)`` checks
+    the last dimension only. ``broadcast_to``: ``t`` must broadcast to exactly this shape (a
+    mask or bias against the scores). ``dtype_of``: ``t`` must have the dtype of this tensor,
+    described as ``of`` (unless autocast is on): the error names the argument and the fix,
+    instead of torch's ``mat1 and mat2 must have the same dtype`` from inside a matmul.
+    ``why`` is appended to the ``boolean`` error.
     """
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {_given(t)}")
@@ -307,14 +249,11 @@ def check_tensor(
     if integer and kind != "int":
         raise TypeError(f"{name} must be an integer tensor (e.g. torch.long), got dtype {t.dtype}")
     if boolean and kind != "bool":
-        raise TypeError(f"{name} must be a boolean tensor (torch.bool), got dtype {t.dtype}")
-    if dtypes is not None:
-        dtypes = tuple(dtypes)
-        if t.dtype not in dtypes:
-            allowed = ", ".join(str(d) for d in dtypes)
-            raise TypeError(f"{name} must have dtype in ({allowed}), got dtype {t.dtype}")
+        raise TypeError(f"{name} must be a boolean tensor (torch.bool), got dtype {t.dtype}{why}")
     got = tuple(t.shape)
-    if shape is not None:
+    if shape and shape[0] is Ellipsis:  # (..., d): any leading dimensions
+        shape, min_ndim = tuple(shape[1:]), len(shape) - 1
+    elif shape is not None:
         ndim = len(shape)
     want = f" {dims}" if dims else ""
     if ndim is not None:
@@ -324,110 +263,54 @@ def check_tensor(
             raise ValueError(f"{name} must have {n} dimensions{want}, got shape {got}")
     if min_ndim is not None and t.dim() < min_ndim:
         raise ValueError(f"{name} must have at least {min_ndim} dimensions{want}, got shape {got}")
-    if shape is not None:
-        for i, (g, s) in enumerate(zip(got, shape, strict=True)):
-            if s is not None and g != s:
-                raise ValueError(
-                    f"{name} must have shape {dims or tuple(shape)} with size {s} in dimension "
-                    f"{i}, got shape {got}"
-                )
+    first = len(got) - len(shape or ())  # the dimension shape[0] describes
+    for i, s in enumerate(shape or (), start=first):
+        if s is not None and got[i] != s:
+            raise ValueError(
+                f"{name} must have shape {dims or tuple(shape)} with size {s} in dimension "
+                f"{i}, got shape {got}"
+            )
     if nonempty and t.numel() == 0:
         raise ValueError(f"{name} must not be empty (every dimension >= 1), got shape {got}")
+    if broadcast_to is not None and not _broadcasts(got, broadcast_to):
+        raise ValueError(f"{name} of shape {got} does not broadcast to {dims} = {broadcast_to}")
+    if dtype_of is not None and t.dtype != dtype_of.dtype:
+        if not torch.is_autocast_enabled(t.device.type):
+            want = dtype_of.dtype
+            raise TypeError(
+                f"{name} must have the dtype of {of} ({want}), got dtype {t.dtype}; convert one "
+                f"of them first, e.g. {name}.to({want})"
+            )
     return t
 
 
-def check_same_dtype(**tensors: torch.Tensor) -> torch.dtype:
-    """All tensors share one dtype (``q, k, v`` or an input and a layer's weight); return it.
+def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    try:
+        return len(shape) <= len(target) and torch.broadcast_shapes(shape, target) == target
+    except RuntimeError:
+        return False
 
-    Raises a ``TypeError`` listing every argument's dtype, instead of torch's
-    ``mat1 and mat2 must have the same dtype`` from deep inside a matmul.
+
+def check_ids(name: str, ids: torch.Tensor, vocab_size: int, ignore: int | None = None) -> None:
+    """Token ids in ``0..vocab_size-1`` (entries equal to ``ignore`` aside, but not all).
+
+    The one check that reads tensor *data*: on a GPU the host waits for the answer.
     """
-    names = list(tensors)
-    first = tensors[names[0]].dtype
-    if any(tensors[n].dtype != first for n in names[1:]):
-        listed = ", ".join(f"{n} {tensors[n].dtype}" for n in names)
-        raise TypeError(
-            f"{_join(names)} must have the same dtype, got {listed}; convert one first, "
-            f"e.g. {names[-1]}.to({names[0]}.dtype)"
-        )
-    return first
-
-
-def check_same_device(**tensors: torch.Tensor) -> torch.device:
-    """All tensors live on one device; return it (a ``ValueError`` lists each one's)."""
-    names = list(tensors)
-    first = tensors[names[0]].device
-    if any(tensors[n].device != first for n in names[1:]):
-        listed = ", ".join(f"{n} on {tensors[n].device}" for n in names)
-        raise ValueError(f"{_join(names)} must be on the same device, got {listed}")
-    return first
-
-
-def check_input_dtype(name: str, t: torch.Tensor, weight: torch.Tensor) -> None:
-    """An input must have its layer's weight dtype, unless autocast is on for its device.
-
-    Without this, a float64 input to a float32 layer fails deep inside a matmul with
-    ``mat1 and mat2 must have the same dtype``, naming neither the argument nor the fix.
-    """
-    if t.dtype != weight.dtype and not torch.is_autocast_enabled(t.device.type):
-        raise TypeError(
-            f"{name} must have the dtype of the layer's weights ({weight.dtype}), got dtype "
-            f"{t.dtype}; convert the input ({name}.to({weight.dtype})) or the module "
-            f"(module.to({t.dtype}))"
-        )
-
-
-def check_mask(name: str, mask: object) -> torch.Tensor:
-    """A **boolean** attention mask (``True`` = may attend); an additive float mask is a
-    ``TypeError`` (its 0 means "may attend", a bool 0 the opposite): it goes in ``bias``."""
-    check_tensor(name, mask)
-    if mask.dtype != torch.bool:  # type: ignore[union-attr]
-        raise TypeError(
-            f"{name} must be a boolean tensor (True = may attend), got dtype {mask.dtype}; "  # type: ignore[union-attr]
-            "pass an additive float mask as `score_bias` instead"
-        )
-    return mask  # type: ignore[return-value]
-
-
-def check_broadcast(name: str, t: torch.Tensor, target: tuple[int, ...], expected: str) -> None:
-    """``ValueError`` unless ``t`` broadcasts to exactly ``target`` (described as ``expected``)."""
-    ok = t.dim() <= len(target)
-    if ok:
-        try:
-            ok = tuple(torch.broadcast_shapes(tuple(t.shape), target)) == tuple(target)
-        except RuntimeError:
-            ok = False
-    if not ok:
-        raise ValueError(
-            f"{name} of shape {tuple(t.shape)} does not broadcast to {expected} = {tuple(target)}"
-        )
-
-
-def _join(names: Sequence[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
-def check_finite_tensor(name: str, t: torch.Tensor, *, allow_neg_inf: bool = False) -> torch.Tensor:
-    """No NaN (and no ``inf``; ``-inf`` allowed with ``allow_neg_inf``) in a float tensor.
-
-    This one *reads the data* (a device sync on a GPU): use it on inputs checked once, not
-    in a training step.
-    """
-    if t.is_floating_point() and t.numel():
-        bad = torch.isnan(t) | (torch.isposinf(t) if allow_neg_inf else torch.isinf(t))
-        if bool(bad.any()):
-            allowed = "finite values or -inf" if allow_neg_inf else "finite values"
-            raise ValueError(f"{name} must hold {allowed}, got {int(bad.sum())} NaN or inf entries")
-    return t
+    ids = ids if ignore is None else ids[ids != ignore]
+    if ids.numel() == 0:
+        raise ValueError(f"every entry of {name} is {ignore} (ignored): the loss would be NaN")
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= vocab_size:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"{name} contains token id {bad}, outside 0..{vocab_size - 1}")
 
 
 def check_array(
     name: str, x: object, *, min_ndim: int = 0, dims: str | None = None, nonempty: bool = True
 ) -> np.ndarray:
-    """Convert an array-like of real numbers to a float64 NumPy array, refusing the rest.
+    """An array-like of real, finite numbers as a float64 NumPy array.
 
-    Bool, complex, string and object arrays are a ``TypeError`` (a complex array would
-    lose its imaginary part; strings are never parsed). NaN and inf are a ``ValueError``.
+    Bool, complex, string and object arrays are a ``TypeError`` (never parsed or truncated).
     """
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
@@ -450,10 +333,7 @@ def check_array(
     return arr
 
 
-# --------------------------------------------------------------------------- memory
-def estimate_bytes(
-    shape: Sequence[int], dtype: torch.dtype | np.dtype | type = torch.float32
-) -> int:
+def estimate_bytes(shape: Sequence[int], dtype: torch.dtype | type = torch.float32) -> int:
     """Bytes of a dense array of ``shape`` and ``dtype`` (no allocation)."""
     itemsize = dtype.itemsize if isinstance(dtype, torch.dtype) else np.dtype(dtype).itemsize
     return math.prod([int(s) for s in shape]) * itemsize
@@ -461,11 +341,11 @@ def estimate_bytes(
 
 def format_bytes(n: float) -> str:
     """``1.5 GiB``-style text for a byte count."""
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024 or unit == "PiB":
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024:
             return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n:.1f} PiB"  # pragma: no cover
+    return f"{n:.1f} PiB"
 
 
 def check_size(
@@ -475,20 +355,10 @@ def check_size(
     *,
     max_bytes: int | None = None,
 ) -> int:
-    """Refuse an allocation of ``shape`` x ``dtype`` over ``max_bytes`` *before* making it.
+    """Refuse an allocation of ``shape`` x ``dtype`` over ``max_bytes`` (default
+    :data:`MAX_BYTES`) *before* making it; return its size in bytes.
 
-    Args:
-        name: what would be allocated, in the caller's words (e.g. ``"the position table
-            (max_len, d_model)"``).
-        shape: its shape.
-        dtype: its dtype.
-        max_bytes: the limit; default :data:`MAX_BYTES`.
-
-    Returns:
-        the estimated size in bytes.
-
-    Raises:
-        ValueError: naming the shape, the estimated memory and the limit.
+    ``name`` says what would be allocated, e.g. ``"the position table (max_len, d_model)"``.
     """
     if torch.compiler.is_compiling():  # traced shapes were checked when the call ran eagerly
         return 0

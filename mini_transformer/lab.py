@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from . import schemes
 from .checks import check_choice, check_float, check_int, check_tensor
 from .core import Schedule, train_step
-from .model import POSITIONAL_SCHEMES, TransformerConfig, TransformerLM
+from .model import POSITIONAL_SCHEMES, SCHEMES, TransformerConfig, TransformerLM
 from .tasks import IGNORE_INDEX, SYNTHETIC_TASKS
 
 __all__ = [
@@ -177,7 +176,7 @@ def accuracy_by_length(
 
 def learned_position_weight(model: TransformerLM) -> torch.Tensor:
     """A copy of the ``(block_size, d_model)`` table of a ``"learned"`` model's positions."""
-    if not schemes.SCHEMES[model.config.positional].learned_table:
+    if not SCHEMES[model.config.positional].learned_table:
         raise ValueError(
             "model has no learned position embedding (positional must be 'learned', "
             f"got {model.config.positional!r})"

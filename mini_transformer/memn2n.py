@@ -1,14 +1,8 @@
 r"""MemN2N's position encoding (Sukhbaatar et al., 2015; chapter 3).
 
 End-To-End Memory Networks weight word $j$ of a $J$-word sentence element-wise by a vector
-$l_j$ before summing the words into one memory vector: a *multiplicative* encoding that is
-relative to the sentence length, unlike the additive sinusoidal and learned encodings of
-:mod:`mini_transformer.positional` (which re-exports these names).
-
-- :func:`memn2n_encoding`: the matrix of the $l_j$, shape ``(J, d)`` (NumPy, float64).
-- :func:`memn2n_sentence`: the sentence vector $m = \sum_j l_j \odot x_j$.
-- :class:`MemN2NPositionalEncoding`: the same weighting as a torch module for the chapter-3
-  lab, ``(B, T, d_model) -> (B, T, d_model)`` with $J = T$.
+$l_j$ before summing the words into one memory vector: a *multiplicative* encoding, relative
+to the sentence length, unlike the additive sinusoidal and learned ones.
 """
 
 from __future__ import annotations
@@ -17,9 +11,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from .checks import check_array, check_int, check_size, check_tensor
+from .checks import check_int, check_size, check_tensor
 
-__all__ = ["memn2n_encoding", "memn2n_sentence", "MemN2NPositionalEncoding"]
+__all__ = ["memn2n_encoding", "MemN2NPositionalEncoding"]
 
 
 def memn2n_encoding(sentence_length: int, d_model: int) -> np.ndarray:
@@ -28,16 +22,8 @@ def memn2n_encoding(sentence_length: int, d_model: int) -> np.ndarray:
     $$l_{kj} = \left(1 - \frac{j}{J}\right) - \frac{k}{d}\left(1 - \frac{2j}{J}\right),
     \quad j = 1, \dots, J, \; k = 1, \dots, d$$
 
-    with the paper's 1-based word index $j$ and dimension index $k$. Row ``j - 1`` of the
-    result is the vector $l_j$ that multiplies word $j$'s embedding element-wise. It depends on
-    ``J``: the same position gets a different vector in sentences of different length.
-
-    Args:
-        sentence_length: $J \geq 1$.
-        d_model: $d \geq 1$.
-
-    Returns:
-        float64 array of shape ``(J, d)``; ``out[j-1, k-1] = l_kj``.
+    with the paper's 1-based $j$ and $k$: a float64 ``(J, d)`` array, ``out[j-1, k-1] =
+    l_kj``. It depends on ``J``: the same position gets another vector in another length.
     """
     J = check_int("sentence_length", sentence_length, low=1)
     d = check_int("d_model", d_model, low=1)
@@ -47,31 +33,12 @@ def memn2n_encoding(sentence_length: int, d_model: int) -> np.ndarray:
     return (1 - j / J) - (k / d) * (1 - 2 * j / J)
 
 
-def memn2n_sentence(x: np.ndarray) -> np.ndarray:
-    r"""MemN2N's sentence representation $m = \sum_j l_j \odot x_j$.
-
-    Args:
-        x: word embeddings of shape ``(..., J, d)`` (NumPy array or anything array-like).
-
-    Returns:
-        float64 array of shape ``(..., d)``.
-    """
-    x = check_array("x", x, min_ndim=2, dims="(..., J, d)")
-    return (memn2n_encoding(x.shape[-2], x.shape[-1]) * x).sum(axis=-2)
-
-
 class MemN2NPositionalEncoding(nn.Module):
     r"""MemN2N's multiplicative encoding: ``x * l`` with $l$ from :func:`memn2n_encoding`.
 
-    ``J`` is the length ``T`` of the input, so the same position is scaled differently in
-    sequences of different length (the encoding is relative to the sentence, not absolute).
-    Summing the result over ``T`` gives MemN2N's sentence vector (:func:`memn2n_sentence`).
-
-    Args:
-        d_model: embedding dimension, at least 1.
-
-    Shape:
-        ``(B, T, d_model) -> (B, T, d_model)``.
+    ``(B, T, d_model) -> (B, T, d_model)`` with ``J = T``, so the same position is scaled
+    differently in sequences of different length; summing over ``T`` gives MemN2N's sentence
+    vector $m = \sum_j l_j \odot x_j$.
     """
 
     def __init__(self, d_model: int) -> None:
@@ -79,12 +46,8 @@ class MemN2NPositionalEncoding(nn.Module):
         self.d_model = check_int("d_model", d_model, low=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_tensor("x", x, floating=True, ndim=3, dims="(B, T, d_model)")
-        if x.shape[-1] != self.d_model:
-            raise ValueError(
-                f"the last dimension of x must be d_model={self.d_model}, "
-                f"got shape {tuple(x.shape)}"
-            )
+        shape = (None, None, self.d_model)
+        check_tensor("x", x, floating=True, shape=shape, dims="(B, T, d_model)")
         J, d = x.shape[1], self.d_model
         j = torch.arange(1, J + 1, dtype=torch.float64, device=x.device)[:, None]
         k = torch.arange(1, d + 1, dtype=torch.float64, device=x.device)[None, :]

@@ -1,53 +1,38 @@
-r"""A decoder-only Transformer language model (GPT-style), readable in one sitting.
+r"""A decoder-only Transformer language model (GPT-style), readable in one sitting (chapter 6).
 
-The model of chapter 6, assembled from the pieces of chapters 2-5::
+The model assembles the pieces of chapters 2-5::
 
     idx (B, T) token ids
       -> token embedding                        (B, T, d_model)
-      -> positional scheme (see below)
+      -> positional scheme (one row of SCHEMES)
       -> n_layers causal TransformerBlocks      (B, T, d_model)
       -> final LayerNorm (Pre-LN only)
       -> LM head (tied to the token embedding)  (B, T, vocab_size) logits
 
-The positional schemes (``TransformerConfig.positional``):
-
-- ``"none"``: no position information at all (causal masking alone still leaks some).
-- ``"learned"``: a learned vector per position added to the embedding (GPT-2); cannot
-  go past ``block_size``.
-- ``"sinusoidal"``: the fixed encoding of Vaswani et al. added to the embedding, which is
-  first multiplied by :math:`\sqrt{d_\text{model}}` as in the paper (section 3.4), so that
-  the two have comparable sizes.
-- ``"memn2n"``: MemN2N's position encoding, *multiplied* element-wise into the embedding
-  (with ``J = T``, so a position's scale depends on the length of the input).
-- ``"rope"``: rotary embedding applied to queries and keys in every attention layer.
-- ``"alibi"``: a per-head linear distance penalty added to the attention scores.
-
-The first four act on the input, the last two inside attention: the model builds one
-``RotaryEmbedding`` or ``ALiBi`` and gives it to every attention layer when it is
-constructed (nothing positional is passed on a forward call). Each scheme is one row of
-:data:`~mini_transformer.schemes.SCHEMES`; nothing else in the model compares scheme names.
-
-Initialisation follows GPT-2 (Radford et al. 2019, as in nanoGPT): every linear and
-embedding weight :math:`\sim \mathcal{N}(0, 0.02^2)`, biases zero, and the two projections
-that write into the residual stream in each block (``attn.out_proj`` and ``ffn.linear2``)
-use std :math:`0.02/\sqrt{2 n_\text{layers}}`, because ``2 n_layers`` of them are summed.
+Initialisation follows GPT-2 (as nanoGPT): weights $\sim \mathcal{N}(0, 0.02^2)$, biases
+zero, and the two projections that write into the residual stream in each block
+(``attn.out_proj``, ``ffn.linear2``) use std $0.02/\sqrt{2 n_\text{layers}}$, because
+``2 n_layers`` of them are summed.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .alibi import ALiBi
-from .attention import MultiHeadAttention
+from .attention import MultiHeadAttention, RotaryEmbedding, check_heads
 from .checks import (
     check_bool,
     check_choice,
     check_float,
+    check_ids,
     check_instance,
     check_int,
     check_probability,
@@ -55,37 +40,66 @@ from .checks import (
     check_tensor,
 )
 from .layers import FeedForward, LayerNorm, TransformerBlock
-from .positional import RotaryEmbedding
-
-# The scheme table lives in schemes.py; POSITIONAL_SCHEMES is importable from here too.
-from .schemes import EXTRAPOLATING_SCHEMES, SCHEMES
-from .schemes import POSITIONAL_SCHEMES as POSITIONAL_SCHEMES
+from .memn2n import MemN2NPositionalEncoding
+from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from .tasks import IGNORE_INDEX  # -100: targets the loss skips (unscored positions)
 
-__all__ = [
-    "TransformerConfig",
-    "TransformerLM",
-    "evaluate",
-]
+__all__ = ["TransformerConfig", "TransformerLM", "evaluate"]
+
+MAX_LEN = 4096  # the shortest sinusoidal table built (at least block_size)
+COMPONENTS = [(".tok_emb.", "embeddings"), (".pos_emb.", "positional"), (".attn.", "attention")]
+COMPONENTS += [(".ffn.", "ffn"), (".ln_f.", "norms"), (".ln1.", "norms"), (".ln2.", "norms")]
+COMPONENTS += [(".lm_head.", "head")]  # parameter name -> part, for num_parameters
+
+
+@dataclass(frozen=True)
+class PositionalScheme:
+    r"""Everything the model does differently for one positional scheme (chapters 1-3).
+
+    ``input`` builds the module applied to the token embeddings (``None``: nothing);
+    ``rotary``/``alibi``: one ``RotaryEmbedding``/``ALiBi`` shared by every attention layer;
+    ``scale_embeddings``: multiply the embeddings by $\sqrt{d_\text{model}}$ first (Vaswani
+    et al., section 3.4), so the two have comparable sizes; ``extrapolates``: accepts
+    ``T > block_size``; ``learned_table``: a trained ``pos_emb.weight``; ``table_floats``:
+    float32 entries of the non-parameter tables (what a checkpoint's config would allocate).
+    """
+
+    input: Callable[[Any], nn.Module | None] = lambda c: None
+    rotary: bool = False
+    alibi: bool = False
+    scale_embeddings: bool = False
+    extrapolates: bool = True
+    learned_table: bool = False
+    table_floats: Callable[[Any], int] = lambda c: 0
+
+
+SCHEMES: dict[str, PositionalScheme] = {
+    "none": PositionalScheme(),  # no position at all (the causal mask alone leaks some)
+    "learned": PositionalScheme(  # GPT-2; no vector past block_size
+        input=lambda c: LearnedPositionalEmbedding(c.block_size, c.d_model, init_std=0.02),
+        extrapolates=False,
+        learned_table=True,
+    ),
+    "sinusoidal": PositionalScheme(
+        input=lambda c: SinusoidalPositionalEncoding(c.d_model, max_len=max(MAX_LEN, c.block_size)),
+        scale_embeddings=True,
+        table_floats=lambda c: 2 * max(MAX_LEN, c.block_size) * c.d_model,  # float64, then float32
+    ),
+    "memn2n": PositionalScheme(input=lambda c: MemN2NPositionalEncoding(c.d_model)),  # x * l
+    "rope": PositionalScheme(rotary=True, table_floats=lambda c: 2 * c.block_size * c.d_head),
+    "alibi": PositionalScheme(alibi=True, table_floats=lambda c: c.n_heads * c.block_size**2),
+}
+POSITIONAL_SCHEMES = tuple(SCHEMES)  # the values of TransformerConfig.positional
 
 
 @dataclass
 class TransformerConfig:
-    """Hyper-parameters of :class:`TransformerLM` (validated on construction).
+    """Hyper-parameters of :class:`TransformerLM`, checked on construction.
 
-    Attributes:
-        vocab_size: number of token ids, ``>= 1``.
-        block_size: the context length the model is trained on, ``>= 1``.
-        d_model: width of the residual stream, divisible by ``n_heads``.
-        n_heads: attention heads per layer (``d_head = d_model // n_heads``; even for ``"rope"``).
-        n_layers: number of Transformer blocks.
-        d_ff: hidden size of the feed-forward blocks; ``None`` means ``4 * d_model``.
-        dropout: probability in ``[0, 1)`` (embedding, attention, residual and FFN dropout).
-        positional: one of :data:`~mini_transformer.schemes.POSITIONAL_SCHEMES`.
-        norm_position: ``"pre"`` (final LayerNorm before the head) or ``"post"``.
-        bias: biases in the linear layers and LayerNorms (``False``: none, slightly faster).
-        fused_attention: use PyTorch's fused attention kernel.
-        tie_weights: the LM head shares its weight with the token embedding.
+    ``d_ff=None`` means ``4 * d_model``; ``dropout`` applies to the embeddings, attention
+    weights, residuals and FFN; ``positional`` is one of :data:`POSITIONAL_SCHEMES`;
+    ``bias=False`` drops every Linear and LayerNorm bias; ``tie_weights``: the LM head shares
+    the token embedding's matrix.
     """
 
     vocab_size: int
@@ -104,33 +118,20 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "d_model", "n_heads", "n_layers"):
             setattr(self, name, check_int(name, getattr(self, name), low=1))
-        if self.d_ff is None:
-            self.d_ff = 4 * self.d_model
-        self.d_ff = check_int("d_ff", self.d_ff, low=1, why=" or None")
-        if self.d_model % self.n_heads:
-            raise ValueError(
-                f"d_model must be divisible by n_heads, got d_model={self.d_model} "
-                f"and n_heads={self.n_heads}"
-            )
+        d_ff = 4 * self.d_model if self.d_ff is None else self.d_ff
+        self.d_ff = check_int("d_ff", d_ff, low=1, why=" or None")
+        check_heads(self.d_model, self.n_heads)
         check_choice("positional", self.positional, POSITIONAL_SCHEMES)
-        if SCHEMES[self.positional].rotary and (self.d_model // self.n_heads) % 2:
-            raise ValueError(
-                "d_model // n_heads must be even for positional='rope' (it rotates pairs), "
-                f"got {self.d_model // self.n_heads}"
-            )
         check_choice("norm_position", self.norm_position, ("pre", "post"))
         self.dropout = check_probability("dropout", self.dropout)
         for name in ("bias", "fused_attention", "tie_weights"):
             setattr(self, name, check_bool(name, getattr(self, name)))
         d, L = self.d_model, self.n_layers  # parameters, float32, before building the model
         n_params = self.vocab_size * d * 2 + L * (4 * d * d + 2 * d * self.d_ff)
-        check_size(
-            "the parameters (from vocab_size, d_model, d_ff, n_layers)", (n_params,), torch.float32
-        )
+        check_size("the parameters (from vocab_size, d_model, d_ff, n_layers)", (n_params,))
 
     @property
     def d_head(self) -> int:
-        """Per-head dimension ``d_model // n_heads``."""
         return self.d_model // self.n_heads
 
     def to_dict(self) -> dict:
@@ -140,12 +141,10 @@ class TransformerConfig:
     @classmethod
     def from_dict(cls, d: dict) -> TransformerConfig:
         """Inverse of :meth:`to_dict`; unknown keys are an error (a sign of a foreign file)."""
-        if not isinstance(d, dict):
-            raise TypeError(f"config must be a dict, got {type(d).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown TransformerConfig fields {unknown}; known: {sorted(known)}")
+        check_instance("config", d, dict, "a dict")
+        known = sorted(f.name for f in fields(cls))
+        if unknown := sorted(set(d) - set(known)):
+            raise ValueError(f"unknown TransformerConfig fields {unknown}; known: {known}")
         return cls(**d)
 
 
@@ -161,14 +160,13 @@ class TransformerLM(nn.Module):
         torch.Size([2, 10, 84])
     """
 
-    #: Check that token ids lie in ``0..vocab_size-1`` on every call (see ``_check_idx``).
+    #: check that ids are in 0..vocab_size-1 on every call; a GPU waits for the answer, so the
+    #: training loop checks its corpus once and turns this off
     check_token_ids: bool = True
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        if not isinstance(config, TransformerConfig):
-            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
-        self.config = c = config
+        self.config = c = check_instance("config", config, TransformerConfig, "a TransformerConfig")
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
         scheme = SCHEMES[c.positional]
         self.embed_scale = math.sqrt(c.d_model) if scheme.scale_embeddings else 1.0
@@ -186,16 +184,9 @@ class TransformerLM(nn.Module):
             self.lm_head.weight = self.tok_emb.weight
 
     def _block(self) -> TransformerBlock:
-        """One causal block: attention (with the shared rotary/ALiBi) and a feed-forward block."""
         c = self.config
-        attn = MultiHeadAttention(
-            c.d_model,
-            c.n_heads,
-            dropout=c.dropout,
-            bias=c.bias,
-            fused_attention=c.fused_attention,
-            rotary=self.rotary,
-            alibi=self.alibi,
+        attn = MultiHeadAttention(  # d_model, n_heads, dropout, bias, fused, rotary, alibi
+            c.d_model, c.n_heads, c.dropout, c.bias, c.fused_attention, self.rotary, self.alibi
         )
         ffn = FeedForward(c.d_model, c.d_ff, dropout=c.dropout, bias=c.bias)
         return TransformerBlock(
@@ -213,66 +204,36 @@ class TransformerLM(nn.Module):
             nn.init.normal_(block.attn.out_proj.weight, mean=0.0, std=residual_std)
             nn.init.normal_(block.ffn.linear2.weight, mean=0.0, std=residual_std)
 
-    # ------------------------------------------------------------------ forward
-
-    def _check_idx(
-        self, idx: torch.Tensor, name: str = "idx", allow_ignore: bool = False
-    ) -> tuple[int, int]:
-        check_tensor(name, idx, integer=True, ndim=2, dims="(B, T) of token ids", nonempty=True)
-        B, T = idx.shape
+    def _check_idx(self, idx: torch.Tensor, name: str = "idx", shape=None, crop=False) -> None:
+        dims = "(B, T) of token ids"
+        check_tensor(name, idx, integer=True, ndim=2, shape=shape, dims=dims, nonempty=True)
         c = self.config
+        T = min(idx.shape[1], c.block_size) if crop else idx.shape[1]  # what the model sees
         if T > c.block_size and not SCHEMES[c.positional].extrapolates:
             raise ValueError(
                 f"sequence length T={T} exceeds block_size={c.block_size}: a learned position "
                 "embedding has no vector for unseen positions (crop the input, or use a scheme "
-                f"from {EXTRAPOLATING_SCHEMES})"
+                f"from {tuple(n for n, s in SCHEMES.items() if s.extrapolates)})"
             )
-        table = getattr(self.pos_emb, "max_len", T)  # an input-side table's length
-        if T > table:
-            raise ValueError(f"T={T} exceeds the {c.positional} table's max_len={table}")
-        # A data-dependent check: reading min/max makes a GPU host wait, so it is skipped
-        # when compiled and when the caller checked the ids already (the training loop
-        # checks the whole corpus once and sets ``check_token_ids = False``).
-        if self.check_token_ids and not torch.compiler.is_compiling():
-            ids = idx[idx != IGNORE_INDEX] if allow_ignore else idx
-            if allow_ignore and ids.numel() == 0:
-                raise ValueError(
-                    f"every entry of {name} is {IGNORE_INDEX} (ignored): the loss would be NaN"
-                )
-            lo, hi = int(ids.min()), int(ids.max())
-            if lo < 0 or hi >= c.vocab_size:
-                bad = lo if lo < 0 else hi
-                raise ValueError(f"{name} contains token id {bad}, outside 0..{c.vocab_size - 1}")
-        return B, T
+        if self.check_token_ids and not torch.compiler.is_compiling():  # a GPU sync
+            check_ids(name, idx, c.vocab_size, ignore=IGNORE_INDEX if name == "targets" else None)
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Next-token logits at every position, and the loss if ``targets`` are given.
+        r"""Next-token logits ``(B, T, vocab_size)`` for ids ``idx`` ``(B, T)``, and the loss.
 
-        Args:
-            idx: token ids, integer tensor ``(B, T)``. ``T`` may exceed ``block_size`` for
-                every scheme except ``"learned"`` (evaluation past the trained context).
-            targets: ``(B, T)`` ids of the next tokens, or ``None``. Entries equal to
-                ``IGNORE_INDEX`` (-100, PyTorch's convention) are not scored, so the
-                synthetic tasks of :mod:`mini_transformer.data` can mark unscored positions.
-
-        Returns:
-            ``(logits, loss)``: logits ``(B, T, vocab_size)``; loss the mean cross-entropy
-            :math:`-\\frac{1}{BT}\\sum_{b,t}\\log p(\\text{targets}_{b,t})` (in nats, over the
-            scored positions), or ``None``.
+        ``T`` may exceed ``block_size`` for every scheme but ``"learned"``. The loss is the
+        mean cross-entropy $-\frac{1}{BT}\sum_{b,t}\log p(\text{targets}_{b,t})$ in nats over
+        the positions whose target is not ``IGNORE_INDEX`` (-100, PyTorch's), or ``None``.
         """
-        B, T = self._check_idx(idx)
+        self._check_idx(idx)
+        B, T = idx.shape
         if targets is not None:
-            self._check_idx(targets, "targets", allow_ignore=True)
-            if targets.shape != idx.shape:
-                raise ValueError(
-                    f"targets must have the shape of idx {tuple(idx.shape)}, "
-                    f"got {tuple(targets.shape)}"
-                )
+            self._check_idx(targets, "targets", shape=(B, T))
         x = self.tok_emb(idx)  # (B, T, d_model)
         if self.embed_scale != 1.0:
-            x = x * self.embed_scale
+            x = x * self.embed_scale  # sqrt(d_model) x
         if self.pos_emb is not None:
             x = self.pos_emb(x)  # added (learned, sinusoidal) or multiplied (memn2n)
         x = self.drop(x)
@@ -289,13 +250,11 @@ class TransformerLM(nn.Module):
 
     @torch.no_grad()
     def attention_weights(self, idx: torch.Tensor) -> list[torch.Tensor]:
-        """The attention weights of every layer for input ``idx`` (for plotting).
+        """Every layer's attention weights for ``idx``, ``n_layers`` x ``(B, n_heads, T, T)``.
 
-        Returns a list of ``n_layers`` tensors of shape ``(B, n_heads, T, T)``; row ``t`` of
-        a head is the distribution over positions ``0..t`` that query ``t`` attends to (the
-        causal mask makes the upper triangle exactly zero). One ordinary forward pass in
-        eval mode (no dropout) with every attention layer's ``keep_weights`` on (so the
-        from-scratch path computes the maps); the model's mode is left as it was.
+        One forward pass in eval mode with each attention layer's ``keep_weights`` on; row
+        ``t`` is query ``t``'s distribution over positions ``0..t`` (the upper triangle is
+        exactly zero). The model's mode is left as it was.
         """
         was_training = self.training
         attns = [block.attn for block in self.blocks]
@@ -319,38 +278,23 @@ class TransformerLM(nn.Module):
         top_k: int | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """Sample ``max_new_tokens`` tokens after ``idx``, one at a time.
+        """Sample ``max_new_tokens`` tokens after ``idx``; returns ``(B, T + max_new_tokens)``.
 
-        Each step feeds the last ``block_size`` tokens (the context the model was trained
-        on; every scheme is cropped, a learned one must be), divides the last logits by
-        ``temperature``, keeps the ``top_k`` largest (if given) and samples from the softmax.
-        ``temperature=0`` picks the most likely token (greedy). Sampling happens on the CPU
-        with ``generator``, so a seeded CPU generator gives the same text on any device.
-
-        Returns:
-            ``(B, T + max_new_tokens)`` token ids (the prompt included). The model's
-            train/eval mode is restored afterwards.
+        Each step feeds the last ``block_size`` tokens (every scheme is cropped, a learned
+        one must be), divides the last logits by ``temperature`` (0: greedy), keeps the
+        ``top_k`` largest and samples. Sampling runs on the CPU with ``generator``, so a
+        seeded generator gives the same text on any device.
         """
-        if isinstance(idx, torch.Tensor) and idx.dim() == 2:  # the prompt is cropped: check that
-            self._check_idx(idx[:, -self.config.block_size :])
-        else:
-            self._check_idx(idx)
+        self._check_idx(idx, crop=True)
         check_int("max_new_tokens", max_new_tokens, low=0)
         temperature = check_float("temperature", temperature, low=0)
         if top_k is not None:
             check_int("top_k", top_k, low=1, high=self.config.vocab_size, why=" (or None)")
         if generator is not None:
             check_instance("generator", generator, torch.Generator, "a CPU torch.Generator")
-            if generator.device.type != "cpu":
-                raise ValueError(
-                    "generator must be a CPU torch.Generator (sampling runs on the CPU), "
-                    f"got one on {generator.device}"
-                )
-        check_size(
-            "the output (B, T + max_new_tokens)",
-            (idx.shape[0], idx.shape[1] + max_new_tokens),
-            torch.long,
-        )
+            check_choice("generator's device", generator.device.type, ("cpu",))  # samples on CPU
+        shape = (len(idx), idx.shape[1] + max_new_tokens)
+        check_size("the output (B, T + max_new_tokens)", shape, torch.long)
         was_training = self.training
         self.eval()
         try:
@@ -379,56 +323,28 @@ class TransformerLM(nn.Module):
         return idx
 
     # ------------------------------------------------------------------ accounting
-
-    def _component(self, name: str) -> str:
-        if name.startswith("tok_emb."):
-            return "embeddings"
-        if name.startswith(("pos_emb.", "rotary.")):
-            return "positional"
-        if ".attn." in name:
-            return "attention"
-        if ".ffn." in name:
-            return "ffn"
-        if name.startswith("ln_f.") or ".ln1." in name or ".ln2." in name:
-            return "norms"
-        if name.startswith("lm_head."):
-            return "head"
-        return "other"
-
     def num_parameters(self, by_component: bool = False) -> int | dict[str, int]:
-        """Number of trainable parameters (a tied matrix counted once).
-
-        With ``by_component=True``: ``{"embeddings", "positional", "attention", "ffn",
-        "norms", "head", "total"}`` (``head`` is 0 when tied; only ``"learned"`` has
-        positional parameters).
-        """
+        """Trainable parameters, a tied matrix once; ``by_component``: a dict by part and
+        ``"total"`` (``head`` is 0 when tied; only ``"learned"`` has positional ones)."""
         check_bool("by_component", by_component)
         counts = dict.fromkeys(("embeddings", "positional", "attention", "ffn", "norms", "head"), 0)
         for name, p in self.named_parameters():  # shared parameters are yielded once
-            counts[self._component(name)] = counts.get(self._component(name), 0) + p.numel()
+            part = next((part for key, part in COMPONENTS if key in f".{name}"), "other")
+            counts[part] = counts.get(part, 0) + p.numel()
         total = sum(counts.values())
-        if not by_component:
-            return total
-        counts["total"] = total
-        return counts
+        return counts | {"total": total} if by_component else total
 
     def flops_per_token(self, T: int | None = None) -> float:
         r"""Training FLOPs per token (forward + backward), as in PaLM (Chowdhery et al. 2022, B).
 
         .. math:: 6N + 12\, n_\text{layers}\, d_\text{model}\, T
 
-        ``N`` counts the parameters that take part in matrix multiplies: all of them except
-        the position table (a lookup). The token embedding is a lookup too, but when tied
-        its matrix is also the LM head, a ``d_model x vocab_size`` matmul, so it stays in
-        ``N`` (nanoGPT's convention); untied, the embedding is left out and the head kept.
-        Each parameter costs 2 FLOPs per token forward (multiply + add) and 4 backward,
-        hence 6N (Kaplan et al. 2020). The second term is attention's ``QK^T`` and
-        ``AV`` products, :math:`2 \cdot 2 T d_\text{model}` per token per layer forward,
-        times 3 for forward+backward, over the full ``T x T`` score matrix (the causal
-        half is not subtracted, as in PaLM).
-
-        Args:
-            T: sequence length (default ``block_size``).
+        ``N`` counts the parameters in matrix multiplies: all but the position table (a
+        lookup); the token embedding too when tied, since it is also the LM head (nanoGPT's
+        convention). Each costs 2 FLOPs per token forward and 4 backward, hence 6N (Kaplan
+        et al. 2020). The second term is attention's ``QK^T`` and ``AV``, $2 \cdot 2 T
+        d_\text{model}$ per token per layer forward, times 3, over the full ``T x T`` scores
+        (the causal half is not subtracted, as in PaLM). ``T`` defaults to ``block_size``.
         """
         T = self.config.block_size if T is None else check_int("T", T, low=1)
         parts = self.num_parameters(by_component=True)

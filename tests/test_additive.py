@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from mini_transformer.additive import AdditiveAttention, additive_scores
+from mini_transformer.additive import AdditiveAttention
 from mini_transformer.attention import causal_mask, scaled_dot_product_attention
 
 torch.set_num_threads(1)
@@ -81,11 +81,17 @@ def test_batched_inputs_and_causal_mask_broadcast():
 
 def test_scores_are_bounded_by_the_l1_norm_of_w():
     torch.manual_seed(2)
-    q, k, w = 100 * torch.randn(4, 32), 100 * torch.randn(9, 32), torch.randn(32)
-    s = additive_scores(q, k, w)
+    layer = AdditiveAttention(32, 32, 32)
+    with torch.no_grad():  # identity projections: the scores of q and k themselves
+        layer.q_proj.weight.copy_(torch.eye(32))
+        layer.k_proj.weight.copy_(torch.eye(32))
+        layer.k_proj.bias.zero_()
+        layer.w.copy_(torch.randn(32))
+    q, k, w = 100 * torch.randn(4, 32), 100 * torch.randn(9, 32), layer.w.detach()
+    s = layer.scores(q, k)
     assert s.abs().max() <= w.abs().sum() + 1e-4  # tanh in [-1, 1]; float32 sum
     # the bound is reached: every tanh saturated at the sign of w
-    s_max = additive_scores(50 * w.sign()[None], 50 * w.sign()[None], w)
+    s_max = layer.scores(50 * w.sign()[None], 50 * w.sign()[None])
     assert torch.allclose(s_max, w.abs().sum().reshape(1, 1), rtol=1e-5)
 
 
@@ -126,9 +132,11 @@ def test_bad_inputs_are_refused():
         layer(x, x, mask=torch.ones(3, 3))
     with pytest.raises(ValueError, match="does not broadcast"):
         layer(x, x, mask=torch.ones(2, 3, dtype=torch.bool))
-    with pytest.raises(ValueError, match="same number of keys"):
+    with pytest.raises(
+        ValueError, match=r"value must have shape \(\.\.\., T_k=3, d_v\) with size 3"
+    ):
         layer(x, x, value=torch.randn(5, 4))
-    with pytest.raises(ValueError, match="share the attention width"):
-        additive_scores(torch.randn(3, 4), torch.randn(3, 5), torch.randn(4))
-    with pytest.raises(ValueError, match="w must have 1 dimensions"):
-        additive_scores(torch.randn(3, 4), torch.randn(3, 4), torch.randn(4, 1))
+    with pytest.raises(ValueError, match="context must have shape"):
+        layer(x, torch.randn(3, 5))
+    with pytest.raises(ValueError, match="leading dimensions of x .* must broadcast"):
+        layer(torch.randn(2, 3, 4), torch.randn(3, 3, 4))

@@ -15,7 +15,7 @@ from tiny_runs import TINY_LAB
 from mini_transformer import lab
 from mini_transformer.data import IGNORE_INDEX
 from mini_transformer.devices import where_it_ran
-from mini_transformer.schemes import POSITIONAL_SCHEMES
+from mini_transformer.model import POSITIONAL_SCHEMES
 
 COMMITTED = (
     Path(__file__).resolve().parents[1] / "mini_transformer" / "results" / "extrapolation.json"

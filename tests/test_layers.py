@@ -8,6 +8,7 @@ placement equations written with the block's own sub-modules.
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
@@ -18,7 +19,6 @@ from mini_transformer.layers import (
     FeedForward,
     LayerNorm,
     TransformerBlock,
-    count_paths_by_length,
     residual_paths,
 )
 
@@ -319,7 +319,8 @@ def test_residual_stack_unrolls_into_two_to_the_n_paths():
     for n in range(1, 7):
         paths = residual_paths(n)
         assert len(paths) == len(set(paths)) == 2**n
-        assert count_paths_by_length(n) == [sum(len(p) == k for p in paths) for k in range(n + 1)]
+        by_length = [sum(len(p) == k for p in paths) for k in range(n + 1)]
+        assert by_length == [math.comb(n, k) for k in range(n + 1)]
     # numerically: with linear blocks x -> x + A_i x, the output is the sum over paths
     n, d = 3, 5
     A = [torch.randn(d, d, dtype=torch.float64) * 0.3 for _ in range(n)]
@@ -441,7 +442,9 @@ def test_error_decoder_memory_wrong_last_dimension():
 
 
 def test_error_decoder_memory_batch_mismatch():
-    with pytest.raises(ValueError, match="memory must have the same batch size as x"):
+    with pytest.raises(
+        ValueError, match=r"memory must have shape \(B, T, d_model=16\) with size 2 in dimension 0"
+    ):
         decoder()(torch.randn(2, 3, D), memory=torch.randn(1, 4, D))
 
 

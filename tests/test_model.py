@@ -47,9 +47,10 @@ def test_config_rejects_an_unknown_positional_scheme():
         TransformerConfig(vocab_size=5, block_size=4, positional="relative")
 
 
-def test_config_rejects_an_odd_head_dimension_for_rope():
-    with pytest.raises(ValueError, match="must be even for positional='rope'"):
-        TransformerConfig(vocab_size=5, block_size=4, d_model=6, n_heads=2, positional="rope")
+def test_model_rejects_an_odd_head_dimension_for_rope():
+    cfg = TransformerConfig(vocab_size=5, block_size=4, d_model=6, n_heads=2, positional="rope")
+    with pytest.raises(ValueError, match="d_head must be a positive even integer for a rotation"):
+        TransformerLM(cfg)
 
 
 def test_config_rejects_a_non_positive_vocab_size():
@@ -142,7 +143,10 @@ def test_forward_rejects_token_ids_outside_the_vocabulary():
 
 
 def test_forward_rejects_targets_of_another_shape():
-    with pytest.raises(ValueError, match="targets must have the shape of idx"):
+    with pytest.raises(
+        ValueError,
+        match=r"targets must have shape \(B, T\) of token ids with size 4 in dimension 1",
+    ):
         make()(torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 3, dtype=torch.long))
 
 
@@ -312,7 +316,7 @@ def test_each_scheme_builds_exactly_its_own_modules(positional):
 def test_declared_table_size_covers_the_tables_the_model_builds(positional):
     # The checkpoint loader refuses a config whose tables would not fit in memory, from this
     # estimate, before building anything: it must not undercount what the model allocates.
-    from mini_transformer.schemes import SCHEMES
+    from mini_transformer.model import SCHEMES
 
     model = make(positional)
     built = sum(b.numel() for name, b in model.named_buffers() if b.is_floating_point())
@@ -322,7 +326,7 @@ def test_declared_table_size_covers_the_tables_the_model_builds(positional):
 
 @pytest.mark.parametrize("positional", POSITIONAL_SCHEMES)
 def test_learned_table_flag_matches_the_parameters_built(positional):
-    from mini_transformer.schemes import SCHEMES
+    from mini_transformer.model import SCHEMES
 
     names = dict(make(positional).named_parameters())
     assert SCHEMES[positional].learned_table == ("pos_emb.weight" in names)

@@ -55,8 +55,8 @@ from mini_transformer.cli import (
 from mini_transformer.data import SYNTHETIC_TASKS
 from mini_transformer.devices import where_it_ran
 from mini_transformer.lab import LabConfig
-from mini_transformer.schemes import POSITIONAL_SCHEMES as SCHEMES
-from mini_transformer.schemes import SCHEMES as SCHEME_TABLE
+from mini_transformer.model import POSITIONAL_SCHEMES as SCHEMES
+from mini_transformer.model import SCHEMES as SCHEME_TABLE
 
 PROG = "python tools/extrapolation_lab.py"
 
