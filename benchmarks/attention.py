@@ -37,7 +37,9 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -46,14 +48,11 @@ from torch.profiler import ProfilerActivity, profile
 
 from mini_transformer.attention import MultiHeadAttention
 from mini_transformer.checks import check_device
-from mini_transformer.cli import (
-    check_output_file,
-    non_negative_int,
-    positive_int,
-    run_cli,
-    write_json,
-)
-from mini_transformer.devices import where_it_ran
+from mini_transformer.hardware import where_it_ran
+from mini_transformer.train import check_output_file, positive_int, run_cli
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from sweep_cli import non_negative_int, write_json  # noqa: E402  (tools/, beside the package)
 
 
 class ConcatQKVMHA(MultiHeadAttention):

@@ -37,16 +37,25 @@ import argparse
 import os
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from mini_transformer.cli import check_output_file, positive_int, probability, run_cli, write_json
 from mini_transformer.core import train_step
-from mini_transformer.devices import where_it_ran
+from mini_transformer.hardware import autocast, cpu_bf16_features, physical_cores, where_it_ran
 from mini_transformer.model import TransformerLM
-from mini_transformer.precision import autocast, cpu_bf16_features, physical_cores
-from mini_transformer.train import configure_optimizer, get_preset
+from mini_transformer.train import (
+    check_output_file,
+    configure_optimizer,
+    get_preset,
+    positive_int,
+    run_cli,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from sweep_cli import probability, write_json  # noqa: E402  (tools/, beside the package)
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 

@@ -1,96 +1,132 @@
-r"""Checkpoints, exported weights, the committed models and their metrics logs.
+r"""Checkpoints, exported weights, the committed models and their logs (chapter 6).
 
-Persistence, apart from the training loop (:mod:`mini_transformer.train` re-exports every
-public name here, so ``from mini_transformer.train import load_checkpoint`` keeps working).
-The rules a checkpoint file follows, and why:
-
-- **Atomic**: written to ``<name>.tmp`` and renamed with ``os.replace``, so a reader (or a
-  resumed run after a crash) sees the old file or the new one, never half of one. A failed
-  write removes its temporary file.
+- **Atomic**: every file is written to ``<name>.tmp`` and renamed (:func:`atomic_write`), so
+  a reader, or a run resumed after a crash, sees the old file or the new one, never half.
 - **Safe to load**: only tensors, numbers, strings, lists and dicts, read with
   ``torch.load(weights_only=True)``: a checkpoint cannot carry code.
-- **Corruption detected**: a SHA-256 over everything stored (every tensor's dtype, shape
-  and bytes, every other value) is written beside it and checked on load; a flipped bit
-  gives a ``ValueError``, never silently different weights. Files written before the
-  checksum existed (``version`` 1) still load: the committed models are checked against
-  the SHA-256 of their file (:data:`PRETRAINED_SHA256`), an old run's files are not.
-- **Sizes checked before allocating**: a model is built from a stored config only after
-  the config agrees with the shapes of the stored tensors and its buffers fit in
-  :data:`MAX_BUFFER_BYTES`, so a file declaring a huge config is refused with a message
-  instead of a ``MemoryError``.
-
-In Python (chapter 6)::
-
-    from mini_transformer.train import load_pretrained, read_log
-    model, tok = load_pretrained("gpu")  # a committed model ("cpu" or "gpu"), eval mode
-    log = read_log("gpu")                # its metrics log: a list of dicts
+- **Corruption detected**: a SHA-256 over everything stored is written beside it and checked
+  on load. The committed models predate it (``version`` 1): their whole file is checked
+  against :data:`PRETRAINED_SHA256` instead.
+- **Sizes checked before allocating**: a stored config must agree with the stored tensors
+  and its tables fit in :data:`MAX_BUFFER_BYTES` before a model is built from it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from .checks import check_int
-from .cli import _committed, json_safe, open_temporary
 from .data import ASSETS_DIR, CharTokenizer
 from .model import TransformerConfig, TransformerLM
 from .schemes import SCHEMES
 
 __all__ = [
-    "CHECKPOINT_FORMAT",
-    "WEIGHTS_FORMAT",
     "PRETRAINED",
     "PRETRAINED_WEIGHTS",
-    "PRETRAINED_SHA256",
-    "MAX_BUFFER_BYTES",
-    "checksum",
     "atomic_write",
     "save_checkpoint",
     "load_checkpoint",
     "load_model",
     "export_weights",
-    "check_exportable",
     "load_pretrained",
     "read_log",
-    "MetricsLog",
 ]
 
 CHECKPOINT_FORMAT = "mini_transformer.checkpoint"
 WEIGHTS_FORMAT = "mini_transformer.weights"
 VERSION = 2  # 2: with a checksum; 1: without (still readable)
 
-#: The committed models (written by ``python -m mini_transformer.train export``): the
-#: ``cpu`` preset trained on a 2-core CPU and the ``gpu`` preset trained on one H100.
-#: Each ``.pt`` has a ``.jsonl`` metrics log and a ``.json`` configuration beside it.
+#: The committed models: the ``cpu`` preset trained on a 2-core CPU and the ``gpu`` preset
+#: on one H100, each with a ``.jsonl`` metrics log and a ``.json`` configuration beside it.
 PRETRAINED = {
     "cpu": ASSETS_DIR / "shakespeare_char.pt",
     "gpu": ASSETS_DIR / "shakespeare_char_gpu.pt",
 }
 PRETRAINED_WEIGHTS = PRETRAINED["cpu"]
 
-#: SHA-256 of the committed weights files. They were written before checkpoints carried a
-#: checksum (``version`` 1), so their whole file is checked against these digests instead
-#: (re-exporting them would add their size to the repository's history again).
+#: SHA-256 of the committed files, written before checkpoints carried a checksum (re-exporting
+#: them would add their size to the repository's history again).
 PRETRAINED_SHA256 = {
     "cpu": "bcc3de75e0761840a58a1784683300a292a20aed88436a993f1b8d50e3d02e2c",
     "gpu": "020299bf96ae8dd595555eecdbab296db4f72dca78ebbba112d872638912e071",
 }
 
-#: Largest total size of the non-parameter tensors (ALiBi table, sinusoidal table, RoPE
-#: cache) a stored config may imply before :func:`load_model` builds it: 2 GiB.
+#: Largest size of the tables (ALiBi, sinusoidal, RoPE) a stored config may imply: 2 GiB.
 MAX_BUFFER_BYTES = 2 * 2**30
 
 #: Deepest nesting of lists and dicts a checkpoint may hold (ours: 5, the optimizer state).
 MAX_DEPTH = 32
 
+_PACKAGE = Path(__file__).resolve().parent
 
-# ---------------------------------------------------------------------------- checksum
+#: Committed results (the chapters load them): an existing file here is replaced only with
+#: ``--overwrite``.
+COMMITTED_DIRS: tuple[Path, ...] = (
+    _PACKAGE / "results",
+    _PACKAGE / "assets",
+    _PACKAGE.parent / "benchmarks" / "results",
+)
+
+
+def committed(path: Path) -> Path | None:
+    """The committed-results folder holding the existing file ``path``, or ``None``."""
+    if not path.exists():
+        return None
+    folder = path.resolve().parent
+    return next((d for d in COMMITTED_DIRS if folder == d.resolve()), None)
+
+
+def json_safe(value):
+    """``value`` with every NaN or infinite float as ``None``: strict JSON any reader parses."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def _temporary(path: Path, data: bytes | str | Callable) -> Path:
+    """Write ``data`` (bytes, text, or a function of the open binary file) to a fresh
+    ``path.tmp``: a file or symlink already there is removed, never written through, and
+    ``O_EXCL`` refuses a race. On failure the temporary is removed."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb") as f:
+            if callable(data):
+                data(f)
+            else:
+                f.write(data.encode() if isinstance(data, str) else data)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def atomic_write(path: str | Path, data: bytes | str | Callable) -> Path:
+    """Write ``path`` atomically (``path.tmp``, then ``os.replace``): the package's one writer.
+
+    ``data``: bytes, text (UTF-8), or a function writing to the open binary file
+    (``lambda f: torch.save(obj, f)``). A failure leaves ``path`` untouched and no temporary.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temporary(path, data)
+    try:
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
 
 
 def _feed(h, value) -> None:
@@ -128,38 +164,23 @@ def _plain(value):
     return value
 
 
-def atomic_write(obj: dict, path: str | Path) -> Path:
-    """``torch.save(obj)`` to ``path`` atomically: ``path.tmp``, then ``os.replace``.
+def _torch_save(obj: dict, path: Path) -> Path:
+    """``torch.save`` atomically; a failed write is an ``OSError`` (torch reports a full disk
+    as a ``RuntimeError``)."""
 
-    The temporary file is created afresh (a symlink named ``path.tmp`` is removed, never
-    written through). On any failure (disk full, interrupted write) the temporary file is
-    removed and the previous ``path`` is left untouched; a failed write is an ``OSError``
-    (torch reports a full disk as a ``RuntimeError``).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp, f = open_temporary(path, "wb")
-        with f:
-            try:
-                torch.save(obj, f)
-            except RuntimeError as err:  # PytorchStreamWriter failed writing file ...
-                raise OSError(f"could not write {path}: {' '.join(str(err).split())}") from None
-        os.replace(tmp, path)  # a reader sees the old file or the new one, never half of one
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    def write(f) -> None:
+        try:
+            torch.save(obj, f)
+        except RuntimeError as err:  # PytorchStreamWriter failed writing file ...
+            raise OSError(f"could not write {path}: {' '.join(str(err).split())}") from None
+
+    return atomic_write(path, write)
 
 
 def _with_checksum(payload: dict) -> dict:
     payload = {**payload, "version": VERSION}
     payload["checksum"] = checksum(payload)
     return payload
-
-
-# ---------------------------------------------------------------------------- checkpoints
 
 
 def save_checkpoint(
@@ -174,12 +195,9 @@ def save_checkpoint(
 ) -> Path:
     """Write a full checkpoint atomically, with a checksum of everything it stores.
 
-    Contents (plain types only, so it loads with ``torch.load(weights_only=True)``):
-    ``format``, ``version``, ``model_config`` (a dict), ``model`` (state dict),
-    ``optimizer`` (state dict or None), ``step``, ``train_config``, ``tokenizer``, ``rng``
-    (CPU and CUDA generator states, for an exact resume), any ``extra`` items (e.g.
-    ``best_val_loss``; NumPy or 0-d torch numbers are stored as Python numbers) and
-    ``checksum``.
+    Plain types only (``torch.load(weights_only=True)`` reads it): the model config and state,
+    the optimizer state, ``step``, ``train_config``, ``tokenizer``, the CPU and CUDA RNG states
+    (for an exact resume) and any ``extra`` items (NumPy or 0-d torch numbers as Python numbers).
     """
     step = check_int("step", step, low=0)
     if hasattr(train_config, "to_dict"):
@@ -198,7 +216,7 @@ def save_checkpoint(
         "rng": rng,
         **{k: _plain(v) for k, v in extra.items()},
     }
-    return atomic_write(_with_checksum(ckpt), path)
+    return _torch_save(_with_checksum(ckpt), path)
 
 
 def config_diff(a: dict, b: dict) -> str:
@@ -220,12 +238,11 @@ def _check_committed_file(path: Path) -> None:
 
 
 def _check_contents(path: Path, ckpt: dict) -> None:
-    """Before anything walks or copies what was loaded: nesting depth and tensor sizes.
+    """Nesting depth and tensor sizes, checked before anything walks what was loaded.
 
-    Every tensor must fit in the bytes stored for it (a stride-0 view of 4 bytes posing as
-    two billion elements would otherwise be expanded by the checksum), and lists/dicts may
-    nest at most :data:`MAX_DEPTH` deep (deeper would end in a ``RecursionError``). Iterative,
-    so that the check itself cannot recurse too deep.
+    A stride-0 view of 4 bytes posing as two billion elements would be expanded by the checksum,
+    and nesting deeper than :data:`MAX_DEPTH` would end in a ``RecursionError``; the walk itself
+    is iterative.
     """
     stack = [(ckpt, "", 0)]
     while stack:
@@ -250,7 +267,7 @@ def _check_contents(path: Path, ckpt: dict) -> None:
 
 
 def _read(path: Path, map_location) -> dict:
-    """``torch.load(weights_only=True)`` with every failure turned into a clear ValueError."""
+    """``torch.load(weights_only=True)``, every failure a clear ``ValueError``."""
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     _check_committed_file(path)
@@ -291,14 +308,10 @@ def load_checkpoint(
 ) -> dict:
     """Read a checkpoint (or an exported weights file) and verify its checksum.
 
-    If ``model`` is given, its config must equal the stored one and the weights are loaded
-    into it; likewise ``optimizer``. Returns the checkpoint dict (without ``checksum``).
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        ValueError: the file is corrupt (unreadable, or its checksum does not match) or
-            not a mini_transformer checkpoint, or its model config differs from
-            ``model``'s (the message lists the differing fields).
+    With ``model`` (and ``optimizer``) the stored state is loaded into it, after its config is
+    compared with the stored one. Returns the checkpoint dict (without ``checksum``). A missing
+    file is a ``FileNotFoundError``; a corrupt file, a foreign one or a differing config (the
+    message lists the fields) a ``ValueError``.
     """
     path = Path(path)
     ckpt = _read(path, map_location)
@@ -323,7 +336,7 @@ def _buffer_bytes(c: TransformerConfig) -> int:
 
 
 def _check_declared_config(path: Path, ckpt: dict) -> TransformerConfig:
-    """The stored config, after checking it agrees with the stored tensors and fits in memory."""
+    """The stored config, once it agrees with the stored tensors and fits in memory."""
     try:
         config = TransformerConfig.from_dict(ckpt["model_config"])
     except (TypeError, ValueError, KeyError) as err:
@@ -361,9 +374,8 @@ def load_model(
 ) -> tuple[TransformerLM, CharTokenizer, dict]:
     """Build the model stored in a checkpoint or weights file: ``(model, tokenizer, ckpt)``.
 
-    The file is read once; the stored config is checked against the stored tensors (and
-    for size) before the model is allocated. The model is float32 (half-precision weights
-    are cast), on ``device``, in eval mode.
+    The stored config is checked against the stored tensors (and for size) before the model is
+    allocated. The model is float32 (half-precision weights are cast), in eval mode.
     """
     path = Path(path)
     ckpt = _read(path, "cpu")
@@ -383,11 +395,8 @@ def load_model(
 
 
 def check_exportable(ckpt_path: str | Path, out_path: str | Path, overwrite: bool = False):
-    """What :func:`export_weights` refuses, checked before it writes anything.
-
-    ``out_path`` must end in ``.pt`` (a ``.json`` and ``.jsonl`` go beside it), none of the
-    three may replace a committed model's file unless ``overwrite``, and ``ckpt_path``
-    must be a full checkpoint (not already a weights file). Returns the checkpoint.
+    """What :func:`export_weights` refuses, checked before it writes anything; returns the
+    checkpoint. A committed model's file is replaced only with ``overwrite``.
     """
     out_path = Path(out_path)
     if out_path.suffix != ".pt":
@@ -395,23 +404,16 @@ def check_exportable(ckpt_path: str | Path, out_path: str | Path, overwrite: boo
             f"out_path must end in '.pt' (a .json and .jsonl go beside it), got {str(out_path)!r}"
         )
     for p in (out_path, out_path.with_suffix(".json"), out_path.with_suffix(".jsonl")):
-        committed = _committed(p)
-        if committed is not None and not overwrite:
+        folder = committed(p)
+        if folder is not None and not overwrite:
             raise ValueError(
-                f"out_path {p} is a committed model's file (in {committed}); choose another "
+                f"out_path {p} is a committed model's file (in {folder}); choose another "
                 "path, or pass overwrite=True (--overwrite) to replace it"
             )
     ckpt = load_checkpoint(ckpt_path)
     if ckpt["format"] != CHECKPOINT_FORMAT:
         raise ValueError(f"{ckpt_path} is already a weights file")
     return ckpt
-
-
-def _write_text_temporary(path: Path, text: str) -> Path:
-    tmp, f = open_temporary(path)
-    with f:
-        f.write(text)
-    return tmp
 
 
 def export_weights(
@@ -423,13 +425,9 @@ def export_weights(
 ) -> Path:
     """Write a small half-precision, weights-only copy of a checkpoint (for committing).
 
-    Keeps the model config, tokenizer, step and losses; drops the optimizer and RNG.
-    Tied tensors are stored once. Beside ``out_path`` it writes the configuration
-    (``.json``) and, if ``log_path`` is given, a copy of the metrics log (``.jsonl``);
-    ``out_path`` itself must end in ``.pt`` so that neither overwrites the weights.
-    The committed model's files (the default ``out_path``) are replaced only with
-    ``overwrite=True``. All files are written to temporaries first and renamed only once
-    every one is complete: a failure leaves none of them behind.
+    Drops the optimizer and RNG; tied tensors are stored once. Beside ``out_path`` (``.pt``) go
+    the configuration (``.json``) and a copy of ``log_path`` (``.jsonl``). Every file is
+    written to a temporary first and renamed only once all are complete.
     """
     out_path = Path(out_path)
     ckpt = check_exportable(ckpt_path, out_path, overwrite)
@@ -462,8 +460,8 @@ def export_weights(
     temporaries: dict[Path, Path] = {}
     try:
         for path, text in texts.items():
-            temporaries[path] = _write_text_temporary(path, text)
-        atomic_write(_with_checksum(weights), out_path)
+            temporaries[path] = _temporary(path, text)
+        _torch_save(_with_checksum(weights), out_path)
         for path, tmp in temporaries.items():
             os.replace(tmp, path)
     finally:
@@ -482,31 +480,26 @@ def pretrained_path(which: str | Path) -> Path:
 def load_pretrained(
     which: str | Path = "cpu", device: str | torch.device = "cpu"
 ) -> tuple[TransformerLM, CharTokenizer]:
-    """A committed character-level Shakespeare model: ``(model, tokenizer)``.
+    """A committed character-level Shakespeare model: ``(model, tokenizer)``, float32, eval mode.
 
-    Args:
-        which: ``"cpu"`` (the ``cpu`` preset, trained on a 2-core CPU), ``"gpu"`` (the
-            ``gpu`` preset, trained on an H100), or the path of a checkpoint or weights file.
-        device: where to put the model.
-
-    The model is float32 (the files store float16), in eval mode.
+    ``which``: ``"cpu"`` (the ``cpu`` preset, trained on a 2-core CPU), ``"gpu"`` (trained on
+    an H100), or the path of a checkpoint or weights file.
     """
     model, tok, _ = load_model(pretrained_path(which), device)
     return model, tok
 
 
 class MetricsLog:
-    """Appends JSON records to a ``metrics.jsonl`` file (``path=None``: writes nothing,
-    as on the ranks other than 0 of a data-parallel run). :func:`read_log` reads it."""
+    """Appends JSON records to ``metrics.jsonl`` (``path=None``: writes nothing, as on
+    the ranks other than 0 of a data-parallel run).
+    """
 
     def __init__(self, path: Path | None):
         self.path = path
 
     def write(self, record: dict) -> None:
-        """Append ``record`` as one line (NaN and infinities as ``null``, strict JSON).
-
-        The line is written in one call; if that fails (disk full), the file is cut back
-        to its previous length, so a reader never meets half a line.
+        """Append ``record`` as one line of strict JSON (NaN as ``null``), in one write call; if
+        that fails (disk full) the file is cut back, so no reader meets half a line.
         """
         if self.path is None:
             return
@@ -525,11 +518,9 @@ class MetricsLog:
 def read_log(which: str | Path = "cpu") -> list[dict]:
     """The records of a JSONL metrics log: ``"cpu"``/``"gpu"`` (a committed model's) or a path.
 
-    The first record (``"event": "start"``) describes the run (device, versions, configs,
-    command, seed, peak FLOP/s); then one ``"eval"`` record per evaluation (``step``,
-    ``train_loss``, ``val_loss``, ``lr``, ``tokens_per_s``, ``mfu``, ``elapsed_s``, ...);
-    ``"resume"`` records where a run was continued; and a final ``"end"`` record
-    (``reason``, ``wall_time_s``, ``best_val_loss``).
+    ``"start"`` (device, versions, configs, command, seed, peak FLOP/s), then ``"eval"`` records
+    (``step``, ``train_loss``, ``val_loss``, ``lr``, ``tokens_per_s``, ``mfu``, ...), ``"resume"``
+    where a run continued, and ``"end"`` (``reason``, ``wall_time_s``, ``best_val_loss``).
     """
     path = pretrained_path(which)
     if isinstance(which, str) and which in PRETRAINED:

@@ -1,16 +1,16 @@
-r"""The training loop: a few named steps over one explicit state object (:class:`Run`).
+r"""The training run (chapter 6): a few named steps over one state object, :class:`Run`.
 
-1. ``_prepare``: device, data, model, optimizer (restored on resume), DDP/compile wrap.
+1. ``_prepare``: device, data, model, optimizer (restored on resume), compile.
 2. ``_log_start``: the run's folder and the first log record (where it ran).
-3. ``_train_window``: :func:`~mini_transformer.core.train_step` until the next
-   evaluation; the losses stay on the device and are read once per window, so a GPU never
-   waits for the host, and a non-finite one stops the run before anything is saved.
-4. ``_evaluate_and_save``: losses on both splits, a log record, and checkpoints only
-   if the held-out loss and the weights are finite (``best.pt`` before ``last.pt``).
+3. ``_train_window``: :func:`~mini_transformer.core.train_step` until the next evaluation;
+   the losses stay on the device and are read once per window, so a GPU never waits for
+   the host, and a non-finite one stops the run before anything is saved.
+4. ``_evaluate_and_save``: :func:`estimate_loss` on both splits, a log record, and
+   checkpoints only if the held-out loss and the weights pass :func:`_unsaveable`
+   (``best.pt`` before ``last.pt``).
 
-Ctrl-C is read between steps (:func:`~mini_transformer.core.stop_at_step_boundary`), so
-``last.pt`` is saved at a step boundary and a resumed run is bit-identical. The command
-line, the public names and a summary of the recipe are in :mod:`mini_transformer.train`.
+Ctrl-C is read between steps, so ``last.pt`` is saved at a step boundary and a resumed run
+is bit-identical. Data-parallel training (``torchrun``) lives in one section, ``_ddp_*``.
 """
 
 from __future__ import annotations
@@ -32,22 +32,80 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from .checkpoints import MetricsLog, is_finite_state, load_checkpoint, save_checkpoint
-from .cli import open_temporary
-from .core import Schedule, StopFlag, TrainingDivergedError, stop_at_step_boundary, train_step
+from .checkpoints import MetricsLog, atomic_write, is_finite_state, load_checkpoint, save_checkpoint
+from .checks import check_int, check_tensor
+from .core import (
+    TrainConfig,
+    TrainingDivergedError,
+    configure_optimizer,
+    lr_at,
+    stop_at_step_boundary,
+    train_step,
+)
 from .data import CharTokenizer, get_batch, load_corpus
-from .devices import measure_matmul_flops, peak_flops, resolve_device, where_it_ran
+from .hardware import (
+    autocast,
+    log_label,
+    measure_matmul_flops,
+    peak_flops,
+    resolve_device,
+    resolve_precision,
+    where_it_ran,
+)
 from .model import TransformerLM
-from .precision import autocast, describe, resolve_precision
-from .presets import TrainConfig, configure_optimizer, lr_at
 
-__all__ = ["DIVERGED_LOSS_FACTOR", "Run", "train"]
+__all__ = ["estimate_loss", "train"]
 
 #: A held-out loss above this many times the uniform guess ``ln V`` counts as diverged.
 DIVERGED_LOSS_FACTOR = 2.0
 
 
-# ---------------------------------------------------------------------------- data, loss
+@torch.no_grad()
+def estimate_loss(
+    model: TransformerLM,
+    ids: torch.Tensor,
+    *,
+    n_batches: int | None,
+    batch_size: int,
+    seed: int | None,
+) -> float:
+    """Mean next-token loss (nats) of ``model`` on the token ids ``ids``; ``exp`` of it is the
+    perplexity. The loop's estimate, and chapter 6's.
+
+    With a ``seed``: ``n_batches`` batches of ``batch_size`` random windows of the model's
+    ``block_size``, drawn from ``torch.Generator().manual_seed(seed)`` (the same windows at
+    every call, so two evaluations differ only by the weights). With ``seed=None``: the
+    consecutive windows ``ids[i*T : (i+1)*T + 1]`` in order, all of them (the whole text)
+    or the first ``n_batches * batch_size``.
+    """
+    check_tensor("ids", ids, integer=True, ndim=1)
+    check_int("batch_size", batch_size, low=1)
+    if n_batches is not None or seed is not None:
+        check_int("n_batches", n_batches, low=1, why=" (None: every window, with seed=None)")
+    if seed is not None:
+        check_int("seed", seed, low=0, why=" or None")
+    T, device = model.config.block_size, next(model.parameters()).device
+    if seed is not None:
+        g = torch.Generator().manual_seed(seed)
+        batches = [get_batch(ids, batch_size, T, g, device) for _ in range(n_batches)]
+    else:
+        n_windows = (len(ids) - 1) // T
+        if n_windows < 1:
+            raise ValueError(f"ids has {len(ids)} tokens, fewer than block_size + 1 = {T + 1}")
+        if n_batches is not None:
+            n_windows = min(n_windows, n_batches * batch_size)
+        batches = []
+        for start in range(0, n_windows, batch_size):
+            rows = torch.arange(start, min(start + batch_size, n_windows))[:, None] * T
+            chunk = ids[rows + torch.arange(T + 1)[None, :]].to(device)  # (b, T + 1)
+            batches.append((chunk[:, :-1], chunk[:, 1:]))
+    was_training = model.training
+    model.eval()
+    losses = torch.stack([model(x, y)[1] for x, y in batches]).tolist()  # one host sync
+    model.train(was_training)
+    if seed is not None:
+        return sum(losses) / len(losses)
+    return sum(v * len(x) for v, (x, _) in zip(losses, batches, strict=True)) / n_windows
 
 
 @functools.lru_cache(maxsize=1)
@@ -57,26 +115,8 @@ def _encoded_corpus() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
 
 
 def _seed_for(*keys: int) -> int:
-    """A 63-bit seed from a tuple of integers (independent streams per rank and step)."""
+    """A 63-bit seed from a tuple of integers (one stream per rank and step)."""
     return int(np.random.SeedSequence(list(keys)).generate_state(2, np.uint64)[0] >> np.uint64(1))
-
-
-@torch.no_grad()
-def _estimate_loss(run: Run, data: torch.Tensor, seed: int) -> float:
-    """Mean loss on ``eval_batches`` random batches drawn with a fixed seed (same every eval)."""
-    g = torch.Generator().manual_seed(seed)
-    model, cfg = run.model, run.cfg
-    model.eval()
-    losses = []
-    for _ in range(cfg.eval_batches):
-        x, y = get_batch(data, cfg.batch_size, model.config.block_size, g, run.device)
-        with run.autocast():
-            losses.append(model(x, y)[1])
-    model.train()
-    return sum(torch.stack(losses).tolist()) / len(losses)  # one host sync per evaluation
-
-
-# ---------------------------------------------------------------------------- the run's state
 
 
 @dataclass
@@ -94,17 +134,18 @@ class Run:
     rank: int = 0
     world: int = 1
     step_model: torch.nn.Module | None = None  # what a step calls: model, DDP or compiled
-    precision: str = "fp32"  # resolved: "fp32" or "bf16" (autocast), see precision.py
+    precision: str = "fp32"  # resolved: "fp32" or "bf16"
     step: int = 0
     best_val: float = math.inf
     val_loss: float | None = None
-    saved_step: int | None = None  # step of the last checkpoint written (all checks passed)
+    saved_step: int | None = None  # step of the last checkpoint written
     elapsed_before: float = 0.0
     t_start: float = field(default_factory=time.perf_counter)
     losses: list[float] = field(default_factory=list)
     peak: float | None = None
     peak_source: str = ""
     log: MetricsLog = field(default_factory=lambda: MetricsLog(None))
+    stop: Callable[[], bool] = lambda: False  # whether Ctrl-C asked to stop (on any rank)
 
     @property
     def last_path(self) -> Path:
@@ -124,13 +165,65 @@ class Run:
     def autocast(self):
         return autocast(self.precision, self.device)
 
+    def estimate(self, ids: torch.Tensor, split: int) -> float:
+        """The loop's estimate on a split (1: training, 2: held out), its own seed for each."""
+        with self.autocast():
+            return estimate_loss(
+                self.model,
+                ids,
+                n_batches=self.cfg.eval_batches,
+                batch_size=self.cfg.batch_size,
+                seed=_seed_for(self.cfg.seed, split),
+            )
 
-def _distributed() -> tuple[int, int, int]:
+
+# ---------------------------------------------------------------- data parallel (torchrun)
+
+
+def _ddp_ranks() -> tuple[int, int, int]:
     """(rank, local_rank, world_size) from torchrun's environment; (0, 0, 1) otherwise."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return 0, 0, 1
     return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0")), world
+
+
+def _ddp_start(cfg: TrainConfig, world: int) -> None:
+    if world > 1 and not dist.is_initialized():
+        backend = "nccl" if cfg.device != "cpu" and torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+
+
+def _ddp_wrap(run: Run, resume: bool) -> None:
+    """Each rank draws its own dropout masks; the model each step calls syncs gradients."""
+    if run.world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        if not resume:
+            torch.manual_seed(_seed_for(run.cfg.seed, run.rank))
+        ids = [run.device.index] if run.device.type == "cuda" else None
+        run.step_model = DDP(run.model, device_ids=ids)
+
+
+def _ddp_stop(run: Run, flag) -> Callable[[], bool]:
+    """Whether any rank saw Ctrl-C: all ranks must stop at the same step."""
+    if run.world == 1:
+        return lambda: flag.requested
+
+    def any_rank() -> bool:
+        t = torch.tensor([float(flag.requested)], device=run.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
+
+    return any_rank
+
+
+def _ddp_end(world: int) -> None:
+    if world > 1 and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------- steps 1 and 2
 
 
 def _check_out_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
@@ -145,18 +238,9 @@ def _check_out_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
         raise FileNotFoundError(f"cannot resume: checkpoint not found: {last}")
 
 
-def _prepare(
-    cfg: TrainConfig,
-    out_dir: Path,
-    resume: bool,
-    overwrite: bool,
-    setup_hook,
-    rank: int,
-    local_rank: int,
-    world: int,
-) -> Run:
+def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
     """Step 1: device, data, model and optimizer (restored from ``last.pt`` on resume)."""
-    _check_out_dir(out_dir, resume, overwrite)
+    rank, local_rank, world = _ddp_ranks()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device, local_rank)
@@ -170,8 +254,8 @@ def _prepare(
         train_ids, val_ids = train_ids.to(device), val_ids.to(device)
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
     model = TransformerLM(cfg.model_config(tok.vocab_size))
-    # The token ids are checked once here, for the whole corpus, instead of in every
-    # forward pass (where reading a GPU tensor's min and max makes the host wait).
+    # The ids are checked once, for the whole corpus, instead of in every forward pass
+    # (where reading a GPU tensor's min and max makes the host wait).
     for ids in (train_ids, val_ids):
         if int(ids.min()) < 0 or int(ids.max()) >= tok.vocab_size:
             raise ValueError("the encoded corpus holds ids outside the tokenizer's vocabulary")
@@ -181,28 +265,13 @@ def _prepare(
     model.to(device)
     if setup_hook is not None:
         setup_hook(model)
-    run = Run(
-        cfg,
-        out_dir,
-        device,
-        model,
-        configure_optimizer(model, cfg, fused=is_cuda),
-        tok,
-        train_ids,
-        val_ids,
-        rank=rank,
-        world=world,
-        precision=resolve_precision(cfg.precision, device, d_model=model.config.d_model),
-    )
+    optimizer = configure_optimizer(model, cfg, fused=is_cuda)
+    precision = resolve_precision(cfg.precision, device, d_model=model.config.d_model)
+    run = Run(cfg, out_dir, device, model, optimizer, tok, train_ids, val_ids, rank, world)
+    run.precision, run.step_model = precision, model
     if resume:
         _restore(run)
-    elif world > 1:
-        torch.manual_seed(_seed_for(cfg.seed, rank))  # different dropout masks per rank
-    run.step_model = model
-    if world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        run.step_model = DDP(model, device_ids=[device.index] if is_cuda else None)
+    _ddp_wrap(run, resume)
     if cfg.compile:
         run.step_model = torch.compile(run.step_model, mode=cfg.compile_mode)
     if rank == 0:
@@ -226,7 +295,7 @@ def _restore(run: Run) -> None:
         torch.set_rng_state(ckpt["rng"]["torch"].cpu())
         if run.device.type == "cuda" and "cuda" in ckpt["rng"]:
             torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["rng"]["cuda"]])
-    else:
+    else:  # the other ranks start a stream of their own for this step
         torch.manual_seed(_seed_for(run.cfg.seed, run.rank, run.step))
 
 
@@ -237,21 +306,14 @@ def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
         (run.out_dir / "metrics.jsonl").unlink(missing_ok=True)
     model, cfg = run.model, run.cfg
     configs = {"model_config": model.config.to_dict(), "train_config": cfg.to_dict()}
-    config_path = run.out_dir / "config.json"
-    tmp, f = open_temporary(config_path)
-    try:
-        with f:
-            f.write(json.dumps(configs, indent=2))
-        os.replace(tmp, config_path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write(run.out_dir / "config.json", json.dumps(configs, indent=2))
     run.log.write(
         {
             "event": "resume" if resume else "start",
             "step": run.step,
             **where_it_ran(run.device),
             "world_size": run.world,
-            "dtype": describe(run.precision, run.device),
+            "dtype": log_label(run.precision, run.device),
             "precision": run.precision,
             "compile": cfg.compile,
             "preset": cfg.preset,
@@ -270,36 +332,27 @@ def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
     )
 
 
-# ---------------------------------------------------------------------------- the loop steps
+# ---------------------------------------------------------------- steps 3 and 4
 
 
 def _diverged(run: Run, what: str, value: float, step: int) -> TrainingDivergedError:
-    good = (
-        f"{run.last_path} (step {run.saved_step})"
-        if run.saved_step is not None
-        else "none: nothing was saved"
-    )
+    good = f"{run.last_path} (step {run.saved_step})" if run.saved_step is not None else None
     return TrainingDivergedError(
         f"the {what} became {value:.4g} at step {step} (lr {lr_at(step, run.cfg):.3g}); the "
-        f"weights after it were not saved. The last good checkpoint is {good}. "
-        "Lower the learning rate or raise warmup_steps."
+        f"weights after it were not saved. The last good checkpoint is "
+        f"{good or 'none: nothing was saved'}. Lower the learning rate or raise warmup_steps."
     )
 
 
-def _train_window(run: Run, end: int, stop: StopFlag, bar) -> float | None:
-    """Step 3: train up to step ``end`` (or a Ctrl-C); return tokens/s of the window.
-
-    The losses and gradient norms stay on the device until the window ends; then they
-    are read once, and a non-finite one raises
-    :class:`~mini_transformer.core.TrainingDivergedError`.
-    """
-    cfg, model, first = run.cfg, run.model, run.step
-    schedule: Schedule = cfg.schedule()
+def _train_window(run: Run, end: int, bar) -> float | None:
+    """Step 3: train up to step ``end`` (or a Ctrl-C); return tokens/s of the window."""
+    cfg, first = run.cfg, run.step
+    schedule = cfg.schedule()
     losses, norms = [], []
     t0 = time.perf_counter()
-    while run.step < end and not (stop.requested and run.world == 1):
+    while run.step < end and not run.stop():
         g = torch.Generator().manual_seed(_seed_for(cfg.seed, run.rank, run.step))
-        x, y = get_batch(run.train_ids, cfg.batch_size, model.config.block_size, g, run.device)
+        x, y = get_batch(run.train_ids, cfg.batch_size, run.model.config.block_size, g, run.device)
         loss, norm = train_step(
             run.step_model,
             run.optimizer,
@@ -327,12 +380,11 @@ def _train_window(run: Run, end: int, stop: StopFlag, bar) -> float | None:
 
 
 def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
-    """Step 4 (rank 0): losses on both splits, a log record, and checkpoints if all is well."""
+    """Step 4: losses on both splits, a log record, and checkpoints if all is well."""
     cfg, model = run.cfg, run.model
     if run.device.type == "cpu" and cfg.peak_flops is None and tokens_per_s is not None:
         run.peak = max(run.peak, measure_matmul_flops(repeats=3))
-    train_loss = _estimate_loss(run, run.train_ids, _seed_for(cfg.seed, 1))
-    val_loss = _estimate_loss(run, run.val_ids, _seed_for(cfg.seed, 2))
+    train_loss, val_loss = run.estimate(run.train_ids, 1), run.estimate(run.val_ids, 2)
     mfu = None
     if tokens_per_s is not None and run.peak:
         mfu = tokens_per_s * model.flops_per_token() / (run.peak * run.world)
@@ -357,7 +409,8 @@ def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
     if val_loss < run.best_val:  # best.pt first: last.pt must never claim a better best
         run.best_val = val_loss
         _save(run, run.best_path)
-        _copy_atomically(run.best_path, run.last_path)
+        with run.best_path.open("rb") as src:
+            atomic_write(run.last_path, lambda f: shutil.copyfileobj(src, f))
     else:
         _save(run, run.last_path)
     run.saved_step = run.step
@@ -369,28 +422,13 @@ def _loss_limit(run: Run) -> float:
 
 
 def _unsaveable(run: Run, val_loss: float) -> tuple[str, float] | None:
-    """Why the current weights must not be saved, as ``(what, value)``; ``None`` if they may.
-
-    The one test both saving paths (evaluation and Ctrl-C) apply: a finite held-out loss
-    no higher than :func:`_loss_limit`, and finite weights.
-    """
+    """Why the weights must not be saved, as ``(what, value)``; ``None`` if they may: the one
+    test of both saving paths (evaluation and Ctrl-C)."""
     if not (math.isfinite(val_loss) and val_loss <= _loss_limit(run)):
         return "held-out loss", val_loss
     if not is_finite_state(run.model):
         return "weights (some entries)", math.nan
     return None
-
-
-def _copy_atomically(source: Path, path: Path) -> None:
-    """Copy ``source`` to ``path`` through a fresh ``path.tmp`` (never a symlink's target)."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp, f = open_temporary(path, "wb")
-        with f, source.open("rb") as src:
-            shutil.copyfileobj(src, f)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _save(run: Run, path: Path) -> None:
@@ -407,36 +445,19 @@ def _save(run: Run, path: Path) -> None:
     )
 
 
-def _stop_requested(run: Run, stop: StopFlag) -> bool:
-    """Whether any rank saw Ctrl-C (all ranks must stop at the same step)."""
-    if run.world == 1:
-        return stop.requested
-    flag = torch.tensor([float(stop.requested)], device=run.device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
-
-
 def _save_on_interrupt(run: Run) -> None:
-    """At a step boundary after Ctrl-C: ``last.pt`` if the weights pass the same test as at
-    an evaluation (a finite held-out loss within the limit, finite weights; rank 0).
+    """After Ctrl-C: ``last.pt`` if the weights pass the test of an evaluation.
 
-    The held-out loss is measured once more here (it costs one evaluation, on Ctrl-C only):
-    a run diverging between two evaluations must not leave its diverged weights as
-    ``last.pt`` for ``--resume`` to continue from. The evaluation draws from its own
-    generator, so a resumed run stays bit-identical.
+    The held-out loss is measured once more (on Ctrl-C only): a run diverging between two
+    evaluations must not leave diverged weights for ``--resume``. The estimate draws from
+    its own generator, so a resumed run stays bit-identical.
     """
-    if run.rank != 0:
-        return
-    kept = (
-        f"kept {run.last_path} (step {run.saved_step})"
-        if run.saved_step is not None
-        else "nothing was saved"
-    )
+    kept = f"kept {run.last_path} (step {run.saved_step})" if run.saved_step is not None else None
+    kept = kept or "nothing was saved"
     if run.step == run.saved_step:
         print(f"\ninterrupted at step {run.step}; {kept}", file=sys.stderr)
         return
-    val_loss = _estimate_loss(run, run.val_ids, _seed_for(run.cfg.seed, 2))
-    problem = _unsaveable(run, val_loss)
+    problem = _unsaveable(run, run.estimate(run.val_ids, 2))
     if problem is not None:
         what, value = problem
         print(
@@ -451,33 +472,36 @@ def _save_on_interrupt(run: Run) -> None:
 
 
 def _loop(run: Run, resume: bool) -> None:
-    """Step 3 and 4 in turn until ``cfg.steps`` (the first evaluation is at step 0)."""
-    cfg = run.cfg
+    """Steps 3 and 4 in turn until ``cfg.steps`` (the first evaluation is at step 0).
+
+    Rank 0 alone evaluates, logs and saves."""
+    cfg, main = run.cfg, run.rank == 0
     bar = tqdm(
         total=cfg.steps,
         initial=run.step,
-        disable=not cfg.progress or run.rank != 0,
+        disable=not cfg.progress or not main,
         desc=f"train {cfg.preset}",
         dynamic_ncols=True,
     )
-    with bar, stop_at_step_boundary() as stop:
-        if run.rank == 0 and not resume:
+    with bar, stop_at_step_boundary() as flag:
+        run.stop = _ddp_stop(run, flag)
+        if main and not resume:
             _evaluate_and_save(run, None)  # the loss before any training: about ln(vocab_size)
         run.model.train()
         while run.step < cfg.steps:
             next_eval = (run.step // cfg.eval_interval + 1) * cfg.eval_interval
-            rate = _train_window(run, min(next_eval, cfg.steps), stop, bar)
-            if _stop_requested(run, stop):
-                _save_on_interrupt(run)
+            rate = _train_window(run, min(next_eval, cfg.steps), bar)
+            if run.stop():
+                if main:
+                    _save_on_interrupt(run)
                 raise KeyboardInterrupt
-            if run.rank == 0 and (run.step % cfg.eval_interval == 0 or run.step == cfg.steps):
+            if main and (run.step % cfg.eval_interval == 0 or run.step == cfg.steps):
                 _evaluate_and_save(run, rate)
 
 
 def _remove_unfinished(out_dir: Path, created: bool) -> None:
-    """After a fresh run failed before its first checkpoint: its ``config.json`` and
-    ``metrics.jsonl`` go (they describe a run that left nothing), and the folder too if
-    this run created it and it is now empty."""
+    """A fresh run that failed before its first checkpoint leaves nothing: its
+    ``config.json``, ``metrics.jsonl`` and, if it created it and it is now empty, its folder."""
     for name in ("config.json", "metrics.jsonl"):
         with contextlib.suppress(OSError):
             (out_dir / name).unlink(missing_ok=True)
@@ -497,37 +521,29 @@ def train(
 ) -> dict:
     """Train a ``TransformerLM`` on the bundled corpus; write checkpoints and a log.
 
-    Args:
-        cfg: the run's settings (see :func:`~mini_transformer.presets.get_preset`).
-        out_dir: folder for ``last.pt``, ``best.pt``, ``metrics.jsonl`` and ``config.json``.
-        resume: continue from ``out_dir/last.pt`` up to ``cfg.steps`` (bit-identical to an
-            uninterrupted run on the same machine and thread count).
-        overwrite: allow a fresh run in a folder that already holds a checkpoint.
-        argv: the command line to record (default ``sys.argv``).
-        setup_hook: called with the model after it is built (tests use it to inject faults).
+    ``out_dir`` receives ``last.pt``, ``best.pt``, ``metrics.jsonl`` and ``config.json``.
+    ``resume`` continues from ``out_dir/last.pt`` up to ``cfg.steps``, bit-identical to an
+    uninterrupted run on the same machine and thread count; ``overwrite`` allows a fresh run
+    where a checkpoint exists; ``argv`` is the command line to record; ``setup_hook(model)``
+    runs once the model is built (tests inject faults with it).
 
-    Returns:
-        ``{"step", "losses" (per-step training losses of this call), "val_loss",
-        "best_val_loss", "reason" ("completed"), "wall_time_s", "out_dir"}``.
-
-    Raises:
-        mini_transformer.core.TrainingDivergedError: the run diverged (nothing diverged was saved).
-        KeyboardInterrupt: after saving ``last.pt`` at a step boundary.
-        OSError: a write failed (disk full); checkpoints already written stay intact, and a
-            fresh run that saved none leaves no ``config.json``/``metrics.jsonl`` behind.
+    Returns ``{"step", "losses" (this call's per-step training losses), "val_loss",
+    "best_val_loss", "reason", "wall_time_s", "out_dir"}``. Raises
+    :class:`~mini_transformer.core.TrainingDivergedError` (nothing diverged was saved),
+    ``KeyboardInterrupt`` after saving ``last.pt`` at a step boundary, or ``OSError`` (disk
+    full: checkpoints already written stay intact).
     """
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     out_dir = Path(out_dir)
     created = not out_dir.exists()
-    rank, local_rank, world = _distributed()
-    if world > 1 and not dist.is_initialized():
-        backend = "nccl" if cfg.device != "cpu" and torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
+    _check_out_dir(out_dir, resume, overwrite)
+    world = _ddp_ranks()[2]
+    _ddp_start(cfg, world)
     run, started = None, False
     try:
-        run = _prepare(cfg, out_dir, resume, overwrite, setup_hook, rank, local_rank, world)
-        if rank == 0:
+        run = _prepare(cfg, out_dir, resume, setup_hook)
+        if run.rank == 0:
             started = True  # from here on, config.json and metrics.jsonl are this run's
             _log_start(run, resume, argv)
         reason = "error"
@@ -558,8 +574,7 @@ def train(
                 _remove_unfinished(out_dir, created)
         raise
     finally:
-        if world > 1 and dist.is_initialized():
-            dist.destroy_process_group()
+        _ddp_end(world)
     return {
         "step": run.step,
         "losses": run.losses,

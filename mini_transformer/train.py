@@ -1,19 +1,9 @@
-r"""Training the character-level Shakespeare model: the public names and the command line.
+r"""Training the character-level Shakespeare model (chapter 6): the public names and the CLI.
 
-The pieces live in small modules, each one idea; this module gathers the names a reader
-uses (``from mini_transformer.train import ...`` keeps working) and holds the CLI:
-
-- :mod:`~mini_transformer.presets`: ``PRESETS``, ``TrainConfig``, ``get_preset``,
-  ``lr_at``, ``configure_optimizer`` (see :func:`~mini_transformer.presets.get_preset`);
-- :mod:`~mini_transformer.loop`: :func:`~mini_transformer.loop.train`;
-- :mod:`~mini_transformer.model`: :func:`~mini_transformer.model.evaluate` (perplexity);
-- :mod:`~mini_transformer.core`: the step and the schedule shared with chapters 3 and 5;
-- :mod:`~mini_transformer.checkpoints`: ``save_checkpoint``, ``load_checkpoint``,
-  ``load_model``, ``export_weights``, ``load_pretrained``, ``read_log``;
-- :mod:`~mini_transformer.devices`: peak FLOP/s (``GPU_PEAK_FLOPS``) and the record of
-  where a run happened.
-
-Command line::
+The recipe is in :mod:`~mini_transformer.core`, the run in :mod:`~mini_transformer.loop`,
+the files in :mod:`~mini_transformer.checkpoints`, the machine in
+:mod:`~mini_transformer.hardware`; this module gathers the names chapters import. Command
+line::
 
     python -m mini_transformer.train --preset cpu --out runs/cpu           # train
     python -m mini_transformer.train --preset gpu --out runs/gpu --compile # on a GPU
@@ -21,23 +11,20 @@ Command line::
     python -m mini_transformer.train sample --ckpt gpu --prompt "ROMEO:"  # bundled model
     python -m mini_transformer.train export --ckpt runs/cpu/best.pt --overwrite  # -> assets/
 
-Bad arguments exit with status 2 and a usage message before any work; a failure while
-running (disk full, unreadable file, any error once training began) exits with status 1
-and a one-line message; Ctrl-C saves ``last.pt`` at the next step boundary (if its held-out
-loss is within the divergence limit) and exits with 130. ``export`` replaces the committed
-model's files only with ``--overwrite``.
-
-In Python (chapter 6)::
-
-    from mini_transformer.train import load_pretrained, read_log
-    model, tok = load_pretrained("gpu")  # a committed model ("cpu" or "gpu"), eval mode
-    log = read_log("gpu")                # its metrics log: a list of dicts
+Every command line here and in ``tools/`` checks its arguments and output path **before**
+any work (:func:`run_cli`): a bad one exits with status 2 and a usage message; a failure
+while running exits with 1 and one line; Ctrl-C saves ``last.pt`` at the next step boundary
+(if its held-out loss is within the divergence limit) and exits with 130. A committed
+result is replaced only with ``--overwrite``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -46,6 +33,7 @@ from .checkpoints import (
     PRETRAINED,
     PRETRAINED_WEIGHTS,
     check_exportable,
+    committed,
     config_diff,
     export_weights,
     load_checkpoint,
@@ -55,28 +43,26 @@ from .checkpoints import (
     read_log,
     save_checkpoint,
 )
-from .cli import (
-    check_output_dir,
-    check_output_file,
-    positive_float,
-    positive_int,
-    printable,
-    run_cli,
-)
-from .core import TrainingDivergedError
-from .devices import GPU_PEAK_FLOPS, measure_matmul_flops, peak_flops, resolve_device
-from .loop import _check_out_dir, _distributed, train
-from .model import POSITIONAL_SCHEMES, TransformerLM, evaluate
-from .precision import PRECISIONS, physical_cores, resolve_precision
-from .presets import (
+from .core import (
     COMPILE_MODES,
     MODEL_KEYS,
     PRESETS,
     TrainConfig,
+    TrainingDivergedError,
     configure_optimizer,
     get_preset,
     lr_at,
 )
+from .hardware import (
+    GPU_PEAK_FLOPS,
+    PRECISIONS,
+    measure_matmul_flops,
+    physical_cores,
+    resolve_device,
+    resolve_precision,
+)
+from .loop import _check_out_dir, _ddp_ranks, estimate_loss, train
+from .model import POSITIONAL_SCHEMES, TransformerLM
 
 __all__ = [
     "PRESETS",
@@ -84,10 +70,8 @@ __all__ = [
     "get_preset",
     "lr_at",
     "configure_optimizer",
-    "measure_matmul_flops",
-    "peak_flops",
     "GPU_PEAK_FLOPS",
-    "evaluate",
+    "estimate_loss",
     "train",
     "TrainingDivergedError",
     "save_checkpoint",
@@ -97,17 +81,118 @@ __all__ = [
     "load_pretrained",
     "read_log",
     "PRETRAINED",
-    "PRETRAINED_WEIGHTS",
     "main",
 ]
+
+
+# ---------------------------------------------------------------- the command-line rules
+
+
+def _number(text: str, kind: type, ok: Callable[[float], bool], what: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not ok(value):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    return _number(text, int, lambda v: v >= 1, "a positive integer")
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    return _number(text, float, lambda v: v > 0 and math.isfinite(v), "a positive number")
+
+
+def check_output_dir(path: str | Path) -> Path:
+    """``path`` as a folder that exists or can be created, and can be written to."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {path} is a file, not a folder")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"--out {path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {path}: {existing} is not writable")
+    return path
+
+
+def check_output_file(path: str | Path, *, overwrite: bool = False) -> Path:
+    """``path`` as a regular file that can be written (a FIFO or a device would be replaced
+    by the atomic rename); a committed result only with ``overwrite``."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"--out {path} is a folder, not a file")
+    if path.exists() and not path.is_file():
+        raise ValueError(f"--out {path} exists and is not a regular file (a FIFO or a device?)")
+    folder = committed(path)
+    if folder is not None and not overwrite:
+        raise ValueError(
+            f"--out {path} is a committed result (in {folder}); choose another path, "
+            "or pass --overwrite to replace it"
+        )
+    if not path.parent.is_dir():
+        raise ValueError(f"--out {path}: the folder {path.parent} does not exist")
+    writable = os.access(path.parent, os.W_OK | os.X_OK)
+    if not writable or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"--out {path} is not writable")
+    return path
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print on any UTF-8 stream (a path's undecodable bytes become U+FFFD)."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    if not isinstance(err, (OSError, ValueError)):
+        text = f"{type(err).__name__}: {text}"
+    return text[:2000]
+
+
+def run_cli(
+    parser: argparse.ArgumentParser,
+    check: Callable[[], object],
+    work: Callable[[object], object] | None = None,
+):
+    """Run a command with the package's exit codes: 2 bad input, 1 runtime failure, 130 Ctrl-C.
+
+    ``check()`` validates (and may prepare) the input without doing any work: a
+    ``ValueError``, ``TypeError`` or ``FileNotFoundError`` from it is a usage error (exit 2).
+    Any exception from ``work(checked)``, or an ``OSError`` from ``check``, is a runtime
+    failure: one line on stderr, exit 1. Returns what ``work`` (or ``check``) returns.
+    """
+    try:
+        try:
+            checked = check()
+        except (ValueError, TypeError, FileNotFoundError) as err:
+            parser.error(_one_line(err))
+        if work is None:
+            return checked
+        return work(checked)
+    except KeyboardInterrupt:
+        print(f"{parser.prog}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except (SystemExit, GeneratorExit):
+        raise
+    except Exception as err:
+        print(f"{parser.prog}: error: {_one_line(err)}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+# ---------------------------------------------------------------- train, sample, export
 
 #: For the refusal of ``--preset gpu`` on a CPU: the share of the measured fp32 matmul
 #: ceiling a training step of the gpu model reaches on a CPU (benchmarks/train_step.py
 #: measured 63% on a 2-core EPYC with 1 thread, 2026-11-23); the estimate uses 50%.
 CPU_STEP_CEILING_SHARE = 0.5
-
-
-# ---------------------------------------------------------------------------- arguments
 
 
 def _train_parser() -> argparse.ArgumentParser:
@@ -174,7 +259,7 @@ def _overrides(args: argparse.Namespace) -> dict:
         device=args.device,
         precision=args.precision,
         threads=args.threads
-        or (None if args.resume else max(1, physical_cores() // _distributed()[2])),
+        or (None if args.resume else max(1, physical_cores() // _ddp_ranks()[2])),
         peak_flops=args.peak_tflops * 1e12 if args.peak_tflops else None,
     )
     if args.compile:
@@ -207,9 +292,8 @@ def _resume_config(parser, args, overrides: dict) -> TrainConfig:
 def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
     """Why the ``gpu`` preset should not run here, with a time estimate; ``None`` if it may.
 
-    On a machine without CUDA the run's FLOPs (6N + attention per token, for every
-    training token) are divided by :data:`CPU_STEP_CEILING_SHARE` of a matmul ceiling
-    measured now on the CPU.
+    The run's FLOPs (6N + attention per token) over :data:`CPU_STEP_CEILING_SHARE` of a
+    matmul ceiling measured now on the CPU.
     """
     if cfg.preset != "gpu" or torch.cuda.is_available() or cfg.device.startswith("cuda"):
         return None
@@ -234,8 +318,7 @@ def _main_train(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     overrides = _overrides(args)
 
-    def check() -> TrainConfig:
-        """Everything the run would refuse, refused now (exit 2): nothing is written yet."""
+    def check() -> TrainConfig:  # everything the run would refuse, refused before any work
         check_output_dir(args.out)
         _check_out_dir(Path(args.out), args.resume, args.overwrite)
         if args.resume:
@@ -244,7 +327,7 @@ def _main_train(argv: list[str]) -> int:
             raise ValueError("--preset is required (unless --resume)")
         else:
             cfg = get_preset(args.preset, **overrides)
-        device = resolve_device(cfg.device, _distributed()[1])
+        device = resolve_device(cfg.device, _ddp_ranks()[1])
         resolve_precision(cfg.precision, device, d_model=cfg.model_config(2).d_model)
         refusal = None if args.allow_cpu else gpu_preset_refusal(cfg)
         if refusal:
@@ -263,7 +346,7 @@ def _main_train(argv: list[str]) -> int:
         except TrainingDivergedError as err:
             print(f"error: {err}", file=sys.stderr)
             return 1
-        if _distributed()[0] == 0:
+        if _ddp_ranks()[0] == 0:
             print(
                 f"done: step {result['step']}, val loss {result['val_loss']:.4f}, "
                 f"best {result['best_val_loss']:.4f}, {result['wall_time_s']:.0f} s; "
