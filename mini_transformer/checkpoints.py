@@ -489,30 +489,22 @@ def load_pretrained(
     return model, tok
 
 
-class MetricsLog:
-    """Appends JSON records to ``metrics.jsonl`` (``path=None``: writes nothing, as on
-    the ranks other than 0 of a data-parallel run).
-    """
-
-    def __init__(self, path: Path | None):
-        self.path = path
-
-    def write(self, record: dict) -> None:
-        """Append ``record`` as one line of strict JSON (NaN as ``null``), in one write call; if
-        that fails (disk full) the file is cut back, so no reader meets half a line.
-        """
-        if self.path is None:
-            return
-        line = (json.dumps(json_safe(record), allow_nan=False) + "\n").encode()
-        with self.path.open("ab", buffering=0) as f:
-            start = f.seek(0, os.SEEK_END)
-            try:
-                view = memoryview(line)
-                while view:
-                    view = view[f.write(view) :]
-            except BaseException:
-                os.ftruncate(f.fileno(), start)
-                raise
+def write_record(path: Path | None, record: dict) -> None:
+    """Append ``record`` to a JSONL log as one line of strict JSON (NaN as ``null``); nothing
+    for ``path=None`` (the ranks other than 0 of a data-parallel run). If the one write fails
+    (disk full) the file is cut back, so no reader meets half a line."""
+    if path is None:
+        return
+    line = (json.dumps(json_safe(record), allow_nan=False) + "\n").encode()
+    with path.open("ab", buffering=0) as f:
+        start = f.seek(0, os.SEEK_END)
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[f.write(view) :]
+        except BaseException:
+            os.ftruncate(f.fileno(), start)
+            raise
 
 
 def read_log(which: str | Path = "cpu") -> list[dict]:
@@ -528,9 +520,3 @@ def read_log(which: str | Path = "cpu") -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(f"metrics log not found: {path}")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def is_finite_state(model: torch.nn.Module) -> bool:
-    """Whether every parameter and buffer of ``model`` is finite (one host sync)."""
-    flags = [torch.isfinite(t).all() for t in model.state_dict().values() if t.is_floating_point()]
-    return bool(torch.stack(flags).all()) if flags else True

@@ -1,4 +1,4 @@
-r"""The training run (chapter 6): a few named steps over one state object, :class:`Run`.
+r"""The training run (chapter 6): four named steps over one state object, :class:`Run`.
 
 1. ``_prepare``: device, data, model, optimizer (restored on resume), compile.
 2. ``_log_start``: the run's folder and the first log record (where it ran).
@@ -6,8 +6,7 @@ r"""The training run (chapter 6): a few named steps over one state object, :clas
    the losses stay on the device and are read once per window, so a GPU never waits for
    the host, and a non-finite one stops the run before anything is saved.
 4. ``_evaluate_and_save``: :func:`estimate_loss` on both splits, a log record, and
-   checkpoints only if the held-out loss and the weights pass :func:`_unsaveable`
-   (``best.pt`` before ``last.pt``).
+   checkpoints only if the weights pass :func:`_unsaveable` (``best.pt`` before ``last.pt``).
 
 Ctrl-C is read between steps, so ``last.pt`` is saved at a step boundary and a resumed run
 is bit-identical. Data-parallel training (``torchrun``) lives in one section, ``_ddp_*``.
@@ -32,7 +31,8 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from .checkpoints import MetricsLog, atomic_write, is_finite_state, load_checkpoint, save_checkpoint
+from . import hardware
+from .checkpoints import atomic_write, load_checkpoint, save_checkpoint, write_record
 from .checks import check_int, check_tensor
 from .core import (
     TrainConfig,
@@ -43,15 +43,6 @@ from .core import (
     train_step,
 )
 from .data import CharTokenizer, get_batch, load_corpus
-from .hardware import (
-    autocast,
-    log_label,
-    measure_matmul_flops,
-    peak_flops,
-    resolve_device,
-    resolve_precision,
-    where_it_ran,
-)
 from .model import TransformerLM
 
 __all__ = ["estimate_loss", "train"]
@@ -62,12 +53,7 @@ DIVERGED_LOSS_FACTOR = 2.0
 
 @torch.no_grad()
 def estimate_loss(
-    model: TransformerLM,
-    ids: torch.Tensor,
-    *,
-    n_batches: int | None,
-    batch_size: int,
-    seed: int | None,
+    model: TransformerLM, ids: torch.Tensor, *, n_batches: int | None, batch_size: int, seed
 ) -> float:
     """Mean next-token loss (nats) of ``model`` on the token ids ``ids``; ``exp`` of it is the
     perplexity. The loop's estimate, and chapter 6's.
@@ -92,8 +78,7 @@ def estimate_loss(
         n_windows = (len(ids) - 1) // T
         if n_windows < 1:
             raise ValueError(f"ids has {len(ids)} tokens, fewer than block_size + 1 = {T + 1}")
-        if n_batches is not None:
-            n_windows = min(n_windows, n_batches * batch_size)
+        n_windows = min(n_windows, (n_batches or n_windows) * batch_size)
         batches = []
         for start in range(0, n_windows, batch_size):
             rows = torch.arange(start, min(start + batch_size, n_windows))[:, None] * T
@@ -131,10 +116,10 @@ class Run:
     tok: CharTokenizer
     train_ids: torch.Tensor
     val_ids: torch.Tensor
+    precision: str  # resolved: "fp32" or "bf16"
     rank: int = 0
     world: int = 1
     step_model: torch.nn.Module | None = None  # what a step calls: model, DDP or compiled
-    precision: str = "fp32"  # resolved: "fp32" or "bf16"
     step: int = 0
     best_val: float = math.inf
     val_loss: float | None = None
@@ -144,16 +129,11 @@ class Run:
     losses: list[float] = field(default_factory=list)
     peak: float | None = None
     peak_source: str = ""
-    log: MetricsLog = field(default_factory=lambda: MetricsLog(None))
+    log_path: Path | None = None  # metrics.jsonl (rank 0 only)
     stop: Callable[[], bool] = lambda: False  # whether Ctrl-C asked to stop (on any rank)
 
-    @property
-    def last_path(self) -> Path:
-        return self.out_dir / "last.pt"
-
-    @property
-    def best_path(self) -> Path:
-        return self.out_dir / "best.pt"
+    last_path = property(lambda self: self.out_dir / "last.pt")
+    best_path = property(lambda self: self.out_dir / "best.pt")
 
     @property
     def tokens_per_step(self) -> int:
@@ -163,17 +143,15 @@ class Run:
         return self.elapsed_before + time.perf_counter() - self.t_start
 
     def autocast(self):
-        return autocast(self.precision, self.device)
+        return hardware.autocast(self.precision, self.device)
 
     def estimate(self, ids: torch.Tensor, split: int) -> float:
         """The loop's estimate on a split (1: training, 2: held out), its own seed for each."""
+        cfg = self.cfg
+        seed = _seed_for(cfg.seed, split)
         with self.autocast():
             return estimate_loss(
-                self.model,
-                ids,
-                n_batches=self.cfg.eval_batches,
-                batch_size=self.cfg.batch_size,
-                seed=_seed_for(self.cfg.seed, split),
+                self.model, ids, n_batches=cfg.eval_batches, batch_size=cfg.batch_size, seed=seed
             )
 
 
@@ -186,12 +164,6 @@ def _ddp_ranks() -> tuple[int, int, int]:
     if world <= 1:
         return 0, 0, 1
     return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0")), world
-
-
-def _ddp_start(cfg: TrainConfig, world: int) -> None:
-    if world > 1 and not dist.is_initialized():
-        backend = "nccl" if cfg.device != "cpu" and torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
 
 
 def _ddp_wrap(run: Run, resume: bool) -> None:
@@ -218,9 +190,16 @@ def _ddp_stop(run: Run, flag) -> Callable[[], bool]:
     return any_rank
 
 
-def _ddp_end(world: int) -> None:
-    if world > 1 and dist.is_initialized():
-        dist.destroy_process_group()
+@contextlib.contextmanager
+def _ddp_group(cfg: TrainConfig, world: int):
+    if world > 1 and not dist.is_initialized():
+        gpu = cfg.device != "cpu" and torch.cuda.is_available()
+        dist.init_process_group("nccl" if gpu else "gloo")
+    try:
+        yield
+    finally:
+        if world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 # ---------------------------------------------------------------- steps 1 and 2
@@ -243,15 +222,13 @@ def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
     rank, local_rank, world = _ddp_ranks()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
-    device = resolve_device(cfg.device, local_rank)
+    device = hardware.resolve_device(cfg.device, local_rank)
     is_cuda = device.type == "cuda"
     if is_cuda:
         torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     tok, train_ids, val_ids = _encoded_corpus()
-    if is_cuda:
-        train_ids, val_ids = train_ids.to(device), val_ids.to(device)
+    train_ids, val_ids = train_ids.to(device), val_ids.to(device)
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
     model = TransformerLM(cfg.model_config(tok.vocab_size))
     # The ids are checked once, for the whole corpus, instead of in every forward pass
@@ -266,17 +243,17 @@ def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
     if setup_hook is not None:
         setup_hook(model)
     optimizer = configure_optimizer(model, cfg, fused=is_cuda)
-    precision = resolve_precision(cfg.precision, device, d_model=model.config.d_model)
-    run = Run(cfg, out_dir, device, model, optimizer, tok, train_ids, val_ids, rank, world)
-    run.precision, run.step_model = precision, model
+    precision = hardware.resolve_precision(cfg.precision, device, d_model=model.config.d_model)
+    run = Run(cfg, out_dir, device, model, optimizer, tok, train_ids, val_ids, precision)
+    run.rank, run.world, run.step_model = rank, world, model
     if resume:
         _restore(run)
     _ddp_wrap(run, resume)
     if cfg.compile:
         run.step_model = torch.compile(run.step_model, mode=cfg.compile_mode)
     if rank == 0:
-        run.peak, run.peak_source = peak_flops(device, cfg.peak_flops)
-        run.log = MetricsLog(out_dir / "metrics.jsonl")
+        run.peak, run.peak_source = hardware.peak_flops(device, cfg.peak_flops)
+        run.log_path = out_dir / "metrics.jsonl"
     return run
 
 
@@ -303,17 +280,18 @@ def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
     """Step 2: the run's folder, its ``config.json`` and the first log record."""
     run.out_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
-        (run.out_dir / "metrics.jsonl").unlink(missing_ok=True)
+        run.log_path.unlink(missing_ok=True)
     model, cfg = run.model, run.cfg
     configs = {"model_config": model.config.to_dict(), "train_config": cfg.to_dict()}
     atomic_write(run.out_dir / "config.json", json.dumps(configs, indent=2))
-    run.log.write(
+    write_record(
+        run.log_path,
         {
             "event": "resume" if resume else "start",
             "step": run.step,
-            **where_it_ran(run.device),
+            **hardware.where_it_ran(run.device),
             "world_size": run.world,
-            "dtype": log_label(run.precision, run.device),
+            "dtype": hardware.log_label(run.precision, run.device),
             "precision": run.precision,
             "compile": cfg.compile,
             "preset": cfg.preset,
@@ -328,7 +306,7 @@ def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
             "peak_flops_source": run.peak_source,
             "train_tokens": len(run.train_ids),
             "val_tokens": len(run.val_ids),
-        }
+        },
     )
 
 
@@ -346,21 +324,15 @@ def _diverged(run: Run, what: str, value: float, step: int) -> TrainingDivergedE
 
 def _train_window(run: Run, end: int, bar) -> float | None:
     """Step 3: train up to step ``end`` (or a Ctrl-C); return tokens/s of the window."""
-    cfg, first = run.cfg, run.step
-    schedule = cfg.schedule()
+    cfg, first, schedule = run.cfg, run.step, run.cfg.schedule()
     losses, norms = [], []
     t0 = time.perf_counter()
     while run.step < end and not run.stop():
         g = torch.Generator().manual_seed(_seed_for(cfg.seed, run.rank, run.step))
         x, y = get_batch(run.train_ids, cfg.batch_size, run.model.config.block_size, g, run.device)
+        lr = schedule(run.step)
         loss, norm = train_step(
-            run.step_model,
-            run.optimizer,
-            x,
-            y,
-            schedule(run.step),
-            grad_clip=cfg.grad_clip,
-            autocast=run.autocast,
+            run.step_model, run.optimizer, x, y, lr, grad_clip=cfg.grad_clip, autocast=run.autocast
         )
         losses.append(loss)
         norms.append(norm if norm is not None else torch.zeros((), device=run.device))
@@ -383,12 +355,13 @@ def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
     """Step 4: losses on both splits, a log record, and checkpoints if all is well."""
     cfg, model = run.cfg, run.model
     if run.device.type == "cpu" and cfg.peak_flops is None and tokens_per_s is not None:
-        run.peak = max(run.peak, measure_matmul_flops(repeats=3))
+        run.peak = max(run.peak, hardware.measure_matmul_flops(repeats=3))
     train_loss, val_loss = run.estimate(run.train_ids, 1), run.estimate(run.val_ids, 2)
     mfu = None
     if tokens_per_s is not None and run.peak:
         mfu = tokens_per_s * model.flops_per_token() / (run.peak * run.world)
-    run.log.write(
+    write_record(
+        run.log_path,
         {
             "event": "eval",
             "step": run.step,
@@ -400,11 +373,11 @@ def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
             "peak_flops": run.peak,
             "tokens_seen": run.step * run.tokens_per_step,
             "elapsed_s": run.elapsed(),
-        }
+        },
     )
     problem = _unsaveable(run, val_loss)
     if problem is not None:
-        raise _diverged(run, *problem, run.step)
+        raise _diverged(run, *problem[:2], run.step)
     run.val_loss = val_loss
     if val_loss < run.best_val:  # best.pt first: last.pt must never claim a better best
         run.best_val = val_loss
@@ -416,18 +389,18 @@ def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
     run.saved_step = run.step
 
 
-def _loss_limit(run: Run) -> float:
-    """The held-out loss above which the weights count as diverged: 2 ln V."""
-    return DIVERGED_LOSS_FACTOR * math.log(run.model.config.vocab_size)
+def _unsaveable(run: Run, val_loss: float) -> tuple[str, float, float] | None:
+    """Why the weights must not be saved, ``(what, value, limit)``; ``None`` if they may.
 
-
-def _unsaveable(run: Run, val_loss: float) -> tuple[str, float] | None:
-    """Why the weights must not be saved, as ``(what, value)``; ``None`` if they may: the one
-    test of both saving paths (evaluation and Ctrl-C)."""
-    if not (math.isfinite(val_loss) and val_loss <= _loss_limit(run)):
-        return "held-out loss", val_loss
-    if not is_finite_state(run.model):
-        return "weights (some entries)", math.nan
+    The one test of both saving paths (evaluation and Ctrl-C): a finite held-out loss within
+    ``DIVERGED_LOSS_FACTOR * ln V``, and finite weights (one host sync).
+    """
+    limit = DIVERGED_LOSS_FACTOR * math.log(run.model.config.vocab_size)
+    if not (math.isfinite(val_loss) and val_loss <= limit):
+        return "held-out loss", val_loss, limit
+    state = [t for t in run.model.state_dict().values() if t.is_floating_point()]
+    if not bool(torch.stack([torch.isfinite(t).all() for t in state]).all()):
+        return "weights (some entries)", math.nan, limit
     return None
 
 
@@ -452,37 +425,29 @@ def _save_on_interrupt(run: Run) -> None:
     evaluations must not leave diverged weights for ``--resume``. The estimate draws from
     its own generator, so a resumed run stays bit-identical.
     """
+    head = f"\ninterrupted at step {run.step};"
     kept = f"kept {run.last_path} (step {run.saved_step})" if run.saved_step is not None else None
     kept = kept or "nothing was saved"
     if run.step == run.saved_step:
-        print(f"\ninterrupted at step {run.step}; {kept}", file=sys.stderr)
+        print(f"{head} {kept}", file=sys.stderr)
         return
     problem = _unsaveable(run, run.estimate(run.val_ids, 2))
     if problem is not None:
-        what, value = problem
-        print(
-            f"\ninterrupted at step {run.step}; not saved: the {what} is {value:.4g} "
-            f"(limit {_loss_limit(run):.3g}, a diverging run); {kept}",
-            file=sys.stderr,
-        )
+        what, value, limit = problem
+        message = f"the {what} is {value:.4g} (limit {limit:.3g}, a diverging run)"
+        print(f"{head} not saved: {message}; {kept}", file=sys.stderr)
         return
     _save(run, run.last_path)
     run.saved_step = run.step
-    print(f"\ninterrupted at step {run.step}; saved {run.last_path}", file=sys.stderr)
+    print(f"{head} saved {run.last_path}", file=sys.stderr)
 
 
 def _loop(run: Run, resume: bool) -> None:
-    """Steps 3 and 4 in turn until ``cfg.steps`` (the first evaluation is at step 0).
-
-    Rank 0 alone evaluates, logs and saves."""
+    """Steps 3 and 4 in turn until ``cfg.steps`` (the first evaluation is at step 0); rank 0
+    alone evaluates, logs and saves."""
     cfg, main = run.cfg, run.rank == 0
-    bar = tqdm(
-        total=cfg.steps,
-        initial=run.step,
-        disable=not cfg.progress or not main,
-        desc=f"train {cfg.preset}",
-        dynamic_ncols=True,
-    )
+    show = cfg.progress and main
+    bar = tqdm(total=cfg.steps, initial=run.step, disable=not show, desc=f"train {cfg.preset}")
     with bar, stop_at_step_boundary() as flag:
         run.stop = _ddp_stop(run, flag)
         if main and not resume:
@@ -531,50 +496,35 @@ def train(
     "best_val_loss", "reason", "wall_time_s", "out_dir"}``. Raises
     :class:`~mini_transformer.core.TrainingDivergedError` (nothing diverged was saved),
     ``KeyboardInterrupt`` after saving ``last.pt`` at a step boundary, or ``OSError`` (disk
-    full: checkpoints already written stay intact).
+    full: checkpoints already written stay intact; a fresh run that saved none leaves nothing).
     """
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     out_dir = Path(out_dir)
     created = not out_dir.exists()
     _check_out_dir(out_dir, resume, overwrite)
-    world = _ddp_ranks()[2]
-    _ddp_start(cfg, world)
-    run, started = None, False
-    try:
-        run = _prepare(cfg, out_dir, resume, setup_hook)
-        if run.rank == 0:
-            started = True  # from here on, config.json and metrics.jsonl are this run's
-            _log_start(run, resume, argv)
-        reason = "error"
+    run, reason = None, "error"
+    with _ddp_group(cfg, _ddp_ranks()[2]):
         try:
-            _loop(run, resume)
-            reason = "completed"
-        except TrainingDivergedError:
-            reason = "diverged"
+            run = _prepare(cfg, out_dir, resume, setup_hook)
+            if run.rank == 0:
+                _log_start(run, resume, argv)
+            try:
+                _loop(run, resume)
+                reason = "completed"
+            except (TrainingDivergedError, KeyboardInterrupt) as err:
+                reason = "diverged" if isinstance(err, TrainingDivergedError) else "interrupted"
+                raise
+            finally:
+                best = run.best_val if math.isfinite(run.best_val) else None
+                end = {"event": "end", "step": run.step, "reason": reason}
+                end |= {"val_loss": run.val_loss, "best_val_loss": best}
+                write_record(run.log_path, end | {"wall_time_s": run.elapsed()})
+        except BaseException as err:
+            fresh = run is not None and run.rank == 0 and not resume and run.saved_step is None
+            if fresh and not isinstance(err, TrainingDivergedError):
+                _remove_unfinished(out_dir, created)  # a fresh run that saved nothing
             raise
-        except KeyboardInterrupt:
-            reason = "interrupted"
-            raise
-        finally:
-            best = run.best_val if math.isfinite(run.best_val) else None
-            run.log.write(
-                {
-                    "event": "end",
-                    "step": run.step,
-                    "reason": reason,
-                    "val_loss": run.val_loss,
-                    "best_val_loss": best,
-                    "wall_time_s": run.elapsed(),
-                }
-            )
-    except BaseException as err:
-        if started and not resume and not isinstance(err, TrainingDivergedError):
-            if run.saved_step is None:  # a fresh run that saved nothing
-                _remove_unfinished(out_dir, created)
-        raise
-    finally:
-        _ddp_end(world)
     return {
         "step": run.step,
         "losses": run.losses,

@@ -198,8 +198,9 @@ def _strict(text: str):
 
 
 def test_nan_is_written_as_null_never_a_bare_token(tmp_path):
-    log = checkpoints.MetricsLog(tmp_path / "m.jsonl")
-    log.write({"val_loss": math.nan, "mfu": math.inf, "step": 1})
+    checkpoints.write_record(
+        tmp_path / "m.jsonl", {"val_loss": math.nan, "mfu": math.inf, "step": 1}
+    )
     assert _strict((tmp_path / "m.jsonl").read_text()) == {
         "val_loss": None,
         "mfu": None,
