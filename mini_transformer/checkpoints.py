@@ -84,6 +84,24 @@ def committed(path: Path) -> Path | None:
     return next((d for d in COMMITTED_DIRS if folder == d.resolve()), None)
 
 
+def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool = True) -> Path:
+    """``path`` as a run folder that exists or can be created, and can be written to; with
+    ``resume`` it must hold ``last.pt``, without ``overwrite`` it must not."""
+    path = existing = Path(path)
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"out_dir {path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"out_dir {path}: {existing} is not writable")
+    last = path / "last.pt"
+    if resume and not last.is_file():
+        raise FileNotFoundError(f"cannot resume: checkpoint not found: {last}")
+    if not resume and last.exists() and not overwrite:
+        raise ValueError(f"{path} already holds a checkpoint; resume it or choose another --out")
+    return path
+
+
 def json_safe(value):
     """``value`` with every NaN or infinite float as ``None``: strict JSON any reader parses."""
     if isinstance(value, float) and not math.isfinite(value):

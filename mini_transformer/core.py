@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-import signal
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
-from .checks import check_bool, check_choice, check_float, check_int
+from .checks import check_bool, check_choice, check_float, check_int, check_tensor
+from .data import get_batch
 from .hardware import PRECISIONS, resolve_device
 from .model import TransformerConfig, TransformerLM
 
@@ -37,8 +36,7 @@ __all__ = [
     "lr_at",
     "configure_optimizer",
     "train_step",
-    "TrainingDivergedError",
-    "stop_at_step_boundary",
+    "estimate_loss",
 ]
 
 #: ``torch.compile`` modes (``"reduce-overhead"`` and ``"max-autotune"`` use CUDA graphs).
@@ -287,8 +285,46 @@ def configure_optimizer(model: TransformerLM, cfg: TrainConfig, fused: bool = Fa
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), **kwargs)
 
 
-class TrainingDivergedError(RuntimeError):
-    """The loss, the gradient norm or the weights became NaN or infinite; the run stopped."""
+@torch.no_grad()
+def estimate_loss(
+    model: TransformerLM, ids: torch.Tensor, *, n_batches: int | None, batch_size: int, seed
+) -> float:
+    """Mean next-token loss (nats) of ``model`` on the token ids ``ids``; ``exp`` of it is the
+    perplexity. The loop's estimate, and chapter 6's.
+
+    With a ``seed``: ``n_batches`` batches of ``batch_size`` random windows of the model's
+    ``block_size``, drawn from ``torch.Generator().manual_seed(seed)`` (the same windows at
+    every call, so two evaluations differ only by the weights). With ``seed=None``: the
+    consecutive windows ``ids[i*T : (i+1)*T + 1]`` in order, all of them (the whole text)
+    or the first ``n_batches * batch_size``.
+    """
+    check_tensor("ids", ids, integer=True, ndim=1)
+    check_int("batch_size", batch_size, low=1)
+    if n_batches is not None or seed is not None:
+        check_int("n_batches", n_batches, low=1, why=" (None: every window, with seed=None)")
+    if seed is not None:
+        check_int("seed", seed, low=0, why=" or None")
+    T, device = model.config.block_size, next(model.parameters()).device
+    if seed is not None:
+        g = torch.Generator().manual_seed(seed)
+        batches = [get_batch(ids, batch_size, T, g, device) for _ in range(n_batches)]
+    else:
+        n_windows = (len(ids) - 1) // T
+        if n_windows < 1:
+            raise ValueError(f"ids has {len(ids)} tokens, fewer than block_size + 1 = {T + 1}")
+        n_windows = min(n_windows, (n_batches or n_windows) * batch_size)
+        batches = []
+        for start in range(0, n_windows, batch_size):
+            rows = torch.arange(start, min(start + batch_size, n_windows))[:, None] * T
+            chunk = ids[rows + torch.arange(T + 1)[None, :]].to(device)  # (b, T + 1)
+            batches.append((chunk[:, :-1], chunk[:, 1:]))
+    was_training = model.training
+    model.eval()
+    losses = torch.stack([model(x, y)[1] for x, y in batches]).tolist()  # one host sync
+    model.train(was_training)
+    if seed is not None:
+        return sum(losses) / len(losses)
+    return sum(v * len(x) for v, (x, _) in zip(losses, batches, strict=True)) / n_windows
 
 
 def train_step(
@@ -321,35 +357,3 @@ def train_step(
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
     return loss.detach(), grad_norm
-
-
-class StopFlag:
-    """Set by Ctrl-C (SIGINT); the training loop reads ``requested`` between steps."""
-
-    requested = False
-
-
-@contextlib.contextmanager
-def stop_at_step_boundary() -> Iterator[StopFlag]:
-    """Within this block the first Ctrl-C only sets ``flag.requested``; a second one stops now.
-
-    A ``KeyboardInterrupt`` raised mid-step (some parameters updated, or dropout's RNG
-    advanced) would leave a checkpoint that resumes differently; a flag read at a step
-    boundary cannot. Outside the main thread, where signals cannot be caught, Ctrl-C
-    behaves as usual.
-    """
-    flag = StopFlag()
-    if threading.current_thread() is not threading.main_thread():
-        yield flag
-        return
-
-    def handler(signum, frame):
-        if flag.requested:  # asked twice: the user wants out now
-            raise KeyboardInterrupt
-        flag.requested = True
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield flag
-    finally:
-        signal.signal(signal.SIGINT, previous)

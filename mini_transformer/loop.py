@@ -20,9 +20,12 @@ import json
 import math
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,65 +35,51 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from . import hardware
-from .checkpoints import atomic_write, load_checkpoint, save_checkpoint, write_record
-from .checks import check_int, check_tensor
-from .core import (
-    TrainConfig,
-    TrainingDivergedError,
-    configure_optimizer,
-    lr_at,
-    stop_at_step_boundary,
-    train_step,
+from .checkpoints import (
+    atomic_write,
+    check_output_dir,
+    load_checkpoint,
+    save_checkpoint,
+    write_record,
 )
+from .core import TrainConfig, configure_optimizer, estimate_loss, lr_at, train_step
 from .data import CharTokenizer, get_batch, load_corpus
 from .model import TransformerLM
 
-__all__ = ["estimate_loss", "train"]
+__all__ = ["train", "TrainingDivergedError"]
 
 #: A held-out loss above this many times the uniform guess ``ln V`` counts as diverged.
 DIVERGED_LOSS_FACTOR = 2.0
 
 
-@torch.no_grad()
-def estimate_loss(
-    model: TransformerLM, ids: torch.Tensor, *, n_batches: int | None, batch_size: int, seed
-) -> float:
-    """Mean next-token loss (nats) of ``model`` on the token ids ``ids``; ``exp`` of it is the
-    perplexity. The loop's estimate, and chapter 6's.
+class TrainingDivergedError(RuntimeError):
+    """The loss, the gradient norm or the weights became NaN or infinite; the run stopped."""
 
-    With a ``seed``: ``n_batches`` batches of ``batch_size`` random windows of the model's
-    ``block_size``, drawn from ``torch.Generator().manual_seed(seed)`` (the same windows at
-    every call, so two evaluations differ only by the weights). With ``seed=None``: the
-    consecutive windows ``ids[i*T : (i+1)*T + 1]`` in order, all of them (the whole text)
-    or the first ``n_batches * batch_size``.
+
+@contextlib.contextmanager
+def _stop_at_step_boundary() -> Iterator[types.SimpleNamespace]:
+    """Within this block the first Ctrl-C only sets ``flag.requested``; a second one stops now.
+
+    A ``KeyboardInterrupt`` raised mid-step (some parameters updated, or dropout's RNG
+    advanced) would leave a checkpoint that resumes differently; a flag read at a step
+    boundary cannot. Outside the main thread, where signals cannot be caught, Ctrl-C
+    behaves as usual.
     """
-    check_tensor("ids", ids, integer=True, ndim=1)
-    check_int("batch_size", batch_size, low=1)
-    if n_batches is not None or seed is not None:
-        check_int("n_batches", n_batches, low=1, why=" (None: every window, with seed=None)")
-    if seed is not None:
-        check_int("seed", seed, low=0, why=" or None")
-    T, device = model.config.block_size, next(model.parameters()).device
-    if seed is not None:
-        g = torch.Generator().manual_seed(seed)
-        batches = [get_batch(ids, batch_size, T, g, device) for _ in range(n_batches)]
-    else:
-        n_windows = (len(ids) - 1) // T
-        if n_windows < 1:
-            raise ValueError(f"ids has {len(ids)} tokens, fewer than block_size + 1 = {T + 1}")
-        n_windows = min(n_windows, (n_batches or n_windows) * batch_size)
-        batches = []
-        for start in range(0, n_windows, batch_size):
-            rows = torch.arange(start, min(start + batch_size, n_windows))[:, None] * T
-            chunk = ids[rows + torch.arange(T + 1)[None, :]].to(device)  # (b, T + 1)
-            batches.append((chunk[:, :-1], chunk[:, 1:]))
-    was_training = model.training
-    model.eval()
-    losses = torch.stack([model(x, y)[1] for x, y in batches]).tolist()  # one host sync
-    model.train(was_training)
-    if seed is not None:
-        return sum(losses) / len(losses)
-    return sum(v * len(x) for v, (x, _) in zip(losses, batches, strict=True)) / n_windows
+    flag = types.SimpleNamespace(requested=False)
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum, frame):
+        if flag.requested:  # asked twice: the user wants out now
+            raise KeyboardInterrupt
+        flag.requested = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @functools.lru_cache(maxsize=1)
@@ -203,18 +192,6 @@ def _ddp_group(cfg: TrainConfig, world: int):
 
 
 # ---------------------------------------------------------------- steps 1 and 2
-
-
-def _check_out_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"out_dir {out_dir} is a file, not a folder")
-    last = out_dir / "last.pt"
-    if not resume and last.exists() and not overwrite:
-        raise ValueError(
-            f"{out_dir} already holds a checkpoint; resume it (--resume) or choose another --out"
-        )
-    if resume and not last.is_file():
-        raise FileNotFoundError(f"cannot resume: checkpoint not found: {last}")
 
 
 def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
@@ -448,7 +425,7 @@ def _loop(run: Run, resume: bool) -> None:
     cfg, main = run.cfg, run.rank == 0
     show = cfg.progress and main
     bar = tqdm(total=cfg.steps, initial=run.step, disable=not show, desc=f"train {cfg.preset}")
-    with bar, stop_at_step_boundary() as flag:
+    with bar, _stop_at_step_boundary() as flag:
         run.stop = _ddp_stop(run, flag)
         if main and not resume:
             _evaluate_and_save(run, None)  # the loss before any training: about ln(vocab_size)
@@ -494,7 +471,7 @@ def train(
 
     Returns ``{"step", "losses" (this call's per-step training losses), "val_loss",
     "best_val_loss", "reason", "wall_time_s", "out_dir"}``. Raises
-    :class:`~mini_transformer.core.TrainingDivergedError` (nothing diverged was saved),
+    ``TrainingDivergedError`` (nothing diverged was saved),
     ``KeyboardInterrupt`` after saving ``last.pt`` at a step boundary, or ``OSError`` (disk
     full: checkpoints already written stay intact; a fresh run that saved none leaves nothing).
     """
@@ -502,7 +479,7 @@ def train(
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     out_dir = Path(out_dir)
     created = not out_dir.exists()
-    _check_out_dir(out_dir, resume, overwrite)
+    check_output_dir(out_dir, resume=resume, overwrite=overwrite)
     run, reason = None, "error"
     with _ddp_group(cfg, _ddp_ranks()[2]):
         try:

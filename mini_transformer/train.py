@@ -33,6 +33,7 @@ from .checkpoints import (
     PRETRAINED,
     PRETRAINED_WEIGHTS,
     check_exportable,
+    check_output_dir,
     committed,
     config_diff,
     export_weights,
@@ -48,8 +49,8 @@ from .core import (
     MODEL_KEYS,
     PRESETS,
     TrainConfig,
-    TrainingDivergedError,
     configure_optimizer,
+    estimate_loss,
     get_preset,
     lr_at,
 )
@@ -61,7 +62,7 @@ from .hardware import (
     resolve_device,
     resolve_precision,
 )
-from .loop import _check_out_dir, _ddp_ranks, estimate_loss, train
+from .loop import TrainingDivergedError, _ddp_ranks, train
 from .model import POSITIONAL_SCHEMES, TransformerLM
 
 __all__ = [
@@ -106,21 +107,6 @@ def positive_int(text: str) -> int:
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
     return _number(text, float, lambda v: v > 0 and math.isfinite(v), "a positive number")
-
-
-def check_output_dir(path: str | Path) -> Path:
-    """``path`` as a folder that exists or can be created, and can be written to."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"--out {path} is a file, not a folder")
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ValueError(f"--out {path}: {existing} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {path}: {existing} is not writable")
-    return path
 
 
 def check_output_file(path: str | Path, *, overwrite: bool = False) -> Path:
@@ -205,16 +191,10 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="run folder (checkpoints, metrics.jsonl)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     p.add_argument("--overwrite", action="store_true", help="start afresh even if OUT has a run")
-    p.add_argument(
-        "--steps",
-        type=positive_int,
-        help="total optimizer steps (with --resume: a new total; the cosine "
-        "schedule is recomputed for it)",
-    )
-    p.add_argument("--batch-size", type=positive_int)
+    p.add_argument("--steps", type=positive_int, help="total steps (on --resume: a new total)")
+    for name in ("--batch-size", "--eval-interval", "--eval-batches"):
+        p.add_argument(name, type=positive_int)
     p.add_argument("--lr", type=positive_float)
-    p.add_argument("--eval-interval", type=positive_int)
-    p.add_argument("--eval-batches", type=positive_int)
     p.add_argument("--seed", type=int)
     p.add_argument("--positional", choices=POSITIONAL_SCHEMES)
     p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
@@ -224,44 +204,22 @@ def _train_parser() -> argparse.ArgumentParser:
         const="default",
         choices=COMPILE_MODES,
         metavar="MODE",
-        help="torch.compile the model (MODE: %(choices)s; "
-        "default 'default'; the CUDA-graph modes suit small models)",
+        help="torch.compile the model (MODE: %(choices)s; the CUDA-graph modes suit small models)",
     )
-    p.add_argument(
-        "--threads",
-        type=positive_int,
-        help="torch.set_num_threads (default: one per physical core)",
-    )
-    p.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        help="auto (default: bf16 where native and it pays), fp32 or bf16",
-    )
+    p.add_argument("--threads", type=positive_int, help="default: one per physical core")
+    p.add_argument("--precision", choices=PRECISIONS, help="auto (default), fp32 or bf16")
     p.add_argument("--peak-tflops", type=positive_float, help="device peak for MFU (TFLOP/s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--allow-cpu",
-        action="store_true",
-        help="train the gpu preset even without CUDA (hours to days)",
-    )
+    p.add_argument("--allow-cpu", action="store_true", help="train the gpu preset without CUDA")
     return p
 
 
 def _overrides(args: argparse.Namespace) -> dict:
-    overrides = dict(
-        steps=args.steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        eval_interval=args.eval_interval,
-        eval_batches=args.eval_batches,
-        seed=args.seed,
-        positional=args.positional,
-        device=args.device,
-        precision=args.precision,
-        threads=args.threads
-        or (None if args.resume else max(1, physical_cores() // _ddp_ranks()[2])),
-        peak_flops=args.peak_tflops * 1e12 if args.peak_tflops else None,
-    )
+    names = ("steps", "batch_size", "lr", "eval_interval", "eval_batches", "seed", "positional")
+    overrides = {k: getattr(args, k) for k in (*names, "device", "precision")}
+    cores = None if args.resume else max(1, physical_cores() // _ddp_ranks()[2])
+    overrides["threads"] = args.threads or cores
+    overrides["peak_flops"] = args.peak_tflops * 1e12 if args.peak_tflops else None
     if args.compile:
         overrides |= {"compile": True, "compile_mode": args.compile}
     if args.no_progress:
@@ -319,8 +277,7 @@ def _main_train(argv: list[str]) -> int:
     overrides = _overrides(args)
 
     def check() -> TrainConfig:  # everything the run would refuse, refused before any work
-        check_output_dir(args.out)
-        _check_out_dir(Path(args.out), args.resume, args.overwrite)
+        check_output_dir(args.out, resume=args.resume, overwrite=args.overwrite)
         if args.resume:
             cfg = _resume_config(parser, args, overrides)
         elif args.preset is None:
@@ -336,13 +293,9 @@ def _main_train(argv: list[str]) -> int:
 
     def work(cfg: TrainConfig) -> int:
         try:
-            result = train(
-                cfg,
-                args.out,
-                resume=args.resume,
-                overwrite=args.overwrite,
-                argv=["python", "-m", "mini_transformer.train", *argv],
-            )
+            command = ["python", "-m", "mini_transformer.train", *argv]
+            options = {"resume": args.resume, "overwrite": args.overwrite, "argv": command}
+            result = train(cfg, args.out, **options)
         except TrainingDivergedError as err:
             print(f"error: {err}", file=sys.stderr)
             return 1
@@ -362,11 +315,7 @@ def _main_sample(argv: list[str]) -> int:
         prog="python -m mini_transformer.train sample",
         description="Generate text from a checkpoint.",
     )
-    p.add_argument(
-        "--ckpt",
-        default="cpu",
-        help="checkpoint or weights file, or 'cpu' / 'gpu' for a bundled model",
-    )
+    p.add_argument("--ckpt", default="cpu", help="a checkpoint or weights file, 'cpu' or 'gpu'")
     p.add_argument("--prompt", default="\n", help="text to continue")
     p.add_argument("--tokens", type=positive_int, default=500, help="characters to generate")
     p.add_argument("--temperature", type=positive_float, default=0.8)
@@ -382,13 +331,9 @@ def _main_sample(argv: list[str]) -> int:
 
     def work(checked) -> int:
         model, tok, idx = checked
-        out = model.generate(
-            idx,
-            args.tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            generator=torch.Generator().manual_seed(args.seed),
-        )
+        g = torch.Generator().manual_seed(args.seed)
+        options = {"temperature": args.temperature, "top_k": args.top_k, "generator": g}
+        out = model.generate(idx, args.tokens, **options)
         print(printable(tok.decode(out[0])))
         return 0
 
@@ -401,15 +346,9 @@ def _main_export(argv: list[str]) -> int:
         description="Write a half-precision weights-only file.",
     )
     p.add_argument("--ckpt", required=True, help="a full checkpoint, e.g. runs/cpu/best.pt")
-    p.add_argument(
-        "--out",
-        default=str(PRETRAINED_WEIGHTS),
-        help="the weights file (.pt); the default, the committed cpu model, needs --overwrite",
-    )
+    p.add_argument("--out", default=str(PRETRAINED_WEIGHTS), help="the weights file (.pt)")
     p.add_argument("--log", help="metrics log to copy beside it (default: the run's, if any)")
-    p.add_argument(
-        "--overwrite", action="store_true", help="replace a committed model's files (--out)"
-    )
+    p.add_argument("--overwrite", action="store_true", help="replace a committed model's files")
     args = p.parse_args(argv)
 
     def check() -> Path | None:
