@@ -114,9 +114,9 @@ def json_safe(value):
 
 
 def _temporary(path: Path, data: bytes | str | Callable) -> Path:
-    """Write ``data`` (bytes, text, or a function of the open binary file) to a fresh
-    ``path.tmp``: a file or symlink already there is removed, never written through, and
-    ``O_EXCL`` refuses a race. On failure the temporary is removed."""
+    """Write ``data`` to a fresh ``path.tmp`` (a symlink there is removed, never written through;
+    ``O_EXCL`` refuses a race); on failure the temporary is removed.
+    """
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)
     try:
@@ -132,10 +132,9 @@ def _temporary(path: Path, data: bytes | str | Callable) -> Path:
 
 
 def atomic_write(path: str | Path, data: bytes | str | Callable) -> Path:
-    """Write ``path`` atomically (``path.tmp``, then ``os.replace``): the package's one writer.
+    """Write ``path`` atomically, the package's one writer: ``path.tmp``, then ``os.replace``.
 
-    ``data``: bytes, text (UTF-8), or a function writing to the open binary file
-    (``lambda f: torch.save(obj, f)``). A failure leaves ``path`` untouched and no temporary.
+    ``data``: bytes, text (UTF-8), or a function writing to the open binary file.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -182,23 +181,19 @@ def _plain(value):
     return value
 
 
-def _torch_save(obj: dict, path: Path) -> Path:
-    """``torch.save`` atomically; a failed write is an ``OSError`` (torch reports a full disk
-    as a ``RuntimeError``)."""
+def _save_verified(payload: dict, path: str | Path) -> Path:
+    """``torch.save`` with a ``version`` and a checksum, atomically; a failed write is an
+    ``OSError`` (torch reports a full disk as a ``RuntimeError``)."""
+    payload = {**payload, "version": VERSION}
+    payload["checksum"] = checksum(payload)
 
     def write(f) -> None:
         try:
-            torch.save(obj, f)
+            torch.save(payload, f)
         except RuntimeError as err:  # PytorchStreamWriter failed writing file ...
             raise OSError(f"could not write {path}: {' '.join(str(err).split())}") from None
 
     return atomic_write(path, write)
-
-
-def _with_checksum(payload: dict) -> dict:
-    payload = {**payload, "version": VERSION}
-    payload["checksum"] = checksum(payload)
-    return payload
 
 
 def save_checkpoint(
@@ -234,7 +229,7 @@ def save_checkpoint(
         "rng": rng,
         **{k: _plain(v) for k, v in extra.items()},
     }
-    return _torch_save(_with_checksum(ckpt), path)
+    return _save_verified(ckpt, path)
 
 
 def config_diff(a: dict, b: dict) -> str:
@@ -245,22 +240,18 @@ def config_diff(a: dict, b: dict) -> str:
 
 def _check_committed_file(path: Path) -> None:
     """A committed model's file must have its recorded SHA-256 (:data:`PRETRAINED_SHA256`)."""
-    for which, committed in PRETRAINED.items():
-        if path.resolve() == committed.resolve():
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            if digest != PRETRAINED_SHA256[which]:
-                raise ValueError(
-                    f"checkpoint {path} is corrupt: the committed {which!r} model's file "
-                    f"has SHA-256 {digest[:12]}..., not {PRETRAINED_SHA256[which][:12]}..."
-                )
+    which = next((w for w, p in PRETRAINED.items() if path.resolve() == p.resolve()), None)
+    digest = which and hashlib.sha256(path.read_bytes()).hexdigest()
+    if which and digest != PRETRAINED_SHA256[which]:
+        raise ValueError(
+            f"checkpoint {path} is corrupt: the committed {which!r} model's file "
+            f"has SHA-256 {digest[:12]}..., not {PRETRAINED_SHA256[which][:12]}..."
+        )
 
 
 def _check_contents(path: Path, ckpt: dict) -> None:
-    """Nesting depth and tensor sizes, checked before anything walks what was loaded.
-
-    A stride-0 view of 4 bytes posing as two billion elements would be expanded by the checksum,
-    and nesting deeper than :data:`MAX_DEPTH` would end in a ``RecursionError``; the walk itself
-    is iterative.
+    """Tensor sizes and nesting depth, checked (iteratively) before anything walks the contents:
+    a stride-0 view posing as two billion elements, or nesting past :data:`MAX_DEPTH`.
     """
     stack = [(ckpt, "", 0)]
     while stack:
@@ -304,16 +295,14 @@ def _read(path: Path, map_location) -> dict:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if digest not in PRETRAINED_SHA256.values():
             raise ValueError(
-                f"checkpoint {path} was written before checkpoints carried a checksum "
-                "(version 1) and is not one of the committed models, so a changed bit "
-                "could not be detected; refusing to load it unverified"
+                f"checkpoint {path} was written before checkpoints carried a checksum and is "
+                "not a committed model: a changed bit could not be detected, so it is refused"
             )
     else:  # every file since the checksum existed must carry a matching one
         stored = ckpt.pop("checksum", None)
         if stored is None or stored != checksum(ckpt):
             raise ValueError(
-                f"checkpoint {path} is corrupt: its contents do not match the checksum stored "
-                "with them (a changed bit, or a file edited after it was written)"
+                f"checkpoint {path} is corrupt: its contents do not match the checksum"
             )
     return ckpt
 
@@ -326,10 +315,8 @@ def load_checkpoint(
 ) -> dict:
     """Read a checkpoint (or an exported weights file) and verify its checksum.
 
-    With ``model`` (and ``optimizer``) the stored state is loaded into it, after its config is
-    compared with the stored one. Returns the checkpoint dict (without ``checksum``). A missing
-    file is a ``FileNotFoundError``; a corrupt file, a foreign one or a differing config (the
-    message lists the fields) a ``ValueError``.
+    With ``model`` (and ``optimizer``) the stored state is loaded into it, once the stored
+    config equals the model's. Returns the checkpoint dict (without ``checksum``).
     """
     path = Path(path)
     ckpt = _read(path, map_location)
@@ -346,11 +333,6 @@ def load_checkpoint(
             raise ValueError(f"checkpoint {path} holds no optimizer state (a weights-only file?)")
         optimizer.load_state_dict(ckpt["optimizer"])
     return ckpt
-
-
-def _buffer_bytes(c: TransformerConfig) -> int:
-    """Bytes of the tables a ``TransformerLM`` of config ``c`` builds besides its parameters."""
-    return 4 * SCHEMES[c.positional].table_floats(c)  # float32 entries
 
 
 def _check_declared_config(path: Path, ckpt: dict) -> TransformerConfig:
@@ -377,7 +359,7 @@ def _check_declared_config(path: Path, ckpt: dict) -> TransformerConfig:
             )
     if f"blocks.{config.n_layers}.ln1.weight" in state:
         raise ValueError(f"checkpoint {path} holds more blocks than n_layers={config.n_layers}")
-    need = _buffer_bytes(config)
+    need = 4 * SCHEMES[config.positional].table_floats(config)  # float32 tables
     if need > MAX_BUFFER_BYTES:
         raise ValueError(
             f"checkpoint {path} declares block_size={config.block_size} with "
@@ -413,9 +395,7 @@ def load_model(
 
 
 def check_exportable(ckpt_path: str | Path, out_path: str | Path, overwrite: bool = False):
-    """What :func:`export_weights` refuses, checked before it writes anything; returns the
-    checkpoint. A committed model's file is replaced only with ``overwrite``.
-    """
+    """What :func:`export_weights` refuses, checked before any write; returns the checkpoint."""
     out_path = Path(out_path)
     if out_path.suffix != ".pt":
         raise ValueError(
@@ -452,26 +432,13 @@ def export_weights(
     if log_path is not None and not Path(log_path).is_file():
         raise FileNotFoundError(f"log_path {log_path}: no such file")
     half: dict[int, torch.Tensor] = {}  # data_ptr -> fp16 copy, so tied weights stay tied
-    state = {}
-    for k, v in ckpt["model"].items():
-        if v.is_floating_point():
-            state[k] = half.setdefault(v.data_ptr(), v.to(torch.float16))
-        else:
-            state[k] = v
-    keep = ("model_config", "tokenizer", "step", "train_config")
-    weights = {
-        "format": WEIGHTS_FORMAT,
-        "model": state,
-        **{k: ckpt[k] for k in keep},
-        "val_loss": ckpt.get("val_loss"),
-        "best_val_loss": ckpt.get("best_val_loss"),
+    state = {
+        k: half.setdefault(v.data_ptr(), v.to(torch.float16)) if v.is_floating_point() else v
+        for k, v in ckpt["model"].items()
     }
-    config = {
-        "model_config": ckpt["model_config"],
-        "train_config": ckpt["train_config"],
-        "step": ckpt["step"],
-        "val_loss": ckpt.get("val_loss"),
-    }
+    keep = ("model_config", "tokenizer", "step", "train_config", "val_loss", "best_val_loss")
+    weights = {"format": WEIGHTS_FORMAT, "model": state, **{k: ckpt.get(k) for k in keep}}
+    config = {k: ckpt.get(k) for k in ("model_config", "train_config", "step", "val_loss")}
     texts = {out_path.with_suffix(".json"): json.dumps(json_safe(config), indent=2) + "\n"}
     if log_path is not None:
         texts[out_path.with_suffix(".jsonl")] = Path(log_path).read_text()
@@ -479,7 +446,7 @@ def export_weights(
     try:
         for path, text in texts.items():
             temporaries[path] = _temporary(path, text)
-        _torch_save(_with_checksum(weights), out_path)
+        _save_verified(weights, out_path)
         for path, tmp in temporaries.items():
             os.replace(tmp, path)
     finally:
@@ -498,11 +465,7 @@ def pretrained_path(which: str | Path) -> Path:
 def load_pretrained(
     which: str | Path = "cpu", device: str | torch.device = "cpu"
 ) -> tuple[TransformerLM, CharTokenizer]:
-    """A committed character-level Shakespeare model: ``(model, tokenizer)``, float32, eval mode.
-
-    ``which``: ``"cpu"`` (the ``cpu`` preset, trained on a 2-core CPU), ``"gpu"`` (trained on
-    an H100), or the path of a checkpoint or weights file.
-    """
+    """A committed model, ``"cpu"`` or ``"gpu"``, or a file: ``(model, tokenizer)``, eval mode."""
     model, tok, _ = load_model(pretrained_path(which), device)
     return model, tok
 

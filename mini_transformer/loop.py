@@ -58,12 +58,10 @@ class TrainingDivergedError(RuntimeError):
 
 @contextlib.contextmanager
 def _stop_at_step_boundary() -> Iterator[types.SimpleNamespace]:
-    """Within this block the first Ctrl-C only sets ``flag.requested``; a second one stops now.
+    """The first Ctrl-C only sets ``flag.requested``, read between steps; a second one stops now.
 
-    A ``KeyboardInterrupt`` raised mid-step (some parameters updated, or dropout's RNG
-    advanced) would leave a checkpoint that resumes differently; a flag read at a step
-    boundary cannot. Outside the main thread, where signals cannot be caught, Ctrl-C
-    behaves as usual.
+    A ``KeyboardInterrupt`` mid-step (some parameters updated, dropout's RNG advanced) would
+    leave a checkpoint that resumes differently. Outside the main thread Ctrl-C acts as usual.
     """
     flag = types.SimpleNamespace(requested=False)
     if threading.current_thread() is not threading.main_thread():
@@ -191,9 +189,6 @@ def _ddp_group(cfg: TrainConfig, world: int):
             dist.destroy_process_group()
 
 
-# ---------------------------------------------------------------- steps 1 and 2
-
-
 def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
     """Step 1: device, data, model and optimizer (restored from ``last.pt`` on resume)."""
     rank, local_rank, world = _ddp_ranks()
@@ -285,9 +280,6 @@ def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
             "val_tokens": len(run.val_ids),
         },
     )
-
-
-# ---------------------------------------------------------------- steps 3 and 4
 
 
 def _diverged(run: Run, what: str, value: float, step: int) -> TrainingDivergedError:
@@ -396,11 +388,8 @@ def _save(run: Run, path: Path) -> None:
 
 
 def _save_on_interrupt(run: Run) -> None:
-    """After Ctrl-C: ``last.pt`` if the weights pass the test of an evaluation.
-
-    The held-out loss is measured once more (on Ctrl-C only): a run diverging between two
-    evaluations must not leave diverged weights for ``--resume``. The estimate draws from
-    its own generator, so a resumed run stays bit-identical.
+    """After Ctrl-C: ``last.pt`` if the weights pass the test of an evaluation, measured anew
+    (a run diverging since the last one must not leave diverged weights for ``--resume``).
     """
     head = f"\ninterrupted at step {run.step};"
     kept = f"kept {run.last_path} (step {run.saved_step})" if run.saved_step is not None else None
@@ -442,8 +431,7 @@ def _loop(run: Run, resume: bool) -> None:
 
 
 def _remove_unfinished(out_dir: Path, created: bool) -> None:
-    """A fresh run that failed before its first checkpoint leaves nothing: its
-    ``config.json``, ``metrics.jsonl`` and, if it created it and it is now empty, its folder."""
+    """A fresh run that saved nothing leaves nothing: its logs, and its folder if it made it."""
     for name in ("config.json", "metrics.jsonl"):
         with contextlib.suppress(OSError):
             (out_dir / name).unlink(missing_ok=True)
@@ -465,15 +453,13 @@ def train(
 
     ``out_dir`` receives ``last.pt``, ``best.pt``, ``metrics.jsonl`` and ``config.json``.
     ``resume`` continues from ``out_dir/last.pt`` up to ``cfg.steps``, bit-identical to an
-    uninterrupted run on the same machine and thread count; ``overwrite`` allows a fresh run
-    where a checkpoint exists; ``argv`` is the command line to record; ``setup_hook(model)``
-    runs once the model is built (tests inject faults with it).
+    uninterrupted run on the same machine and thread count; ``setup_hook(model)`` runs once the
+    model is built (tests inject faults with it). Returns ``{"step", "losses" (this call's),
+    "val_loss", "best_val_loss", "reason", "wall_time_s", "out_dir"}``.
 
-    Returns ``{"step", "losses" (this call's per-step training losses), "val_loss",
-    "best_val_loss", "reason", "wall_time_s", "out_dir"}``. Raises
-    ``TrainingDivergedError`` (nothing diverged was saved),
-    ``KeyboardInterrupt`` after saving ``last.pt`` at a step boundary, or ``OSError`` (disk
-    full: checkpoints already written stay intact; a fresh run that saved none leaves nothing).
+    Raises ``TrainingDivergedError`` (nothing diverged was saved), ``KeyboardInterrupt`` after
+    saving ``last.pt`` at a step boundary, or ``OSError`` (disk full: the checkpoints written
+    stay intact; a fresh run that saved none leaves nothing).
     """
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
