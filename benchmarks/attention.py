@@ -35,7 +35,6 @@ Timings on a shared machine are noisy: compare ratios within one run, not across
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import time
@@ -48,7 +47,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from mini_transformer.attention import MultiHeadAttention
 from mini_transformer.checks import check_device
-from mini_transformer.hardware import where_it_ran
+from mini_transformer.hardware import cpu_name, where_it_ran
 from mini_transformer.train import check_output_file, positive_int, run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -67,17 +66,6 @@ class ConcatQKVMHA(MultiHeadAttention):
         qkv = F.linear(x, w, b).view(B, T, 3, self.n_heads, self.d_head)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, h, T, d_head)
         return q, k, v
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def make_variants(

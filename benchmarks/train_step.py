@@ -44,7 +44,13 @@ from pathlib import Path
 import torch
 
 from mini_transformer.core import train_step
-from mini_transformer.hardware import autocast, cpu_bf16_features, physical_cores, where_it_ran
+from mini_transformer.hardware import (
+    autocast,
+    cpu_bf16_features,
+    measure_matmul_flops,
+    physical_cores,
+    where_it_ran,
+)
 from mini_transformer.model import TransformerLM
 from mini_transformer.train import (
     check_output_file,
@@ -60,18 +66,6 @@ from sweep_cli import probability, write_json  # noqa: E402  (tools/, beside the
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 
 SHAPES = {"gpu": dict(preset="gpu", batch_size=8), "cpu": dict(preset="cpu")}
-
-
-def matmul_ceiling(clock, n: int, dtype: torch.dtype, repeats: int = 3) -> float:
-    """Best FLOP/s of an ``n x n`` matmul (as ``train.measure_matmul_flops``, on ``clock``)."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = clock()
-        a @ b
-        best = min(best, clock() - t0)
-    return 2 * n**3 / best
 
 
 def build(shape: str, dropout: float | None, clock):
@@ -131,7 +125,7 @@ def measure(args, clock) -> tuple[dict, dict, dict]:
     ceilings = {"fp32": [], "bf16": []}
     for _ in range(args.rounds):
         for dtype, key in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
-            ceilings[key].append(matmul_ceiling(clock, args.matmul_n, dtype))
+            ceilings[key].append(measure_matmul_flops(args.matmul_n, 3, dtype=dtype, clock=clock))
         for s, (_, _, step) in built.items():
             for pr in ("fp32", "bf16"):
                 step(pr)  # warm-up (allocator, autocast caches)

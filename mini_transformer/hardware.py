@@ -42,36 +42,22 @@ __all__ = [
     "where_it_ran",
 ]
 
-#: Dense bf16 tensor-core peaks (FLOP/s, without sparsity) from the vendors' data sheets.
-#: ``"H100"`` is the SXM part (the one the committed model trained on).
+#: Dense bf16 tensor-core peaks (FLOP/s, without sparsity) from the vendors' data sheets;
+#: ``"H100"`` is the SXM part the committed model trained on. A GPU takes the first entry whose
+#: words all occur in its name, so the most specific come first ("H100 PCIe" before "H100").
 GPU_PEAK_FLOPS = {
-    "H100": 989e12,
+    "GH200": 989e12,
     "H100 PCIe": 756e12,
     "H100 NVL": 835e12,
-    "H200": 989e12,
+    "H100": 989e12,
     "H200 NVL": 835e12,
-    "GH200": 989e12,
+    "H200": 989e12,
     "A100": 312e12,
     "L40S": 362e12,
     "L40": 181e12,
     "L4": 121e12,
     "A10": 125e12,
 }
-
-# Most specific first: "NVIDIA H100 PCIe" must not match the SXM entry, nor "L40S" the L4's.
-_GPU_NAMES = (
-    (("GH200",), "GH200"),
-    (("H100", "PCIe"), "H100 PCIe"),
-    (("H100", "NVL"), "H100 NVL"),
-    (("H100",), "H100"),
-    (("H200", "NVL"), "H200 NVL"),
-    (("H200",), "H200"),
-    (("A100",), "A100"),
-    (("L40S",), "L40S"),
-    (("L40",), "L40"),
-    (("L4",), "L4"),
-    (("A10",), "A10"),
-)
 
 PRECISIONS = ("auto", "fp32", "bf16")
 
@@ -111,11 +97,19 @@ def resolve_device(
 
 
 def _cpuinfo() -> str:
-    """The text of ``/proc/cpuinfo`` (empty where there is none)."""
+    """The text of ``/proc/cpuinfo`` (empty where there is none): the one reader."""
     try:
         return Path("/proc/cpuinfo").read_text()
     except OSError:
         return ""
+
+
+def cpu_name() -> str:
+    """The CPU's model name, e.g. ``"AMD EPYC 9B45"``."""
+    lines = [ln for ln in _cpuinfo().splitlines() if ln.startswith("model name")]
+    return (
+        lines[0].split(":", 1)[1].strip() if lines else platform.processor() or platform.machine()
+    )
 
 
 def cpu_bf16_features() -> dict[str, bool]:
@@ -222,9 +216,9 @@ def gpu_peak_flops(name: str) -> tuple[float | None, str]:
     >>> gpu_peak_flops("Tesla T4")
     (None, "unknown GPU 'Tesla T4': pass --peak-tflops")
     """
-    for parts, key in _GPU_NAMES:
-        if all(p.lower() in name.lower() for p in parts):
-            return GPU_PEAK_FLOPS[key], f"data sheet, bf16 dense ({key})"
+    for key, peak in GPU_PEAK_FLOPS.items():
+        if all(word.lower() in name.lower() for word in key.split()):
+            return peak, f"data sheet, bf16 dense ({key})"
     return None, f"unknown GPU {name!r}: pass --peak-tflops"
 
 
@@ -277,11 +271,7 @@ def device_name(device: torch.device | str = "cpu") -> str:
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    lines = [ln for ln in _cpuinfo().splitlines() if ln.startswith("model name")]
-    name = (
-        lines[0].split(":", 1)[1].strip() if lines else platform.processor() or platform.machine()
-    )
-    return f"CPU ({name}, {os.cpu_count()} cores)"
+    return f"CPU ({cpu_name()}, {os.cpu_count()} cores)"
 
 
 def where_it_ran(device: torch.device | str = "cpu") -> dict:
