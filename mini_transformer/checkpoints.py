@@ -372,12 +372,11 @@ def _check_declared_config(path: Path, ckpt: dict) -> TransformerConfig:
 def load_model(
     path: str | Path, device: str | torch.device = "cpu"
 ) -> tuple[TransformerLM, CharTokenizer, dict]:
-    """Build the model stored in a checkpoint or weights file: ``(model, tokenizer, ckpt)``.
-
-    The stored config is checked against the stored tensors (and for size) before the model is
-    allocated. The model is float32 (half-precision weights are cast), in eval mode.
+    """The model in a checkpoint or weights file (``"cpu"``, ``"gpu"``: the committed ones):
+    ``(model, tokenizer, ckpt)``, float32, in eval mode. The stored config is checked against
+    the stored tensors (and for size) before the model is allocated.
     """
-    path = Path(path)
+    path = Path(PRETRAINED.get(path, path))  # "cpu" and "gpu": the committed models
     ckpt = _read(path, "cpu")
     model = TransformerLM(_check_declared_config(path, ckpt))
     model.load_state_dict(ckpt["model"])
@@ -455,18 +454,11 @@ def export_weights(
     return out_path
 
 
-def pretrained_path(which: str | Path) -> Path:
-    """The file of a committed model (``"cpu"``, ``"gpu"``), or ``which`` as a path."""
-    if isinstance(which, str) and which in PRETRAINED:
-        return PRETRAINED[which]
-    return Path(which)
-
-
 def load_pretrained(
     which: str | Path = "cpu", device: str | torch.device = "cpu"
 ) -> tuple[TransformerLM, CharTokenizer]:
     """A committed model, ``"cpu"`` or ``"gpu"``, or a file: ``(model, tokenizer)``, eval mode."""
-    model, tok, _ = load_model(pretrained_path(which), device)
+    model, tok, _ = load_model(which, device)
     return model, tok
 
 
@@ -495,8 +487,8 @@ def read_log(which: str | Path = "cpu") -> list[dict]:
     (``step``, ``train_loss``, ``val_loss``, ``lr``, ``tokens_per_s``, ``mfu``, ...), ``"resume"``
     where a run continued, and ``"end"`` (``reason``, ``wall_time_s``, ``best_val_loss``).
     """
-    path = pretrained_path(which)
-    if isinstance(which, str) and which in PRETRAINED:
+    path = Path(PRETRAINED.get(which, which))
+    if which in PRETRAINED:
         path = path.with_suffix(".jsonl")
     if not path.is_file():
         raise FileNotFoundError(f"metrics log not found: {path}")

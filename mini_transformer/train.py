@@ -40,7 +40,6 @@ from .checkpoints import (
     load_checkpoint,
     load_model,
     load_pretrained,
-    pretrained_path,
     read_log,
     save_checkpoint,
 )
@@ -65,20 +64,18 @@ from .hardware import (
 from .loop import TrainingDivergedError, _ddp_ranks, train
 from .model import POSITIONAL_SCHEMES, TransformerLM
 
-__all__ = [
-    "PRESETS",
+__all__ = [  # the contract names and what the chapters use
     "TrainConfig",
     "get_preset",
     "lr_at",
     "configure_optimizer",
-    "GPU_PEAK_FLOPS",
     "estimate_loss",
     "train",
     "TrainingDivergedError",
+    "GPU_PEAK_FLOPS",
     "save_checkpoint",
     "load_checkpoint",
     "load_model",
-    "export_weights",
     "load_pretrained",
     "read_log",
     "PRETRAINED",
@@ -326,7 +323,7 @@ def _main_sample(argv: list[str]) -> int:
 
     def check():
         resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
-        model, tok, _ = load_model(pretrained_path(args.ckpt), args.device)
+        model, tok, _ = load_model(args.ckpt, args.device)
         return model, tok, tok.encode(args.prompt)[None, :].to(args.device)
 
     def work(checked) -> int:
