@@ -480,9 +480,10 @@ def train(
                 raise
             finally:
                 best = run.best_val if math.isfinite(run.best_val) else None
-                end = {"event": "end", "step": run.step, "reason": reason}
-                end |= {"val_loss": run.val_loss, "best_val_loss": best}
-                write_record(run.log_path, end | {"wall_time_s": run.elapsed()})
+                end = {"event": "end", "step": run.step, "reason": reason, "val_loss": run.val_loss}
+                write_record(
+                    run.log_path, end | {"best_val_loss": best, "wall_time_s": run.elapsed()}
+                )
         except BaseException as err:
             fresh = run is not None and run.rank == 0 and not resume and run.saved_step is None
             if fresh and not isinstance(err, TrainingDivergedError):

@@ -354,7 +354,7 @@ def _main_export(argv: list[str]) -> int:
             check_output_file(out.with_suffix(suffix), overwrite=args.overwrite)
         if args.log is not None and not Path(args.log).is_file():
             raise FileNotFoundError(f"--log {args.log}: no such file")
-        check_exportable(args.ckpt, out)
+        check_exportable(args.ckpt, out, overwrite=args.overwrite)
         log = Path(args.log) if args.log else Path(args.ckpt).parent / "metrics.jsonl"
         return log if log.is_file() else None
 
