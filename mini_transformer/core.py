@@ -313,11 +313,8 @@ def estimate_loss(
         if n_windows < 1:
             raise ValueError(f"ids has {len(ids)} tokens, fewer than block_size + 1 = {T + 1}")
         n_windows = min(n_windows, (n_batches or n_windows) * batch_size)
-        batches = []
-        for start in range(0, n_windows, batch_size):
-            rows = torch.arange(start, min(start + batch_size, n_windows))[:, None] * T
-            chunk = ids[rows + torch.arange(T + 1)[None, :]].to(device)  # (b, T + 1)
-            batches.append((chunk[:, :-1], chunk[:, 1:]))
+        windows = ids.unfold(0, T + 1, T)[:n_windows].to(device)  # (n_windows, T + 1)
+        batches = [(w[:, :-1], w[:, 1:]) for w in windows.split(batch_size)]
     was_training = model.training
     model.eval()
     losses = torch.stack([model(x, y)[1] for x, y in batches]).tolist()  # one host sync

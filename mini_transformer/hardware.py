@@ -191,20 +191,13 @@ def physical_cores(cpuinfo: str | None = None) -> int:
         allowed = sorted(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         allowed = list(range(os.cpu_count() or 1))
-    cores, cpu, physical, core = {}, None, None, None
-    for line in (_cpuinfo() if cpuinfo is None else cpuinfo).splitlines() + [""]:
-        key, _, value = (s.strip() for s in line.partition(":"))
-        if key == "processor":
-            cpu = int(value)
-        elif key == "physical id":
-            physical = value
-        elif key == "core id":
-            core = value
-        elif not key and cpu is not None:  # a blank line ends one logical CPU's block
-            cores[cpu] = (physical, core) if core is not None else None
-            cpu = physical = core = None
+    cores = {}
+    for block in (_cpuinfo() if cpuinfo is None else cpuinfo).split("\n\n"):  # one logical CPU
+        info = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in block.split("\n"))}
+        if "processor" in info:
+            cores[int(info["processor"])] = (info.get("physical id"), info.get("core id"))
     found = [cores[c] for c in allowed if c in cores]
-    if not found or None in found:
+    if not found or any(core is None for _, core in found):
         return max(1, len(allowed))
     return len(set(found))
 
