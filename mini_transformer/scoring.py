@@ -1,34 +1,22 @@
-"""Chapter 4's miniature of Vaswani et al.'s section 3.2.1: three score functions as d_k grows.
+r"""Chapter 4's miniature of Vaswani et al.'s section 3.2.1: three score functions as d_k grows.
 
-Vaswani et al. (2017, section 3.2.1) motivate the :math:`1/\\sqrt{d_k}` by an observation:
-"for small values of :math:`d_k` the two mechanisms perform similarly, additive attention
-outperforms dot product attention without scaling for larger values of :math:`d_k`", which
-they *suspect* is due to saturated softmax gradients. This module trains one attention layer
-with a given score function and width ``d_k`` on a small retrieval task
-(:func:`train_scores`).
+Vaswani et al. (2017) observe that "for small values of :math:`d_k` the two mechanisms perform
+similarly, additive attention outperforms dot product attention without scaling for larger
+values of :math:`d_k`", and *suspect* saturated softmax gradients. :func:`train_scores` trains
+one attention layer's score function (:class:`ScoreModel`) at width ``d_k`` on a retrieval
+task (:func:`retrieval_batch`): ``T`` random keys :math:`x_j \in \mathbb{R}^{d_{in}}` with
+random labels :math:`y_j` among ``C``, and a query :math:`x_{j^*} + 0.5\,\varepsilon`. The
+values are the labels' one-hot vectors, so the output :math:`o = \sum_j a_j e_{y_j}` is a
+distribution over labels and the loss :math:`-\ln o_{y_{j^*}}` reaches the scores only
+through the softmax, as in a real attention layer. The score functions, from :math:`d_{in}`
+to width ``d_k`` with PyTorch's default ``nn.Linear`` initialisation:
 
-The task (:func:`retrieval_batch`): a sequence holds ``T`` random key vectors
-:math:`x_j \\in \\mathbb{R}^{d_{in}}`, each with a random label :math:`y_j` among ``C``; the
-query is a noisy copy of one of them, :math:`x_{j^*} + 0.5\\,\\varepsilon`. The values are the
-labels' one-hot vectors, so the attention output :math:`o = \\sum_j a_j\\, e_{y_j}` is a
-distribution over labels and the loss is :math:`-\\ln o_{y_{j^*}}`: the gradient reaches the
-scores only through the softmax, as in a real attention layer. A model that has not learned
-to find the key gets accuracy about :math:`1/C` plus the chance that a random key shares the
-label.
+- ``"scaled"``: :math:`q \cdot k / \sqrt{d_k}` with :math:`q = W^Q x_q`, :math:`k = W^K x_j`;
+- ``"unscaled"``: :math:`q \cdot k`;
+- ``"additive"``: :math:`w^\top \tanh(W_q x_q + W_k x_j + b)`
+  (:class:`~mini_transformer.additive.AdditiveAttention`, hidden width ``d_k``).
 
-Score functions (:class:`ScoreModel`), all mapping :math:`d_{in}` to width ``d_k`` with
-PyTorch's default ``nn.Linear`` initialisation:
-
-- ``"scaled"``: :math:`q \\cdot k / \\sqrt{d_k}` with :math:`q = W^Q x_q`, :math:`k = W^K x_j`;
-- ``"unscaled"``: :math:`q \\cdot k`;
-- ``"additive"``: :math:`w^\\top \\tanh(W_q x_q + W_k x_j + b)`
-  (:class:`~mini_transformer.additive.AdditiveAttention` with hidden width ``d_k``).
-
-The sweep over ``d_k``, learning rates, score functions and seeds that produced the
-chapter's results is a repository tool, not part of this package (29 minutes of wall time
-on a 2-core machine shared with other jobs, one thread)::
-
-    python tools/score_functions.py --out mini_transformer/results/04_score_functions.json
+The sweep behind the chapter's results is the repository tool ``tools/score_functions.py``.
 """
 
 from __future__ import annotations
@@ -40,11 +28,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .additive import AdditiveAttention
-from .checks import check_float, check_int
+from .checks import check_choice, check_float, check_int
 
-__all__ = ["SCORE_KINDS", "ScoreModel", "retrieval_batch", "train_scores"]
+__all__ = ["ScoreModel", "retrieval_batch", "train_scores"]
 
-SCORE_KINDS = ("additive", "unscaled", "scaled")
+SCORE_KINDS = ("additive", "unscaled", "scaled")  # in the order the sweep tool runs them
 
 
 def retrieval_batch(
@@ -68,9 +56,9 @@ class ScoreModel(nn.Module):
 
     def __init__(self, kind: str, d_k: int, d_in: int = 32) -> None:
         super().__init__()
-        if kind not in SCORE_KINDS:
-            raise ValueError(f"kind must be one of {SCORE_KINDS}, got {kind!r}")
-        self.kind = kind
+        self.kind = check_choice("kind", kind, SCORE_KINDS)
+        check_int("d_k", d_k, low=1)
+        check_int("d_in", d_in, low=1)
         if kind == "additive":
             self.additive = AdditiveAttention(d_in, d_in, d_k)
         else:
@@ -85,12 +73,11 @@ class ScoreModel(nn.Module):
         return (self.q_proj(query) @ self.k_proj(keys).transpose(1, 2)) * self.scale
 
 
-def _loss_and_accuracy(model: ScoreModel, batch) -> tuple[Tensor, Tensor, Tensor]:
+def _loss_and_accuracy(model: ScoreModel, batch) -> tuple[Tensor, Tensor]:
     query, keys, values, target = batch
-    scores = model(query, keys)  # (B, 1, T)
-    out = (scores.softmax(-1) @ values)[:, 0]  # (B, C): a distribution over labels
-    loss = F.nll_loss(torch.log(out + 1e-9), target)
-    return loss, (out.argmax(-1) == target).float().mean(), scores
+    out = (model(query, keys).softmax(-1) @ values)[:, 0]  # (B, C): o = sum_j a_j e_{y_j}
+    loss = F.nll_loss(torch.log(out + 1e-9), target)  # -ln o_{y_j*}
+    return loss, (out.argmax(-1) == target).float().mean()
 
 
 def train_scores(kind: str, d_k: int, lr: float, seed: int = 0, steps: int = 200) -> dict:
@@ -112,7 +99,7 @@ def train_scores(kind: str, d_k: int, lr: float, seed: int = 0, steps: int = 200
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     data = torch.Generator().manual_seed(100 + seed)
     for _ in range(steps):
-        loss, _, _ = _loss_and_accuracy(model, retrieval_batch(data))
+        loss, _ = _loss_and_accuracy(model, retrieval_batch(data))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

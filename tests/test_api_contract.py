@@ -38,14 +38,7 @@ CONTRACT = {
     "model": {"model": ["TransformerConfig", "TransformerLM"]},
     "data": {
         "data": ["load_corpus", "CharTokenizer", "get_batch"],
-        "tasks": [
-            "IGNORE_INDEX",
-            "SYNTHETIC_TASKS",
-            "copy_offset_task",
-            "reverse_task",
-            "sort_task",
-            "order_task",
-        ],
+        "tasks": ["IGNORE_INDEX", "SYNTHETIC_TASKS", "copy_offset_task"],
     },
     "train": {"checkpoints": ["save_checkpoint", "load_checkpoint"]},
 }

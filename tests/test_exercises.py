@@ -19,7 +19,13 @@ import pytest
 import torch
 
 from mini_transformer import exercises
-from mini_transformer.exercises import checking
+from mini_transformer.exercises import (
+    ch1_position,
+    ch5_layernorm,
+    ch6_training,
+    checking,
+    comparing,
+)
 
 
 @pytest.fixture
@@ -35,7 +41,7 @@ def square():
         n_random=5,
     )(lambda x: x**2)
     yield name
-    exercises._REGISTRY.pop(name)
+    checking._REGISTRY.pop(name)
 
 
 @pytest.fixture
@@ -43,10 +49,10 @@ def value():
     """A value exercise: the answer is the integer 42."""
     name = "test-value"
     exercises.exercise(
-        name, "The answer.", mistakes={"off by one": 41}, compare=exercises.exact_int
+        name, "The answer.", mistakes={"off by one": 41}, compare=comparing.exact_int
     )(lambda: 42)
     yield name
-    exercises._REGISTRY.pop(name)
+    checking._REGISTRY.pop(name)
 
 
 # --- verdicts -------------------------------------------------------------------------
@@ -190,7 +196,7 @@ def test_global_random_states_are_left_untouched(square):
 
 
 def test_a_module_input_is_described_by_its_class_not_its_repr():
-    text = exercises._describe(torch.nn.Sequential(torch.nn.Linear(3, 4)))
+    text = comparing._describe(torch.nn.Sequential(torch.nn.Linear(3, 4)))
     assert text == "a Sequential module"
 
 
@@ -249,8 +255,8 @@ def test_registering_twice_or_without_a_name_raises(square):
         exercises.exercise("", "empty")(lambda: 0)
 
 
-def test_describe_returns_the_task(square):
-    assert exercises.describe(square) == "Square every entry of x."
+def test_task_returns_the_task_sentence(square):
+    assert exercises.task(square) == "Square every entry of x."
 
 
 # --- references against independent statements -----------------------------------------
@@ -270,7 +276,7 @@ def test_param_count_reference_agrees_with_the_package_model():
             positional=positional,
             bias=bias,
         )
-        expected = exercises._param_count(11, 16, 16, 2, 48, positional, bias)
+        expected = ch6_training._param_count(11, 16, 16, 2, 48, positional, bias)
         assert TransformerLM(cfg).num_parameters() == expected
 
 
@@ -281,12 +287,12 @@ def test_ln_jacobian_reference_agrees_with_autograd():
         return (v - v.mean()) / torch.sqrt(v.var(unbiased=False) + 0.1)
 
     auto = torch.autograd.functional.jacobian(ln, x)
-    assert torch.allclose(exercises._ln_jacobian(x, 0.1), auto, atol=1e-8)
+    assert torch.allclose(ch5_layernorm._ln_jacobian(x, 0.1), auto, atol=1e-8)
 
 
 def test_first_return_is_333_because_333_radians_is_just_short_of_53_turns():
     assert -0.01 < 333 - 53 * 2 * np.pi < 0
-    assert exercises._first_return_answer() == 333
+    assert ch1_position._first_return_answer() == 333
 
 
 def test_a_function_exercise_without_cases_is_refused():
@@ -296,7 +302,6 @@ def test_a_function_exercise_without_cases_is_refused():
 
 
 def test_a_checked_prediction_explains_the_right_answer_after_the_verdict(capsys):
-    from mini_transformer.exercises import checking
 
     name = "test-prediction-explained"
     checking._REGISTRY.pop(name, None)
@@ -333,10 +338,10 @@ def mask():
             "the transpose": lambda T: torch.ones(T, T, dtype=torch.bool).triu(),
             "a float mask": lambda T: torch.ones(T, T).tril(),
         },
-        compare=exercises.close(same_dtype=True),
+        compare=comparing.close(same_dtype=True),
     )(lambda T: torch.ones(T, T, dtype=torch.bool).tril())
     yield name
-    exercises._REGISTRY.pop(name)
+    checking._REGISTRY.pop(name)
 
 
 def test_a_dtype_only_difference_is_a_dtype_error_and_names_no_value_mistake(mask, capsys):
@@ -349,8 +354,8 @@ def test_a_dtype_only_difference_is_a_dtype_error_and_names_no_value_mistake(mas
 def test_a_mistake_that_agrees_with_the_reference_on_the_case_is_not_named(mask, capsys):
     """At T = 1 the transpose *is* the right mask: a float answer must not be told it
     has the transpose (the learner review's misleading message)."""
-    exercises._REGISTRY[mask] = dataclasses.replace(
-        exercises._REGISTRY[mask],
+    checking._REGISTRY[mask] = dataclasses.replace(
+        checking._REGISTRY[mask],
         edge_cases={"T = 1": (1,)},
         mistakes={"the transpose": (lambda T: torch.ones(T, T, dtype=torch.bool).triu())},
     )
@@ -399,10 +404,10 @@ def test_a_random_case_is_replayed_with_the_same_inputs(square, capsys):
 
 
 def test_sixteen_entries_are_shown_in_full_more_by_shape_and_first_difference():
-    assert exercises._describe(torch.arange(16.0)).startswith("tensor float32 [ 0.,  1.,")
-    text = exercises._describe(np.linspace(-1, 2, 18).reshape(2, 9))
+    assert comparing._describe(torch.arange(16.0)).startswith("tensor float32 [ 0.,  1.,")
+    text = comparing._describe(np.linspace(-1, 2, 18).reshape(2, 9))
     assert text == "an array of shape (2, 9) (float64, from -1 to 2)"
-    msg = exercises.close()(np.zeros((2, 64)), np.eye(2, 64))
+    msg = comparing.close()(np.zeros((2, 64)), np.eye(2, 64))
     assert msg == "expected 0 at index (0, 0), got 1 (2 of 128 entries differ)"
 
 
@@ -417,7 +422,7 @@ def softmax():
         n_random=3,
     )(lambda s: s.softmax(-1))
     yield name
-    exercises._REGISTRY.pop(name)
+    checking._REGISTRY.pop(name)
 
 
 @pytest.mark.parametrize(
@@ -445,7 +450,7 @@ def test_no_diagnosis_when_none_holds(softmax, capsys):
 
 
 def test_close_handles_float16_inf_nan_strings_and_meta_tensors():
-    compare = exercises.close()
+    compare = comparing.close()
     x = torch.tensor([0.1, 0.7, 3.0])
     assert compare(x.half().exp(), x.exp().half()) is None  # float16 resolution
     assert compare(torch.tensor([0.5, 1.0]).half(), torch.tensor([0.5, 1.002]).half()) is None
@@ -610,12 +615,12 @@ def test_ctrl_c_still_interrupts_a_check(square, mode):
 
 def test_diagnoses_of_shifted_and_reshaped_results():
     e = np.arange(1.0, 6.0) ** 2
-    assert checking._diagnose(e, np.r_[0.0, e[:-1]]) == (
+    assert comparing._diagnose(e, np.r_[0.0, e[:-1]]) == (
         "your result is the expected one shifted by one along axis 0"
     )
-    assert "transposed" in exercises.close()(np.zeros((2, 3)), np.zeros((3, 2)))
-    assert "keepdim" in exercises.close()(np.zeros((2, 1)), np.zeros(2))
-    assert checking._diagnose(e, e + np.arange(5.0) ** 3) is None
+    assert "transposed" in comparing.close()(np.zeros((2, 3)), np.zeros((3, 2)))
+    assert "keepdim" in comparing.close()(np.zeros((2, 1)), np.zeros(2))
+    assert comparing._diagnose(e, e + np.arange(5.0) ** 3) is None
 
 
 def test_a_failed_fork_falls_back_to_checking_in_process(square, monkeypatch, capsys):

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from mini_transformer import exercises
+from mini_transformer.exercises import checking, comparing
 
 SEED = 20261123
 
@@ -714,14 +715,14 @@ def test_checker_rejects_a_wrong_answer(name, mistake, capsys):
 # pre-ln-block is left out: its inputs are modules, slow to build twice over.
 @pytest.mark.parametrize(
     "name",
-    [n for n in sorted(CASES) if exercises._get(n).inputs is not None and n != "pre-ln-block"],
+    [n for n in sorted(CASES) if checking._get(n).inputs is not None and n != "pre-ln-block"],
 )
 def test_a_memorised_answer_fails_on_fresh_cases(name, capsys):
     """An answer that replays the outputs of one call fails on the cases of another call."""
-    ex = exercises._get(name)
+    ex = checking._get(name)
     rng = np.random.default_rng(1)
     all_args = [ex.inputs(rng) for _ in range(ex.n_random)] + list(ex.edge_cases.values())
-    seen = {_key(args): ex.reference(*exercises._copy(args)) for args in all_args}
+    seen = {_key(args): ex.reference(*comparing._copy(args)) for args in all_args}
 
     def memorised(*args):
         return seen[_key(args)]
@@ -761,5 +762,5 @@ def test_right_values_in_the_wrong_dtype_are_told_so_and_no_value_mistake_is_nam
     assert not exercises.check(name, answer, seed=SEED)
     out = capsys.readouterr().out
     assert "only the dtype is wrong, the values agree" in out
-    named = [m for m in exercises._get(name).mistakes if m in out]
+    named = [m for m in checking._get(name).mistakes if m in out]
     assert all(m.startswith("a float") for m in named), named

@@ -223,9 +223,10 @@ def test_a_copied_pre_checksum_file_with_a_flipped_bit_is_refused(tmp_path):
 
 
 def test_a_lab_length_its_task_cannot_build_is_refused_before_training(capsys, monkeypatch):
-    """``--task reverse --train-length 3``: the shortest training length (1) became 0 after
-    rounding to even, and the run failed mid-sweep, reported as a bad argument (exit 2)."""
+    """``--train-length 3 --offset 2``: the shortest training length (1) holds no target to
+    copy; the run is refused as a bad argument (exit 2) instead of failing mid-sweep."""
     monkeypatch.setattr(extrapolation_lab, "run_lab", no_work)
-    argv = ["--task", "reverse", "--train-length", "3", "--steps", "1"]
+    argv = ["--train-length", "3", "--offset", "2", "--steps", "1"]
     code, err = exit_code(extrapolation_lab.main, argv, capsys)
-    assert code == 2 and "min_train_length must be >= 2 for task 'reverse'" in err
+    assert code == 2 and "min_train_length must be an integer in [3, 3]" in err
+    assert "longer than offset=2" in err

@@ -75,9 +75,9 @@ def test_the_lab_loss_is_cross_entropy_over_scored_positions_only():
 def test_accuracy_counts_only_scored_positions():
     targets = torch.tensor([[IGNORE_INDEX, 1, 2, 0]])
     logits = torch.nn.functional.one_hot(torch.tensor([[0, 1, 0, 0]]), 3).float()
-    assert lab.accuracy(logits, targets) == pytest.approx(2 / 3)  # positions 1 and 3 right
-    assert lab.accuracy(logits, targets, from_position=2) == pytest.approx(1 / 2)
-    assert math.isnan(lab.accuracy(logits, targets, from_position=4))
+    assert lab._accuracy(logits, targets) == pytest.approx(2 / 3)  # positions 1 and 3 right
+    assert lab._accuracy(logits, targets, start=2) == pytest.approx(1 / 2)
+    assert math.isnan(lab._accuracy(logits, targets, start=4))
 
 
 def test_cosine_similarity_matrix_matches_a_double_loop():
@@ -87,6 +87,8 @@ def test_cosine_similarity_matrix_matches_a_double_loop():
         for j in range(5):
             want = torch.dot(w[i], w[j]) / (w[i].norm() * w[j].norm())
             assert float(S[i, j]) == pytest.approx(float(want), abs=1e-6)
+    with pytest.raises(ValueError, match=r"w must have 2 dimensions \(positions, d_model\)"):
+        lab.cosine_similarity_matrix(torch.zeros(3))
 
 
 @pytest.mark.parametrize("scheme", POSITIONAL_SCHEMES)
@@ -131,6 +133,8 @@ def test_learned_position_weight_needs_a_learned_model():
 def test_unknown_scheme_is_an_error():
     with pytest.raises(ValueError, match="scheme must be one of"):
         lab.make_model("relative", tiny_config())
+    with pytest.raises(TypeError, match="scheme must be one of 'none', 'learned'.*got 3"):
+        lab.make_model(3, tiny_config())
 
 
 def test_unknown_task_is_an_error():
@@ -139,14 +143,23 @@ def test_unknown_task_is_an_error():
 
 
 def test_min_train_length_must_not_exceed_train_length():
-    with pytest.raises(ValueError, match=r"min_train_length must be an integer in \[1, 8\], got 9"):
+    msg = r"min_train_length must be an integer in \[4, 8\] \(.*longer than offset=3\), got 9"
+    with pytest.raises(ValueError, match=msg):
         lab.LabConfig(train_length=8, min_train_length=9)
+
+
+def test_every_length_must_hold_a_target_past_the_offset():
+    with pytest.raises(ValueError, match=r"min_train_length must be an integer in \[6, 8\]"):
+        lab.LabConfig(train_length=8, offset=5)  # the default min_train_length 4 is too short
+    with pytest.raises(ValueError, match=r"eval_lengths must be an integer >= 4 .*got 3"):
+        lab.LabConfig(train_length=8, eval_lengths=[8, 3])
+    with pytest.raises(ValueError, match="the number of eval_lengths must be a positive integer"):
+        lab.LabConfig(eval_lengths=[])
 
 
 def test_scheme_lr_replaces_lr_for_the_schemes_named_only():
     cfg = tiny_config(lr=1e-3, scheme_lr={"alibi": 1e-2})
     assert cfg.lr_for("alibi") == 1e-2 and cfg.lr_for("rope") == 1e-3
-    assert cfg.for_scheme("alibi").lr == 1e-2 and cfg.for_scheme("alibi").scheme_lr == {}
 
 
 def test_training_uses_the_scheme_learning_rate():
@@ -372,11 +385,6 @@ def test_committed_results_follow_the_schema():
     assert result["eval_lengths"] == [32, 48, 64, 128, 256]  # L .. 8L (chapter 3)
     assert result["config"]["block_size"] == 256  # learned table: a row per T
     assert len(result["seeds"]) >= 2
-
-
-def test_accuracy_refuses_logits_and_targets_of_different_shapes():
-    with pytest.raises(ValueError, match="logits must be"):
-        lab.accuracy(torch.zeros(2, 5, 4), torch.zeros(2, 6, dtype=torch.long))
 
 
 def test_the_lab_compares_every_scheme_of_the_model():

@@ -29,15 +29,19 @@ def test_setup_sets_thread_count():
         torch.set_num_threads(before)
 
 
-@pytest.mark.parametrize("seed", [-1, 1.5, "0", True])
-def test_setup_rejects_bad_seed(seed):
-    with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+@pytest.mark.parametrize(
+    ("seed", "error"), [(-1, ValueError), (1.5, TypeError), ("1", TypeError), (True, TypeError)]
+)
+def test_setup_rejects_bad_seed(seed, error):
+    with pytest.raises(error, match="seed must be a non-negative integer"):
         plotting.setup(seed)
 
 
-@pytest.mark.parametrize("threads", [0, -2, 2.0])
-def test_setup_rejects_bad_threads(threads):
-    with pytest.raises(ValueError, match="threads must be a positive integer"):
+@pytest.mark.parametrize(
+    ("threads", "error"), [(0, ValueError), (-2, ValueError), (2.0, TypeError)]
+)
+def test_setup_rejects_bad_threads(threads, error):
+    with pytest.raises(error, match="threads must be a positive integer"):
         plotting.setup(0, threads=threads)
 
 
@@ -79,17 +83,15 @@ def test_heatmaps_draw_each_matrix_in_its_panel_on_one_colour_scale():
     assert len(fig.axes) == 2 * 3 + 1  # the six panels and one colour bar
 
 
-def test_heatmaps_use_the_given_limits_titles_colormap_and_size():
+def test_heatmaps_use_the_given_limits_titles_and_size():
     w = torch.softmax(torch.randn(4, 3, 3), dim=-1)  # one row of four panels
     titles = [f"head {h}" for h in range(4)]
     fig, axes = plotting.show_heatmaps(
-        w, xlabel="k", ylabel="q", titles=titles, vmin=0, vmax=1, cmap="viridis",
-        colorbar=False, figsize=(8, 2),
-    )  # fmt: skip
-    assert axes.shape == (1, 4) and len(fig.axes) == 4
+        w, xlabel="k", ylabel="q", titles=titles, vmin=0, vmax=1, figsize=(8, 2)
+    )
+    assert axes.shape == (1, 4) and len(fig.axes) == 4 + 1  # and one colour bar
     assert [ax.get_title() for ax in axes.flat] == titles
     assert all(ax.images[0].get_clim() == (0.0, 1.0) for ax in axes.flat)
-    assert axes[0, 0].images[0].get_cmap().name == "viridis"
     assert tuple(fig.get_size_inches()) == (8.0, 2.0)
     for h in range(4):
         assert np.allclose(axes[0, h].images[0].get_array(), w[h].numpy(), atol=1e-7)
@@ -155,10 +157,8 @@ def test_heatmaps_draw_blank_cells_off_the_scale_in_their_own_colour():
     assert zero.to_rgba(zero.get_array())[1, 1].tolist() != list(grey)  # 0.2: on the scale
     assert zero.get_cmap().name == "Blues"
     # without vmin, the scale starts at the smallest entry that is not blank (0.1, not 0)
-    _, axes = plotting.show_heatmaps(g, xlabel="x", ylabel="y", blank=g == 0, blank_color="red")
-    im = axes[0, 1].images[0]
-    assert im.get_clim()[0] == np.float32(0.1)
-    assert axes[0, 0].images[0].to_rgba(np.ma.masked_all((1,)))[0].tolist() == [1.0, 0, 0, 1.0]
+    _, axes = plotting.show_heatmaps(g, xlabel="x", ylabel="y", blank=g == 0)
+    assert axes[0, 1].images[0].get_clim()[0] == np.float32(0.1)
 
 
 @pytest.mark.parametrize(
@@ -174,17 +174,14 @@ def test_heatmaps_draw_blank_cells_off_the_scale_in_their_own_colour():
         ({"titles": "ab"}, TypeError, "titles must be None or a sequence"),
         ({"xticklabels": ["a", "b"]}, ValueError, "xticklabels must hold 3 labels"),
         ({"yticklabels": ["a", "b", "c"]}, ValueError, "yticklabels must hold 2 labels"),
-        ({"cmap": "Bluez"}, ValueError, "cmap must be a matplotlib colormap name"),
         ({"vmin": "0"}, TypeError, "vmin must be a finite number"),
         ({"vmax": float("nan")}, ValueError, "vmax must be a finite number"),
         ({"vmin": 1, "vmax": 0}, ValueError, "vmin must be smaller than vmax"),
         ({"vmin": 5}, ValueError, "vmin must be smaller than vmax"),
         ({"annotate": np.full((2, 3), "x")}, ValueError, "annotate must be a format string"),
         ({"blank": np.zeros((2, 2, 3))}, TypeError, "blank must be None or a boolean array"),
-        ({"blank": np.zeros((2, 3), dtype=bool)}, ValueError, "blank must have the shape"),
-        ({"blank_color": "greyish"}, ValueError, "blank_color must be a matplotlib colour"),
+        ({"blank": np.zeros((2, 3), dtype=bool)}, ValueError, "blank must be booleans of the"),
         ({"fontsize": 0}, ValueError, "fontsize must be a finite number > 0"),
-        ({"colorbar": 1}, TypeError, "colorbar must be True or False"),
         ({"figsize": 4}, TypeError, "figsize must be None or"),
         ({"figsize": (4, -1)}, ValueError, "figsize height must be a finite number > 0"),
     ],

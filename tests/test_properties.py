@@ -220,39 +220,6 @@ SCALAR_FUNCTIONS = {
         lambda a: (2, a["n_samples"], a["length"]),
         torch.long,
     ),
-    "reverse_task": (
-        D.reverse_task,
-        {
-            "n_samples": (st.integers(1, 4), bad_int()),
-            "length": (
-                st.integers(1, 6).map(lambda n: 2 * n),
-                st.one_of(bad_int(2), st.integers(1, 9).map(lambda n: 2 * n + 1)),
-            ),
-            "vocab_size": (st.integers(3, 20), bad_int(3)),
-        },
-        lambda a: (2, a["n_samples"], a["length"]),
-        torch.long,
-    ),
-    "sort_task": (
-        D.sort_task,
-        {
-            "n_samples": (st.integers(1, 4), bad_int()),
-            "length": (st.integers(1, 6).map(lambda n: 2 * n), bad_int(2)),
-            "vocab_size": (st.integers(3, 20), bad_int(3)),
-        },
-        lambda a: (2, a["n_samples"], a["length"]),
-        torch.long,
-    ),
-    "order_task": (
-        D.order_task,
-        {
-            "n_samples": (st.integers(1, 4), bad_int()),
-            "length": (st.integers(3, 12), bad_int(3)),
-            "vocab_size": (st.integers(4, 20), bad_int(4)),
-        },
-        lambda a: (2, a["n_samples"], a["length"]),
-        torch.long,
-    ),
 }
 
 
@@ -297,7 +264,6 @@ SIZED = {  # function, the size argument, the other arguments: a huge size is re
     "alibi_bias": (P.alibi_bias, "T_q", {"n_heads": 8}),
     "causal_mask": (A.causal_mask, "T", {}),
     "copy_offset_task": (D.copy_offset_task, "length", {"n_samples": 1000}),
-    "order_task": (D.order_task, "length", {"n_samples": 1000}),
 }
 
 
@@ -1019,7 +985,6 @@ COVERED = (
 )
 NOT_COVERED = {  # public callables without arguments to get wrong
     "load_works": "no arguments",
-    "load_metadata": "no arguments",
     "PositionalScheme": "a frozen record: its six rows are SCHEMES, tested in test_model.py",
 }
 
@@ -1038,7 +1003,7 @@ def test_every_public_entry_point_is_covered():
     public = _public_callables()
     missing = public - COVERED - set(NOT_COVERED)
     assert not missing, f"public entry points without a property test: {sorted(missing)}"
-    assert len(public & COVERED) >= 36
+    assert len(public & COVERED) >= 35  # 36 before model.evaluate went (see train.estimate_loss)
 
 
 # --------------------------------------------------------------------------- experiments' configs
@@ -1048,8 +1013,9 @@ def test_stability_config_and_run_name_bad_arguments():
     rejects(lambda: S.StabilityConfig(n_layers=0), "n_layers")
     rejects(lambda: S.StabilityConfig(n_layers=2.5), "n_layers")
     rejects(lambda: S.StabilityConfig(vocab_size=1), "vocab_size")
-    rejects(lambda: S.StabilityConfig(d_model=30, n_heads=4), "d_model")
-    rejects(lambda: S.StabilityConfig(activation="tanh"), "activation")
+    # the sizes of the blocks are checked by the blocks, when the model is built
+    rejects(lambda: S.TinyCausalLM(S.StabilityConfig(d_model=30, n_heads=4), "pre"), "d_model")
+    rejects(lambda: S.TinyCausalLM(S.StabilityConfig(activation="tanh"), "pre"), "activation")
     run = S.train_run
     rejects(lambda: run("post", lr=-1.0, warmup_steps=0, steps=1), "lr")
     rejects(lambda: run("post", lr=math.nan, warmup_steps=0, steps=1), "lr")
@@ -1058,14 +1024,11 @@ def test_stability_config_and_run_name_bad_arguments():
     rejects(lambda: run("mid", lr=1e-3, warmup_steps=0, steps=1), "norm_position")
 
 
-def test_lab_accuracy_and_model_counts_name_bad_arguments():
+def test_lab_and_model_counts_name_bad_arguments():
     from mini_transformer import lab
 
-    logits, targets = torch.randn(2, 3, 5), torch.randint(0, 5, (2, 3))
-    rejects(lambda: lab.accuracy(logits.long(), targets), "logits")
-    rejects(lambda: lab.accuracy(logits, targets.float()), "targets")
-    rejects(lambda: lab.accuracy(logits, targets, from_position=-1), "from_position")
-    rejects(lambda: lab.accuracy(logits, targets[:, :2]), "targets")
+    rejects(lambda: lab.cosine_similarity_matrix(torch.zeros(3, 4).long()), "w")
+    rejects(lambda: lab.make_model("rope", lab.LabConfig(d_model=30, n_heads=4)), "d_model")
     cfg = M.TransformerConfig(vocab_size=5, block_size=4, d_model=4, n_heads=1, n_layers=1)
     m = M.TransformerLM(cfg)
     rejects(lambda: m.flops_per_token(T=2.5), "T")

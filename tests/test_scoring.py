@@ -48,5 +48,17 @@ def test_training_beats_chance_and_reports_its_settings():
 
 
 def test_unknown_kind_is_refused():
-    with pytest.raises(ValueError, match="kind must be one of"):
+    with pytest.raises(ValueError, match="kind must be one of 'additive', 'unscaled', 'scaled'"):
         ScoreModel("cosine", 8)
+    with pytest.raises(TypeError, match="kind must be one of 'additive'.*got 3"):
+        ScoreModel(3, 8)
+
+
+@pytest.mark.parametrize("kind", ["scaled", "additive"])
+def test_a_width_of_the_wrong_type_is_named_before_torch_sees_it(kind):
+    with pytest.raises(TypeError, match="d_k must be a positive integer, got '8'"):
+        train_scores(kind, "8", 1e-3)
+    with pytest.raises(ValueError, match="d_k must be a positive integer, got 0"):
+        ScoreModel(kind, 0)
+    with pytest.raises(TypeError, match="d_in must be a positive integer, got 2.5"):
+        ScoreModel(kind, 8, d_in=2.5)

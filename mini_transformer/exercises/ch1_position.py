@@ -1,18 +1,16 @@
 """Chapter 1's exercises (why position): binary codes, neighbour distances, the first
 return of (sin pos, cos pos), the position's share of the norm, a linear probe.
-
-One block per exercise: the reference (written from the formula, independently of
-the package's modules), its random inputs, edge cases and named mistakes. Importing
-this module registers its exercises (:func:`~mini_transformer.exercises.checking.exercise`).
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 
-from .checking import close, exact_int, exercise
+from .checking import exercise
+from .comparing import close, exact_int
 
 
 def _bits(n: int, n_bits: int, msb_first: bool = False, first: int = 0) -> np.ndarray:
@@ -31,10 +29,10 @@ def _bits(n: int, n_bits: int, msb_first: bool = False, first: int = 0) -> np.nd
         "more bits than needed": (5, 12),
     },
     mistakes={
-        "most significant bit first (column 0 must be the fastest bit)": lambda n, b: _bits(
-            n, b, msb_first=True
+        "most significant bit first (column 0 must be the fastest bit)": partial(
+            _bits, msb_first=True
         ),
-        "positions counted from 1": lambda n, b: _bits(n, b, first=1),
+        "positions counted from 1": partial(_bits, first=1),
     },
 )
 def _binary_encoding(n: int, n_bits: int) -> np.ndarray:
@@ -99,8 +97,8 @@ def _share(n: int, d: int, every_channel: bool = True, n_minus_1: bool = False) 
     edge_cases={"one position": (1, 8), "one channel": (10, 1)},
     mistakes={
         "the one-channel share p^2/(d + p^2): a copy in every channel scales the "
-        "position's energy by d too": lambda n, d: _share(n, d, every_channel=False),
-        "positions scaled by N - 1 instead of N": lambda n, d: _share(n, d, n_minus_1=True),
+        "position's energy by d too": partial(_share, every_channel=False),
+        "positions scaled by N - 1 instead of N": partial(_share, n_minus_1=True),
     },
 )
 def _position_share(n: int, d: int) -> float:
@@ -179,14 +177,12 @@ def _circle_inputs(rng: np.random.Generator) -> tuple:
         "the sinusoid's four speeds at d_model = 8": (12, 10000.0 ** (-np.arange(0, 8, 2) / 8)),
     },
     mistakes={
-        "cos before sin in each pair (column 2i must be the sine)": lambda n, t: _circles(
-            n, t, swap=True
-        ),
+        "cos before sin in each pair (column 2i must be the sine)": partial(_circles, swap=True),
         "all sines, then all cosines (the pairs must sit side by side: sin, cos, sin, cos)": (
-            lambda n, t: _circles(n, t, concat=True)
+            partial(_circles, concat=True)
         ),
-        "positions counted from 1 (position 0 is the point (0, 1) of every circle)": (
-            lambda n, t: _circles(n, t, first=1)
+        "positions counted from 1 (position 0 is the point (0, 1) of every circle)": partial(
+            _circles, first=1
         ),
     },
 )

@@ -1,19 +1,17 @@
 """Chapter 2's exercises (sinusoidal encoding): the encoding, the dot product as a function
 of the offset, the rotation matrix, near repeats, RoPE by halves, two checked predictions
 (how many pairs wrap; RoPE's symmetric case) and reading the base off a stored table.
-
-One block per exercise: the reference (written from the formula, independently of
-the package's modules), its random inputs, edge cases and named mistakes. Importing
-this module registers its exercises (:func:`~mini_transformer.exercises.checking.exercise`).
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 
-from .checking import close, exact_int, exercise
+from .checking import exercise
+from .comparing import close, exact_int
 
 
 def _omega(d_model: int, base: float = 10000.0) -> np.ndarray:
@@ -95,8 +93,8 @@ def _rotation(offset: int, d_model: int, sign: int = 1) -> np.ndarray:
     inputs=lambda rng: (int(rng.integers(-100, 101)), _even(rng)),
     edge_cases={"offset 0 (the identity)": (0, 4), "offset 1, two channels": (1, 2)},
     mistakes={
-        "the transpose R(-offset): rotates the wrong way (PE[pos - offset])": lambda k, d: (
-            _rotation(k, d, sign=-1)
+        "the transpose R(-offset): rotates the wrong way (PE[pos - offset])": partial(
+            _rotation, sign=-1
         ),
         "frequencies in reverse order (slowest pair first)": lambda k, d: _rotation(k, d)[
             ::-1, ::-1
@@ -137,12 +135,8 @@ def _near_repeat_inputs(rng: np.random.Generator) -> tuple:
         "one position": (4, 100.0, 1, 0.5),
     },
     mistakes={
-        "an index into PE[1:], one less than the position": lambda d, b, n, t: _near_repeat(
-            d, b, n, t, shift=1
-        ),
-        "exponent i/d_model instead of 2i/d_model": lambda d, b, n, t: _near_repeat(
-            d, b, n, t, exponent=1
-        ),
+        "an index into PE[1:], one less than the position": partial(_near_repeat, shift=1),
+        "exponent i/d_model instead of 2i/d_model": partial(_near_repeat, exponent=1),
         "searched from position 0, which always repeats itself (distance 0)": lambda d, b, n, t: (
             0 if n >= 1 else None
         ),
@@ -192,12 +186,12 @@ def _rope_inputs(rng: np.random.Generator) -> tuple:
     inputs=_rope_inputs,
     edge_cases={"position 0 (unchanged)": (np.arange(4.0)[None, :], np.array([0]), 1e4)},
     mistakes={
-        "adjacent pairs (2i, 2i+1): the interleaved layout, not half-split": lambda x, p, b: (
-            _rope_half(x, p, b, interleaved=True)
+        "adjacent pairs (2i, 2i+1): the interleaved layout, not half-split": partial(
+            _rope_half, interleaved=True
         ),
-        _CLOCKWISE: lambda x, p, b: _rope_half(x, p, b, sign=-1),
-        "exponent i/d instead of 2i/d: the frequencies fall too slowly": lambda x, p, b: _rope_half(
-            x, p, b, exponent=1
+        _CLOCKWISE: partial(_rope_half, sign=-1),
+        "exponent i/d instead of 2i/d: the frequencies fall too slowly": partial(
+            _rope_half, exponent=1
         ),
     },
 )
@@ -290,9 +284,9 @@ def _base_from(pe: np.ndarray, pair: int = 1, swap: bool = False, exponent: int 
     },
     mistakes={
         "read from pair 0, whose frequency is 1 for every base": lambda pe: _base_from(pe, 0),
-        "atan2(cos, sin): the angle pi/2 - omega, not omega": lambda pe: _base_from(pe, swap=True),
-        "exponent i/d_model instead of 2i/d_model: the base squared": lambda pe: _base_from(
-            pe, exponent=1
+        "atan2(cos, sin): the angle pi/2 - omega, not omega": partial(_base_from, swap=True),
+        "exponent i/d_model instead of 2i/d_model: the base squared": partial(
+            _base_from, exponent=1
         ),
     },
     compare=close(rtol=1e-6, atol=0.0),

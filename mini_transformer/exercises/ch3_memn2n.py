@@ -1,18 +1,16 @@
 """Chapter 3's exercises (MemN2N, learned and relative encodings): ALiBi biases, MemN2N's
 blind positions, unseen offsets, ALiBi's effective window.
-
-One block per exercise: the reference (written from the formula, independently of
-the package's modules), its random inputs, edge cases and named mistakes. Importing
-this module registers its exercises (:func:`~mini_transformer.exercises.checking.exercise`).
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 
-from .checking import close, exercise, int_list
+from .checking import exercise
+from .comparing import close, int_list
 
 
 def _alibi(n_heads, t, first=1, sign=-1, signed=False):
@@ -32,9 +30,9 @@ def _alibi(n_heads, t, first=1, sign=-1, signed=False):
     inputs=lambda rng: (int(2 ** rng.integers(0, 5)), int(rng.integers(1, 13))),
     edge_cases={"one head": (1, 4), "one position": (4, 1)},
     mistakes={
-        "slopes from h = 0 (the first head gets slope 1)": lambda n, t: _alibi(n, t, first=0),
-        "a positive bias (+m|i - j| rewards distant keys)": lambda n, t: _alibi(n, t, sign=1),
-        "signed distance i - j instead of |i - j|": lambda n, t: _alibi(n, t, signed=True),
+        "slopes from h = 0 (the first head gets slope 1)": partial(_alibi, first=0),
+        "a positive bias (+m|i - j| rewards distant keys)": partial(_alibi, sign=1),
+        "signed distance i - j instead of |i - j|": partial(_alibi, signed=True),
     },
 )
 def _alibi_ref(n_heads: int, T: int) -> np.ndarray:
@@ -81,9 +79,9 @@ def _unseen(T, L, causal=True, strict=False):
     inputs=lambda rng: (int(rng.integers(1, 80)), int(rng.integers(1, 40))),
     edge_cases={"T = L (nothing unseen)": (16, 16), "T = 2L": (32, 16), "T = L + 1": (9, 8)},
     mistakes={
-        "all T^2 pairs, not only causal ones": lambda T, L: _unseen(T, L, causal=False),
-        "offsets > L: the longest trained offset is L - 1, so L is unseen": lambda T, L: _unseen(
-            T, L, strict=True
+        "all T^2 pairs, not only causal ones": partial(_unseen, causal=False),
+        "offsets > L: the longest trained offset is L - 1, so L is unseen": partial(
+            _unseen, strict=True
         ),
         "share of unseen query positions (i >= L) instead of pairs": lambda T, L: max(0, T - L) / T,
     },
@@ -112,14 +110,14 @@ def _window(m, T, w, base2=False, plus=0, infinite=False, sign=-1):
     inputs=_window_inputs,
     edge_cases={"one key": (0.5, 1, 1), "window = T": (0.25, 10, 10)},
     mistakes={
-        "2^(-m r) instead of e^(-m r): softmax exponentiates with base e": lambda m, T, w: _window(
-            m, T, w, base2=True
+        "2^(-m r) instead of e^(-m r): softmax exponentiates with base e": partial(
+            _window, base2=True
         ),
-        "w + 1 keys (offsets 0..w)": lambda m, T, w: _window(m, T, w, plus=1),
+        "w + 1 keys (offsets 0..w)": partial(_window, plus=1),
         "normalised over infinitely many offsets: the softmax runs over the T keys r = 0..T-1 "
-        "only": lambda m, T, w: _window(m, T, w, infinite=True),
-        "the bias with the wrong sign (e^(+m r)): ALiBi penalises distance": lambda m, T, w: (
-            _window(m, T, w, sign=1)
+        "only": partial(_window, infinite=True),
+        "the bias with the wrong sign (e^(+m r)): ALiBi penalises distance": partial(
+            _window, sign=1
         ),
     },
 )

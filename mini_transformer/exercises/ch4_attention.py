@@ -1,20 +1,18 @@
 """Chapter 4's exercises (attention): the causal mask, masked softmax, attention, the
 prefix-LM mask, the softmax Jacobian, a sliding-window mask, and a checked prediction (how
 many blocks of a prefix-LM layer's Jacobian are exactly zero).
-
-One block per exercise: the reference (written from the formula, independently of
-the package's modules), its random inputs, edge cases and named mistakes. Importing
-this module registers its exercises (:func:`~mini_transformer.exercises.checking.exercise`).
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import torch
 
-from .checking import close, exact_int, exercise, random_tensor
+from .checking import exercise, random_tensor
+from .comparing import close, exact_int
 
 
 @exercise(
@@ -199,9 +197,9 @@ def _prefix(T, P, plus=0, prefix_sees_all=False):
         "T = 5, prefix 2": (5, 2),
     },
     mistakes={
-        "prefix one token too long (j <= n_prefix)": lambda T, P: _prefix(T, P, plus=1),
-        "prefix queries see every key: the prompt reads the answer": lambda T, P: _prefix(
-            T, P, prefix_sees_all=True
+        "prefix one token too long (j <= n_prefix)": partial(_prefix, plus=1),
+        "prefix queries see every key: the prompt reads the answer": partial(
+            _prefix, prefix_sees_all=True
         ),
         "the transpose (queries in columns)": lambda T, P: _prefix(T, P).T.contiguous(),
     },
@@ -267,12 +265,8 @@ def _window(T: int, w: int, lo: int = 0, future: bool = False) -> torch.Tensor:
         "a window longer than the sequence (plain causal)": (3, 5),
     },
     mistakes={
-        "w + 1 keys (j >= i - w): the window is one token too wide": lambda T, w: _window(
-            T, w, lo=1
-        ),
-        "a symmetric window |i - j| < w: queries see the future": lambda T, w: _window(
-            T, w, future=True
-        ),
+        "w + 1 keys (j >= i - w): the window is one token too wide": partial(_window, lo=1),
+        "a symmetric window |i - j| < w: queries see the future": partial(_window, future=True),
         "the transpose (j >= i): every query sees the future": lambda T, w: _window(T, w).T,
     },
     compare=close(same_dtype=True),

@@ -1,21 +1,19 @@
 """Chapter 5's exercises (LayerNorm, residuals, Pre-LN): LayerNorm, BatchNorm statistics,
 the Pre-LN block, RMSNorm, the LayerNorm Jacobian, a parallel block, a DeepNorm block and
 Adam's first step (a checked prediction).
-
-One block per exercise: the reference (written from the formula, independently of
-the package's modules), its random inputs, edge cases and named mistakes. Importing
-this module registers its exercises (:func:`~mini_transformer.exercises.checking.exercise`).
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import torch
 from torch import nn
 
-from .checking import close, exercise, random_tensor
+from .checking import exercise, random_tensor
+from .comparing import close
 
 
 def _ln_inputs(rng: np.random.Generator) -> tuple:
@@ -64,16 +62,12 @@ _OFFSET32 = (
         "a constant token": (torch.full((1, 1, 4), 3.0), torch.ones(4), torch.arange(4.0), 1e-5),
     },
     mistakes={
-        "unbiased variance (divided by d - 1; LayerNorm divides by d)": lambda x, g, b, e: _ln(
-            x, g, b, e, unbiased=True
-        ),
-        "eps added outside the square root": lambda x, g, b, e: _ln(x, g, b, e, eps_outside=True),
+        "unbiased variance (divided by d - 1; LayerNorm divides by d)": partial(_ln, unbiased=True),
+        "eps added outside the square root": partial(_ln, eps_outside=True),
         "statistics over the batch and positions (BatchNorm's axes)": lambda x, g, b, e: _ln(
             x, g, b, e, dims=(0, 1)
         ),
-        "one-pass variance E[x^2] - E[x]^2: cancels in float32": lambda x, g, b, e: _ln(
-            x, g, b, e, one_pass=True
-        ),
+        "one-pass variance E[x^2] - E[x]^2: cancels in float32": partial(_ln, one_pass=True),
     },
     compare=close(rtol=1e-4, atol=1e-4, same_dtype=True),
 )
@@ -209,13 +203,9 @@ def _rms_inputs(rng: np.random.Generator) -> tuple:
         ),
     },
     mistakes={
-        "subtracted the mean: that is LayerNorm without beta": lambda x, g, e: _rms(
-            x, g, e, center=True
-        ),
-        "divided by the L2 norm (the 1/d inside the root is missing)": lambda x, g, e: _rms(
-            x, g, e, l2=True
-        ),
-        "eps added outside the square root": lambda x, g, e: _rms(x, g, e, eps_outside=True),
+        "subtracted the mean: that is LayerNorm without beta": partial(_rms, center=True),
+        "divided by the L2 norm (the 1/d inside the root is missing)": partial(_rms, l2=True),
+        "eps added outside the square root": partial(_rms, eps_outside=True),
     },
 )
 def _rms_norm(x, gain, eps):
@@ -247,15 +237,13 @@ def _ln_jac(x, eps, drop_mean=False, drop_scale=False, unbiased=False):
     ),
     edge_cases={"d = 2": (torch.tensor([1.0, 3.0], dtype=torch.float64), 1e-5)},
     mistakes={
-        "the mean treated as a constant (no -1/d term)": lambda x, e: _ln_jac(x, e, drop_mean=True),
-        "the standard deviation treated as a constant (no -y y^T / d term)": lambda x, e: _ln_jac(
-            x, e, drop_scale=True
+        "the mean treated as a constant (no -1/d term)": partial(_ln_jac, drop_mean=True),
+        "the standard deviation treated as a constant (no -y y^T / d term)": partial(
+            _ln_jac, drop_scale=True
         ),
-        "unbiased variance": lambda x, e: _ln_jac(x, e, unbiased=True),
+        "unbiased variance": partial(_ln_jac, unbiased=True),
         "both the mean and the standard deviation treated as constants (J = I / sigma: the "
-        "-1/d and -y y^T / d terms are missing)": lambda x, e: _ln_jac(
-            x, e, drop_mean=True, drop_scale=True
-        ),
+        "-1/d and -y y^T / d terms are missing)": partial(_ln_jac, drop_mean=True, drop_scale=True),
         "eps left out of sigma = sqrt(var + eps)": lambda x, e: _ln_jac(x, 0.0),
     },
 )

@@ -1,20 +1,18 @@
 """Chapter 6's exercises (training): the learning-rate schedule, perplexity, parameter
 count, training FLOPs, top-k filtering, global-norm clipping and a checked prediction about
 the standard error of a sampled held-out loss.
-
-One block per exercise: the reference (written from the formula, independently of
-the package's modules), its random inputs, edge cases and named mistakes. Importing
-this module registers its exercises (:func:`~mini_transformer.exercises.checking.exercise`).
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import torch
 
-from .checking import close, exact_int, exercise, random_tensor
+from .checking import exercise, random_tensor
+from .comparing import close, exact_int
 
 
 def _lr(step, lr, min_lr, warmup, steps, cap=True, from_zero=False, to_zero=False):
@@ -52,11 +50,9 @@ def _lr_inputs(rng: np.random.Generator) -> tuple:
         "first warm-up step": (0, 1e-3, 0.0, 10, 100),
     },
     mistakes={
-        "cosine not capped past the last step (the rate climbs back up)": lambda *a: _lr(
-            *a, cap=False
-        ),
-        "warm-up from 0 (update 0 gets rate 0 and is wasted)": lambda *a: _lr(*a, from_zero=True),
-        "cosine down to 0 instead of min_lr": lambda *a: _lr(*a, to_zero=True),
+        "cosine not capped past the last step (the rate climbs back up)": partial(_lr, cap=False),
+        "warm-up from 0 (update 0 gets rate 0 and is wasted)": partial(_lr, from_zero=True),
+        "cosine down to 0 instead of min_lr": partial(_lr, to_zero=True),
     },
     compare=close(rtol=1e-9, atol=1e-15),
 )
@@ -114,16 +110,16 @@ def _naive_ppl(z, t, per_token=False, no_exp=False, stable=False, log_of_softmax
     },
     mistakes={
         "log of the softmax (a probability that underflows to 0 gives log 0 = -inf); "
-        "use logits - logsumexp(logits)": lambda z, t: _naive_ppl(z, t, log_of_softmax=True),
+        "use logits - logsumexp(logits)": partial(_naive_ppl, log_of_softmax=True),
         "exp without subtracting the maximum (overflows or underflows in float32)": _naive_ppl,
         "2 ** loss with the loss in nats: mixing the bases (e ** nats = 2 ** bits)": lambda z, t: (
             2.0 ** _naive_ppl(z, t, no_exp=True, stable=True)
         ),
-        "mean of per-token perplexities instead of exp of the mean loss": lambda z, t: _naive_ppl(
-            z, t, per_token=True, stable=True
+        "mean of per-token perplexities instead of exp of the mean loss": partial(
+            _naive_ppl, per_token=True, stable=True
         ),
-        "the cross-entropy itself, not its exponential": lambda z, t: _naive_ppl(
-            z, t, no_exp=True, stable=True
+        "the cross-entropy itself, not its exponential": partial(
+            _naive_ppl, no_exp=True, stable=True
         ),
     },
     compare=close(rtol=1e-4, atol=0.0),  # float32 logits near 200: log-sum-exp error ~1e-5
@@ -175,14 +171,14 @@ def _count_inputs(rng: np.random.Generator) -> tuple:
         "RoPE, no biases": (84, 128, 128, 4, 512, "rope", False),
     },
     mistakes={
-        "the tied head counted a second time": lambda *a: _count(*a, head=True),
-        "the final LayerNorm forgotten": lambda *a: _count(*a, final_ln=False),
-        "a position table counted for every scheme": lambda *a: _count(*a, learned_always=True),
-        "the learned position table left out (block_size * d_model parameters)": lambda *a: _count(
-            *a, no_table=True
+        "the tied head counted a second time": partial(_count, head=True),
+        "the final LayerNorm forgotten": partial(_count, final_ln=False),
+        "a position table counted for every scheme": partial(_count, learned_always=True),
+        "the learned position table left out (block_size * d_model parameters)": partial(
+            _count, no_table=True
         ),
         "LayerNorm shifts (beta) counted with bias=False: (2 n_layers + 1) * d_model too many": (
-            lambda *a: _count(*a, ln_shift=True)
+            partial(_count, ln_shift=True)
         ),
     },
     compare=exact_int,
@@ -214,9 +210,9 @@ def _flops_inputs(rng: np.random.Generator) -> tuple:
     inputs=_flops_inputs,
     edge_cases={"nanoGPT's shakespeare-char size": (10_650_000, 6, 384, 256, 5000 * 64 * 256)},
     mistakes={
-        "forward pass only (2 N per token)": lambda *a: _flops(*a, fwd=True),
-        "the attention term 12 L d T left out": lambda *a: _flops(*a, attn=False),
-        "attention counted per sequence (T^2) for every token": lambda *a: _flops(*a, seq=True),
+        "forward pass only (2 N per token)": partial(_flops, fwd=True),
+        "the attention term 12 L d T left out": partial(_flops, attn=False),
+        "attention counted per sequence (T^2) for every token": partial(_flops, seq=True),
     },
     compare=close(rtol=1e-9, atol=0.0),
 )
@@ -253,11 +249,11 @@ def _topk(z, k, fill=float("-inf"), plus=0, smallest=False):
         "k = 1": (torch.tensor([[0.2, 0.9, -0.3], [2.0, 1.0, 0.0]]), 1),
     },
     mistakes={
-        "the others set to 0, not -inf (a logit of 0 is not a probability of 0)": lambda z, k: (
-            _topk(z, k, fill=0.0)
+        "the others set to 0, not -inf (a logit of 0 is not a probability of 0)": partial(
+            _topk, fill=0.0
         ),
-        "k + 1 kept": lambda z, k: _topk(z, k, plus=1),
-        "the k smallest kept": lambda z, k: _topk(z, k, smallest=True),
+        "k + 1 kept": partial(_topk, plus=1),
+        "the k smallest kept": partial(_topk, smallest=True),
     },
     compare=close(rtol=0.0, atol=0.0, same_dtype=True),
 )
