@@ -31,11 +31,10 @@ from pathlib import Path
 
 import torch
 
-from mini_transformer.checkpoints import check_output_dir
+from mini_transformer.checkpoints import check_output_dir, check_output_file
 from mini_transformer.data import CharTokenizer, load_corpus
 from mini_transformer.hardware import where_it_ran
 from mini_transformer.train import (
-    check_output_file,
     estimate_loss,
     load_model,
     positive_int,

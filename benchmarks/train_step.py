@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 
+from mini_transformer.checkpoints import check_output_file
 from mini_transformer.core import train_step
 from mini_transformer.hardware import (
     autocast,
@@ -53,7 +54,6 @@ from mini_transformer.hardware import (
 )
 from mini_transformer.model import TransformerLM
 from mini_transformer.train import (
-    check_output_file,
     configure_optimizer,
     get_preset,
     positive_int,

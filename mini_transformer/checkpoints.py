@@ -1,14 +1,12 @@
 r"""Checkpoints, exported weights, the committed models and their logs (chapter 6).
 
-- **Atomic**: every file is written to ``<name>.tmp`` and renamed (:func:`atomic_write`), so
-  a reader, or a run resumed after a crash, sees the old file or the new one, never half.
-- **Safe to load**: only tensors, numbers, strings, lists and dicts, read with
-  ``torch.load(weights_only=True)``: a checkpoint cannot carry code.
-- **Corruption detected**: a SHA-256 over everything stored is written beside it and checked
-  on load. The committed models predate it (``version`` 1): their whole file is checked
-  against :data:`PRETRAINED_SHA256` instead.
-- **Sizes checked before allocating**: a stored config must agree with the stored tensors
-  and its tables fit in :data:`MAX_BUFFER_BYTES` before a model is built from it.
+- **Atomic** (:func:`atomic_write`): a reader, or a run resumed after a crash, sees the old
+  file or the new one, never half of one.
+- **Safe to load**: plain types only, read with ``torch.load(weights_only=True)``.
+- **Corruption detected**: a SHA-256 over everything stored is checked on load (the committed
+  models predate it: their whole file is checked against :data:`PRETRAINED_SHA256`).
+- **Sizes checked before allocating**: a stored config must agree with the stored tensors,
+  and its tables fit in :data:`MAX_BUFFER_BYTES`, before a model is built from it.
 """
 
 from __future__ import annotations
@@ -30,7 +28,6 @@ from .schemes import SCHEMES
 
 __all__ = [
     "PRETRAINED",
-    "PRETRAINED_WEIGHTS",
     "atomic_write",
     "save_checkpoint",
     "load_checkpoint",
@@ -50,7 +47,6 @@ PRETRAINED = {
     "cpu": ASSETS_DIR / "shakespeare_char.pt",
     "gpu": ASSETS_DIR / "shakespeare_char_gpu.pt",
 }
-PRETRAINED_WEIGHTS = PRETRAINED["cpu"]
 
 #: SHA-256 of the committed files, written before checkpoints carried a checksum (re-exporting
 #: them would add their size to the repository's history again).
@@ -67,8 +63,7 @@ MAX_DEPTH = 32
 
 _PACKAGE = Path(__file__).resolve().parent
 
-#: Committed results (the chapters load them): an existing file here is replaced only with
-#: ``--overwrite``.
+#: Committed results (the chapters load them): a file here is replaced only with --overwrite.
 COMMITTED_DIRS: tuple[Path, ...] = (
     _PACKAGE / "results",
     _PACKAGE / "assets",
@@ -82,6 +77,28 @@ def committed(path: Path) -> Path | None:
         return None
     folder = path.resolve().parent
     return next((d for d in COMMITTED_DIRS if folder == d.resolve()), None)
+
+
+def check_output_file(path: str | Path, *, overwrite: bool = False, name: str = "--out") -> Path:
+    """``path`` as a regular file that can be written (the atomic rename would replace a FIFO
+    or a device); a committed result only with ``overwrite``. ``name`` names it in messages."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{name} {path} is a folder, not a file")
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{name} {path} exists and is not a regular file (a FIFO or a device?)")
+    folder = committed(path)
+    if folder is not None and not overwrite:
+        raise ValueError(
+            f"{name} {path} is a committed result (in {folder}); choose another path, "
+            "or pass --overwrite to replace it"
+        )
+    if not path.parent.is_dir():
+        raise ValueError(f"{name} {path}: the folder {path.parent} does not exist")
+    writable = os.access(path.parent, os.W_OK | os.X_OK)
+    if not writable or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"{name} {path} is not writable")
+    return path
 
 
 def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool = True) -> Path:
@@ -114,9 +131,7 @@ def json_safe(value):
 
 
 def _temporary(path: Path, data: bytes | str | Callable) -> Path:
-    """Write ``data`` to a fresh ``path.tmp`` (a symlink there is removed, never written through;
-    ``O_EXCL`` refuses a race); on failure the temporary is removed.
-    """
+    """Write ``data`` to a fresh ``path.tmp``: a symlink there is removed, never written through."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)
     try:
@@ -182,8 +197,7 @@ def _plain(value):
 
 
 def _save_verified(payload: dict, path: str | Path) -> Path:
-    """``torch.save`` with a ``version`` and a checksum, atomically; a failed write is an
-    ``OSError`` (torch reports a full disk as a ``RuntimeError``)."""
+    """``torch.save`` with a version and a checksum, atomically; a full disk is an ``OSError``."""
     payload = {**payload, "version": VERSION}
     payload["checksum"] = checksum(payload)
 
@@ -267,10 +281,8 @@ def _check_contents(path: Path, ckpt: dict) -> None:
                 )
         elif isinstance(value, (dict, list, tuple)):
             if depth >= MAX_DEPTH:
-                raise ValueError(
-                    f"checkpoint {path} is corrupt: {where} is nested deeper than "
-                    f"{MAX_DEPTH} levels"
-                )
+                message = f"{where} is nested deeper than {MAX_DEPTH} levels"
+                raise ValueError(f"checkpoint {path} is corrupt: {message}")
             items = value.items() if isinstance(value, dict) else enumerate(value)
             stack.extend((v, f"{where}[{k!r}]" if where else str(k), depth + 1) for k, v in items)
 
@@ -372,9 +384,8 @@ def _check_declared_config(path: Path, ckpt: dict) -> TransformerConfig:
 def load_model(
     path: str | Path, device: str | torch.device = "cpu"
 ) -> tuple[TransformerLM, CharTokenizer, dict]:
-    """The model in a checkpoint or weights file (``"cpu"``, ``"gpu"``: the committed ones):
-    ``(model, tokenizer, ckpt)``, float32, in eval mode. The stored config is checked against
-    the stored tensors (and for size) before the model is allocated.
+    """The model in a checkpoint or weights file (``"cpu"``, ``"gpu"``: the committed ones) as
+    ``(model, tokenizer, ckpt)``, eval mode; its config is checked against its tensors first.
     """
     path = Path(PRETRAINED.get(path, path))  # "cpu" and "gpu": the committed models
     ckpt = _read(path, "cpu")
@@ -400,13 +411,8 @@ def check_exportable(ckpt_path: str | Path, out_path: str | Path, overwrite: boo
         raise ValueError(
             f"out_path must end in '.pt' (a .json and .jsonl go beside it), got {str(out_path)!r}"
         )
-    for p in (out_path, out_path.with_suffix(".json"), out_path.with_suffix(".jsonl")):
-        folder = committed(p)
-        if folder is not None and not overwrite:
-            raise ValueError(
-                f"out_path {p} is a committed model's file (in {folder}); choose another "
-                "path, or pass overwrite=True (--overwrite) to replace it"
-            )
+    for suffix in (".pt", ".json", ".jsonl"):
+        check_output_file(out_path.with_suffix(suffix), overwrite=overwrite, name="out_path")
     ckpt = load_checkpoint(ckpt_path)
     if ckpt["format"] != CHECKPOINT_FORMAT:
         raise ValueError(f"{ckpt_path} is already a weights file")
@@ -415,16 +421,14 @@ def check_exportable(ckpt_path: str | Path, out_path: str | Path, overwrite: boo
 
 def export_weights(
     ckpt_path: str | Path,
-    out_path: str | Path = PRETRAINED_WEIGHTS,
+    out_path: str | Path = PRETRAINED["cpu"],
     log_path: str | Path | None = None,
     *,
     overwrite: bool = False,
 ) -> Path:
-    """Write a small half-precision, weights-only copy of a checkpoint (for committing).
-
-    Drops the optimizer and RNG; tied tensors are stored once. Beside ``out_path`` (``.pt``) go
-    the configuration (``.json``) and a copy of ``log_path`` (``.jsonl``). Every file is
-    written to a temporary first and renamed only once all are complete.
+    """Write a small half-precision, weights-only copy of a checkpoint (for committing), with its
+    configuration (``.json``) and ``log_path`` (``.jsonl``) beside it; tied tensors stay tied.
+    Every file goes to a temporary first and is renamed only once all are complete.
     """
     out_path = Path(out_path)
     ckpt = check_exportable(ckpt_path, out_path, overwrite)

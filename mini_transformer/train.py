@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -31,10 +30,8 @@ import torch
 
 from .checkpoints import (
     PRETRAINED,
-    PRETRAINED_WEIGHTS,
     check_exportable,
     check_output_dir,
-    committed,
     config_diff,
     export_weights,
     load_checkpoint,
@@ -104,28 +101,6 @@ def positive_int(text: str) -> int:
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
     return _number(text, float, lambda v: v > 0 and math.isfinite(v), "a positive number")
-
-
-def check_output_file(path: str | Path, *, overwrite: bool = False) -> Path:
-    """``path`` as a regular file that can be written (a FIFO or a device would be replaced
-    by the atomic rename); a committed result only with ``overwrite``."""
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"--out {path} is a folder, not a file")
-    if path.exists() and not path.is_file():
-        raise ValueError(f"--out {path} exists and is not a regular file (a FIFO or a device?)")
-    folder = committed(path)
-    if folder is not None and not overwrite:
-        raise ValueError(
-            f"--out {path} is a committed result (in {folder}); choose another path, "
-            "or pass --overwrite to replace it"
-        )
-    if not path.parent.is_dir():
-        raise ValueError(f"--out {path}: the folder {path.parent} does not exist")
-    writable = os.access(path.parent, os.W_OK | os.X_OK)
-    if not writable or (path.exists() and not os.access(path, os.W_OK)):
-        raise ValueError(f"--out {path} is not writable")
-    return path
 
 
 def printable(text: str) -> str:
@@ -343,18 +318,15 @@ def _main_export(argv: list[str]) -> int:
         description="Write a half-precision weights-only file.",
     )
     p.add_argument("--ckpt", required=True, help="a full checkpoint, e.g. runs/cpu/best.pt")
-    p.add_argument("--out", default=str(PRETRAINED_WEIGHTS), help="the weights file (.pt)")
+    p.add_argument("--out", default=str(PRETRAINED["cpu"]), help="the weights file (.pt)")
     p.add_argument("--log", help="metrics log to copy beside it (default: the run's, if any)")
     p.add_argument("--overwrite", action="store_true", help="replace a committed model's files")
     args = p.parse_args(argv)
 
     def check() -> Path | None:
-        out = check_output_file(args.out, overwrite=args.overwrite)
-        for suffix in (".json", ".jsonl"):
-            check_output_file(out.with_suffix(suffix), overwrite=args.overwrite)
         if args.log is not None and not Path(args.log).is_file():
             raise FileNotFoundError(f"--log {args.log}: no such file")
-        check_exportable(args.ckpt, out, overwrite=args.overwrite)
+        check_exportable(args.ckpt, args.out, overwrite=args.overwrite)
         log = Path(args.log) if args.log else Path(args.ckpt).parent / "metrics.jsonl"
         return log if log.is_file() else None
 

@@ -43,13 +43,13 @@ import torch
 from sweep_cli import command_line, non_negative_int, write_json
 
 from mini_transformer import lab
+from mini_transformer.checkpoints import check_output_file
 from mini_transformer.data import SYNTHETIC_TASKS
 from mini_transformer.hardware import where_it_ran
 from mini_transformer.lab import LabConfig
 from mini_transformer.schemes import POSITIONAL_SCHEMES as SCHEMES
 from mini_transformer.schemes import SCHEMES as SCHEME_TABLE
 from mini_transformer.train import (
-    check_output_file,
     positive_float,
     positive_int,
     printable,

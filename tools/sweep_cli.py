@@ -12,8 +12,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from mini_transformer.checkpoints import atomic_write, json_safe
-from mini_transformer.train import _number, check_output_file, printable, run_cli
+from mini_transformer.checkpoints import atomic_write, check_output_file, json_safe
+from mini_transformer.train import _number, printable, run_cli
 
 
 def non_negative_int(text: str) -> int:
