@@ -1,4 +1,5 @@
-r"""The training recipe (chapter 6): presets, :class:`TrainConfig`, the schedule and one step.
+r"""The training recipe (chapter 6): presets, :class:`TrainConfig`, the schedule, one step and
+the loss estimate.
 
 What a run *is*, apart from how it is run (:mod:`mini_transformer.loop`). The chapter-3 lab
 and the chapter-5 sweep use the same :class:`Schedule` and :func:`train_step`. The presets:

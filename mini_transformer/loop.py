@@ -5,8 +5,8 @@ r"""The training run (chapter 6): four named steps over one state object, :class
 3. ``_train_window``: :func:`~mini_transformer.core.train_step` until the next evaluation;
    the losses stay on the device and are read once per window, so a GPU never waits for
    the host, and a non-finite one stops the run before anything is saved.
-4. ``_evaluate_and_save``: :func:`estimate_loss` on both splits, a log record, and
-   checkpoints only if the weights pass :func:`_unsaveable` (``best.pt`` before ``last.pt``).
+4. ``_evaluate_and_save``: :func:`~mini_transformer.core.estimate_loss` on both splits, a
+   log record, and checkpoints only if the weights pass ``_unsaveable`` (``best.pt`` first).
 
 Ctrl-C is read between steps, so ``last.pt`` is saved at a step boundary and a resumed run
 is bit-identical. Data-parallel training (``torchrun``) lives in one section, ``_ddp_*``.
