@@ -35,9 +35,10 @@ Timings on a shared machine are noisy: compare ratios within one run, not across
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -45,15 +46,13 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 from mini_transformer.attention import MultiHeadAttention
+from mini_transformer.checkpoints import check_output_file
 from mini_transformer.checks import check_device
-from mini_transformer.cli import (
-    check_output_file,
-    non_negative_int,
-    positive_int,
-    run_cli,
-    write_json,
-)
-from mini_transformer.devices import where_it_ran
+from mini_transformer.hardware import cpu_name, where_it_ran
+from mini_transformer.train import positive_int, run_cli
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from sweep_cli import non_negative_int, write_json  # noqa: E402  (tools/, beside the package)
 
 
 class ConcatQKVMHA(MultiHeadAttention):
@@ -68,17 +67,6 @@ class ConcatQKVMHA(MultiHeadAttention):
         qkv = F.linear(x, w, b).view(B, T, 3, self.n_heads, self.d_head)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, h, T, d_head)
         return q, k, v
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def make_variants(

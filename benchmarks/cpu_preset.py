@@ -6,7 +6,8 @@ command (interpreter start, data, training, evaluations, checkpoints). Then, out
 timed part, it measures the held-out loss of the checkpoint the run keeps (``best.pt``,
 the one ``export`` commits): the mean next-character loss over the *whole* held-out text
 (the plays in ``mini_transformer.data.VAL_WORKS``) in consecutive, non-overlapping windows
-of the model's own context (``mini_transformer.train.evaluate``), in float32.
+of the model's own context, in float32: ``mini_transformer.train.estimate_loss`` with
+``seed=None`` (every window in order, no sampling; the number ``model.evaluate`` gave).
 
 Usage (on a quiet machine; the load average is printed and recorded, because other work
 on the cores inflates the wall time)::
@@ -30,23 +31,27 @@ from pathlib import Path
 
 import torch
 
-from mini_transformer.cli import (
-    check_output_dir,
-    check_output_file,
+from mini_transformer.checkpoints import check_output_dir, check_output_file
+from mini_transformer.data import CharTokenizer, load_corpus
+from mini_transformer.hardware import where_it_ran
+from mini_transformer.train import (
+    estimate_loss,
+    load_model,
     positive_int,
+    read_log,
     run_cli,
-    write_json,
 )
-from mini_transformer.devices import where_it_ran
-from mini_transformer.loop import _encoded_corpus
-from mini_transformer.train import evaluate, load_model, read_log
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from sweep_cli import write_json  # noqa: E402  (tools/, beside the package)
 
 
 def held_out_loss(ckpt: Path) -> float:
     """Mean next-character loss (nats) over the whole held-out text, own context, fp32."""
     model, _, _ = load_model(ckpt)
-    _, _, val_ids = _encoded_corpus()
-    return evaluate(model, val_ids, batch_size=32)
+    tok = CharTokenizer.from_corpus()
+    val_ids = tok.encode(load_corpus("val"))
+    return estimate_loss(model, val_ids, n_batches=None, batch_size=32, seed=None)
 
 
 def one_run(folder: Path, extra: list[str]) -> dict:

@@ -4,7 +4,8 @@ Each candidate (a shape, a learning rate, a number of steps) is trained from scr
 :func:`mini_transformer.train.train` on one thread; at the end, the held-out loss is
 measured as the issue defines it: the mean next-character loss over the *whole* held-out
 text in consecutive, non-overlapping windows of the model's own context
-(:func:`mini_transformer.train.evaluate`). Losses are deterministic (seeded), so they can
+(:func:`mini_transformer.train.estimate_loss` with ``seed=None``: every window in order,
+no sampling; the number ``model.evaluate`` gave). Losses are deterministic (seeded), so they can
 be compared across candidates even on a loaded machine; the per-run wall and CPU times
 recorded beside them are not comparable (the machine is shared) and are kept only as a
 record. Per-step cost is measured separately (``benchmarks/train_step.py``); the budget of
@@ -35,16 +36,12 @@ from pathlib import Path
 
 import torch
 
-from mini_transformer.cli import write_json
-from mini_transformer.devices import where_it_ran
-from mini_transformer.loop import _encoded_corpus
-from mini_transformer.train import (
-    evaluate,
-    get_preset,
-    load_model,
-    read_log,
-    train,
-)
+from mini_transformer.data import CharTokenizer, load_corpus
+from mini_transformer.hardware import where_it_ran
+from mini_transformer.train import estimate_loss, get_preset, load_model, read_log, train
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from sweep_cli import write_json  # noqa: E402  (tools/, beside the package)
 
 
 def run_one(cand: dict, threads: int) -> dict:
@@ -59,8 +56,13 @@ def run_one(cand: dict, threads: int) -> dict:
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         log = read_log(Path(tmp) / "metrics.jsonl")
         model, _, _ = load_model(Path(tmp) / "last.pt")
-    _, _, val_ids = _encoded_corpus()
-    held_out = evaluate(model, val_ids, batch_size=32) if with_held_out else None
+    tok = CharTokenizer.from_corpus()
+    val_ids = tok.encode(load_corpus("val"))
+    held_out = (
+        estimate_loss(model, val_ids, n_batches=None, batch_size=32, seed=None)
+        if with_held_out
+        else None
+    )
     start = log[0]
     return {
         "name": name,
@@ -101,7 +103,7 @@ def main() -> None:
         else {
             "what": __doc__.split("\n")[0],
             "held_out_loss": "mean next-character loss over the whole held-out text, "
-            "non-overlapping windows of the model's context (train.evaluate)",
+            "non-overlapping windows of the model's context (train.estimate_loss, seed=None)",
             "device": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(),
             "torch": torch.__version__,

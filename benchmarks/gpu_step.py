@@ -7,7 +7,7 @@ and reports
 
     tokens/s = B * T / step time,    MFU = tokens/s * flops_per_token / peak FLOP/s
 
-with the peak from the data sheet of the GPU (:func:`mini_transformer.devices.peak_flops`,
+with the peak from the data sheet of the GPU (:func:`mini_transformer.hardware.peak_flops`,
 H100 SXM and PCIe told apart). On a CPU the "MFU" is a share of a matmul ceiling measured
 in the same run, and is labelled so. ``--profile`` prints the torch profiler's top items.
 
@@ -28,17 +28,33 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-from mini_transformer.cli import check_output_file, positive_int, run_cli, write_json
-from mini_transformer.core import train_step
+from mini_transformer.checkpoints import check_output_file
+from mini_transformer.core import (
+    COMPILE_MODES,
+    PRESETS,
+    configure_optimizer,
+    get_preset,
+    train_step,
+)
 from mini_transformer.data import CharTokenizer, get_batch, load_corpus
-from mini_transformer.devices import peak_flops, resolve_device, where_it_ran
+from mini_transformer.hardware import (
+    PRECISIONS,
+    log_label,
+    peak_flops,
+    resolve_device,
+    resolve_precision,
+    where_it_ran,
+)
+from mini_transformer.hardware import autocast as precision_autocast
 from mini_transformer.model import TransformerLM
-from mini_transformer.precision import PRECISIONS, describe, resolve_precision
-from mini_transformer.precision import autocast as precision_autocast
-from mini_transformer.presets import COMPILE_MODES, PRESETS, configure_optimizer, get_preset
+from mini_transformer.train import positive_int, run_cli
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from sweep_cli import write_json  # noqa: E402  (tools/, beside the package)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -120,7 +136,7 @@ def measure(args) -> dict:
         "batch_size": B,
         "block_size": T,
         "n_parameters": model.num_parameters(),
-        "dtype": describe(precision, device),
+        "dtype": log_label(precision, device),
         "compile": args.compile,
         "warmup_steps": args.warmup,
         "warmup_s": warmup_s,

@@ -37,32 +37,35 @@ import argparse
 import os
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from mini_transformer.cli import check_output_file, positive_int, probability, run_cli, write_json
+from mini_transformer.checkpoints import check_output_file
 from mini_transformer.core import train_step
-from mini_transformer.devices import where_it_ran
+from mini_transformer.hardware import (
+    autocast,
+    cpu_bf16_features,
+    measure_matmul_flops,
+    physical_cores,
+    where_it_ran,
+)
 from mini_transformer.model import TransformerLM
-from mini_transformer.precision import autocast, cpu_bf16_features, physical_cores
-from mini_transformer.train import configure_optimizer, get_preset
+from mini_transformer.train import (
+    configure_optimizer,
+    get_preset,
+    positive_int,
+    run_cli,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from sweep_cli import probability, write_json  # noqa: E402  (tools/, beside the package)
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 
 SHAPES = {"gpu": dict(preset="gpu", batch_size=8), "cpu": dict(preset="cpu")}
-
-
-def matmul_ceiling(clock, n: int, dtype: torch.dtype, repeats: int = 3) -> float:
-    """Best FLOP/s of an ``n x n`` matmul (as ``train.measure_matmul_flops``, on ``clock``)."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = clock()
-        a @ b
-        best = min(best, clock() - t0)
-    return 2 * n**3 / best
 
 
 def build(shape: str, dropout: float | None, clock):
@@ -122,7 +125,7 @@ def measure(args, clock) -> tuple[dict, dict, dict]:
     ceilings = {"fp32": [], "bf16": []}
     for _ in range(args.rounds):
         for dtype, key in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
-            ceilings[key].append(matmul_ceiling(clock, args.matmul_n, dtype))
+            ceilings[key].append(measure_matmul_flops(args.matmul_n, 3, dtype=dtype, clock=clock))
         for s, (_, _, step) in built.items():
             for pr in ("fp32", "bf16"):
                 step(pr)  # warm-up (allocator, autocast caches)

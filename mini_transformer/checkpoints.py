@@ -1,95 +1,163 @@
-r"""Checkpoints, exported weights, the committed models and their metrics logs.
+r"""Checkpoints, exported weights, the committed models and their logs (chapter 6).
 
-Persistence, apart from the training loop (:mod:`mini_transformer.train` re-exports every
-public name here, so ``from mini_transformer.train import load_checkpoint`` keeps working).
-The rules a checkpoint file follows, and why:
-
-- **Atomic**: written to ``<name>.tmp`` and renamed with ``os.replace``, so a reader (or a
-  resumed run after a crash) sees the old file or the new one, never half of one. A failed
-  write removes its temporary file.
-- **Safe to load**: only tensors, numbers, strings, lists and dicts, read with
-  ``torch.load(weights_only=True)``: a checkpoint cannot carry code.
-- **Corruption detected**: a SHA-256 over everything stored (every tensor's dtype, shape
-  and bytes, every other value) is written beside it and checked on load; a flipped bit
-  gives a ``ValueError``, never silently different weights. Files written before the
-  checksum existed (``version`` 1) still load: the committed models are checked against
-  the SHA-256 of their file (:data:`PRETRAINED_SHA256`), an old run's files are not.
-- **Sizes checked before allocating**: a model is built from a stored config only after
-  the config agrees with the shapes of the stored tensors and its buffers fit in
-  :data:`MAX_BUFFER_BYTES`, so a file declaring a huge config is refused with a message
-  instead of a ``MemoryError``.
-
-In Python (chapter 6)::
-
-    from mini_transformer.train import load_pretrained, read_log
-    model, tok = load_pretrained("gpu")  # a committed model ("cpu" or "gpu"), eval mode
-    log = read_log("gpu")                # its metrics log: a list of dicts
+- **Atomic** (:func:`atomic_write`): a reader, or a run resumed after a crash, sees the old
+  file or the new one, never half of one.
+- **Safe to load**: plain types only, read with ``torch.load(weights_only=True)``.
+- **Corruption detected**: a SHA-256 over everything stored is checked on load (the committed
+  models predate it: their whole file is checked against :data:`PRETRAINED_SHA256`).
+- **Sizes checked before allocating**: a stored config must agree with the stored tensors,
+  and its tables fit in :data:`MAX_BUFFER_BYTES`, before a model is built from it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from .checks import check_int
-from .cli import _committed, json_safe, open_temporary
 from .data import ASSETS_DIR, CharTokenizer
 from .model import SCHEMES, TransformerConfig, TransformerLM
 
 __all__ = [
-    "CHECKPOINT_FORMAT",
-    "WEIGHTS_FORMAT",
     "PRETRAINED",
-    "PRETRAINED_WEIGHTS",
-    "PRETRAINED_SHA256",
-    "MAX_BUFFER_BYTES",
-    "checksum",
     "atomic_write",
     "save_checkpoint",
     "load_checkpoint",
     "load_model",
     "export_weights",
-    "check_exportable",
     "load_pretrained",
     "read_log",
-    "MetricsLog",
 ]
 
 CHECKPOINT_FORMAT = "mini_transformer.checkpoint"
 WEIGHTS_FORMAT = "mini_transformer.weights"
 VERSION = 2  # 2: with a checksum; 1: without (still readable)
 
-#: The committed models (written by ``python -m mini_transformer.train export``): the
-#: ``cpu`` preset trained on a 2-core CPU and the ``gpu`` preset trained on one H100.
-#: Each ``.pt`` has a ``.jsonl`` metrics log and a ``.json`` configuration beside it.
+#: The committed models: the ``cpu`` preset trained on a 2-core CPU and the ``gpu`` preset
+#: on one H100, each with a ``.jsonl`` metrics log and a ``.json`` configuration beside it.
 PRETRAINED = {
     "cpu": ASSETS_DIR / "shakespeare_char.pt",
     "gpu": ASSETS_DIR / "shakespeare_char_gpu.pt",
 }
-PRETRAINED_WEIGHTS = PRETRAINED["cpu"]
 
-#: SHA-256 of the committed weights files. They were written before checkpoints carried a
-#: checksum (``version`` 1), so their whole file is checked against these digests instead
-#: (re-exporting them would add their size to the repository's history again).
+#: SHA-256 of the committed files, written before checkpoints carried a checksum (re-exporting
+#: them would add their size to the repository's history again).
 PRETRAINED_SHA256 = {
     "cpu": "bcc3de75e0761840a58a1784683300a292a20aed88436a993f1b8d50e3d02e2c",
     "gpu": "020299bf96ae8dd595555eecdbab296db4f72dca78ebbba112d872638912e071",
 }
 
-#: Largest total size of the non-parameter tensors (ALiBi table, sinusoidal table, RoPE
-#: cache) a stored config may imply before :func:`load_model` builds it: 2 GiB.
+#: Largest size of the tables (ALiBi, sinusoidal, RoPE) a stored config may imply: 2 GiB.
 MAX_BUFFER_BYTES = 2 * 2**30
 
 #: Deepest nesting of lists and dicts a checkpoint may hold (ours: 5, the optimizer state).
 MAX_DEPTH = 32
 
+_PACKAGE = Path(__file__).resolve().parent
 
-# ---------------------------------------------------------------------------- checksum
+#: Committed results (the chapters load them): a file here is replaced only with --overwrite.
+COMMITTED_DIRS: tuple[Path, ...] = (
+    _PACKAGE / "results",
+    _PACKAGE / "assets",
+    _PACKAGE.parent / "benchmarks" / "results",
+)
+
+
+def committed(path: Path) -> Path | None:
+    """The committed-results folder holding the existing file ``path``, or ``None``."""
+    if not path.exists():
+        return None
+    folder = path.resolve().parent
+    return next((d for d in COMMITTED_DIRS if folder == d.resolve()), None)
+
+
+def check_output_file(path: str | Path, *, overwrite: bool = False, name: str = "--out") -> Path:
+    """``path`` as a regular file that can be written (the atomic rename would replace a FIFO
+    or a device); a committed result only with ``overwrite``. ``name`` names it in messages."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{name} {path} is a folder, not a file")
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{name} {path} exists and is not a regular file (a FIFO or a device?)")
+    folder = committed(path)
+    if folder is not None and not overwrite:
+        raise ValueError(
+            f"{name} {path} is a committed result (in {folder}); choose another path, "
+            "or pass --overwrite to replace it"
+        )
+    if not path.parent.is_dir():
+        raise ValueError(f"{name} {path}: the folder {path.parent} does not exist")
+    writable = os.access(path.parent, os.W_OK | os.X_OK)
+    if not writable or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"{name} {path} is not writable")
+    return path
+
+
+def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool = True) -> Path:
+    """``path`` as a run folder that exists or can be created, and can be written to; with
+    ``resume`` it must hold ``last.pt``, without ``overwrite`` it must not."""
+    path = existing = Path(path)
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"out_dir {path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"out_dir {path}: {existing} is not writable")
+    last = path / "last.pt"
+    if resume and not last.is_file():
+        raise FileNotFoundError(f"cannot resume: checkpoint not found: {last}")
+    if not resume and last.exists() and not overwrite:
+        raise ValueError(f"{path} already holds a checkpoint; resume it or choose another --out")
+    return path
+
+
+def json_safe(value):
+    """``value`` with every NaN or infinite float as ``None``: strict JSON any reader parses."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def _temporary(path: Path, data: bytes | str | Callable) -> Path:
+    """Write ``data`` to a fresh ``path.tmp``: a symlink there is removed, never written through."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb") as f:
+            if callable(data):
+                data(f)
+            else:
+                f.write(data.encode() if isinstance(data, str) else data)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def atomic_write(path: str | Path, data: bytes | str | Callable) -> Path:
+    """Write ``path`` atomically, the package's one writer: ``path.tmp``, then ``os.replace``.
+
+    ``data``: bytes, text (UTF-8), or a function writing to the open binary file.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temporary(path, data)
+    try:
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
 
 
 def _feed(h, value) -> None:
@@ -127,38 +195,18 @@ def _plain(value):
     return value
 
 
-def atomic_write(obj: dict, path: str | Path) -> Path:
-    """``torch.save(obj)`` to ``path`` atomically: ``path.tmp``, then ``os.replace``.
-
-    The temporary file is created afresh (a symlink named ``path.tmp`` is removed, never
-    written through). On any failure (disk full, interrupted write) the temporary file is
-    removed and the previous ``path`` is left untouched; a failed write is an ``OSError``
-    (torch reports a full disk as a ``RuntimeError``).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp, f = open_temporary(path, "wb")
-        with f:
-            try:
-                torch.save(obj, f)
-            except RuntimeError as err:  # PytorchStreamWriter failed writing file ...
-                raise OSError(f"could not write {path}: {' '.join(str(err).split())}") from None
-        os.replace(tmp, path)  # a reader sees the old file or the new one, never half of one
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def _with_checksum(payload: dict) -> dict:
+def _save_verified(payload: dict, path: str | Path) -> Path:
+    """``torch.save`` with a version and a checksum, atomically; a full disk is an ``OSError``."""
     payload = {**payload, "version": VERSION}
     payload["checksum"] = checksum(payload)
-    return payload
 
+    def write(f) -> None:
+        try:
+            torch.save(payload, f)
+        except RuntimeError as err:  # PytorchStreamWriter failed writing file ...
+            raise OSError(f"could not write {path}: {' '.join(str(err).split())}") from None
 
-# ---------------------------------------------------------------------------- checkpoints
+    return atomic_write(path, write)
 
 
 def save_checkpoint(
@@ -173,12 +221,9 @@ def save_checkpoint(
 ) -> Path:
     """Write a full checkpoint atomically, with a checksum of everything it stores.
 
-    Contents (plain types only, so it loads with ``torch.load(weights_only=True)``):
-    ``format``, ``version``, ``model_config`` (a dict), ``model`` (state dict),
-    ``optimizer`` (state dict or None), ``step``, ``train_config``, ``tokenizer``, ``rng``
-    (CPU and CUDA generator states, for an exact resume), any ``extra`` items (e.g.
-    ``best_val_loss``; NumPy or 0-d torch numbers are stored as Python numbers) and
-    ``checksum``.
+    Plain types only (``torch.load(weights_only=True)`` reads it): the model config and state,
+    the optimizer state, ``step``, ``train_config``, ``tokenizer``, the CPU and CUDA RNG states
+    (for an exact resume) and any ``extra`` items (NumPy or 0-d torch numbers as Python numbers).
     """
     step = check_int("step", step, low=0)
     if hasattr(train_config, "to_dict"):
@@ -197,7 +242,7 @@ def save_checkpoint(
         "rng": rng,
         **{k: _plain(v) for k, v in extra.items()},
     }
-    return atomic_write(_with_checksum(ckpt), path)
+    return _save_verified(ckpt, path)
 
 
 def config_diff(a: dict, b: dict) -> str:
@@ -208,23 +253,18 @@ def config_diff(a: dict, b: dict) -> str:
 
 def _check_committed_file(path: Path) -> None:
     """A committed model's file must have its recorded SHA-256 (:data:`PRETRAINED_SHA256`)."""
-    for which, committed in PRETRAINED.items():
-        if path.resolve() == committed.resolve():
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            if digest != PRETRAINED_SHA256[which]:
-                raise ValueError(
-                    f"checkpoint {path} is corrupt: the committed {which!r} model's file "
-                    f"has SHA-256 {digest[:12]}..., not {PRETRAINED_SHA256[which][:12]}..."
-                )
+    which = next((w for w, p in PRETRAINED.items() if path.resolve() == p.resolve()), None)
+    digest = which and hashlib.sha256(path.read_bytes()).hexdigest()
+    if which and digest != PRETRAINED_SHA256[which]:
+        raise ValueError(
+            f"checkpoint {path} is corrupt: the committed {which!r} model's file "
+            f"has SHA-256 {digest[:12]}..., not {PRETRAINED_SHA256[which][:12]}..."
+        )
 
 
 def _check_contents(path: Path, ckpt: dict) -> None:
-    """Before anything walks or copies what was loaded: nesting depth and tensor sizes.
-
-    Every tensor must fit in the bytes stored for it (a stride-0 view of 4 bytes posing as
-    two billion elements would otherwise be expanded by the checksum), and lists/dicts may
-    nest at most :data:`MAX_DEPTH` deep (deeper would end in a ``RecursionError``). Iterative,
-    so that the check itself cannot recurse too deep.
+    """Tensor sizes and nesting depth, checked (iteratively) before anything walks the contents:
+    a stride-0 view posing as two billion elements, or nesting past :data:`MAX_DEPTH`.
     """
     stack = [(ckpt, "", 0)]
     while stack:
@@ -240,16 +280,14 @@ def _check_contents(path: Path, ckpt: dict) -> None:
                 )
         elif isinstance(value, (dict, list, tuple)):
             if depth >= MAX_DEPTH:
-                raise ValueError(
-                    f"checkpoint {path} is corrupt: {where} is nested deeper than "
-                    f"{MAX_DEPTH} levels"
-                )
+                message = f"{where} is nested deeper than {MAX_DEPTH} levels"
+                raise ValueError(f"checkpoint {path} is corrupt: {message}")
             items = value.items() if isinstance(value, dict) else enumerate(value)
             stack.extend((v, f"{where}[{k!r}]" if where else str(k), depth + 1) for k, v in items)
 
 
 def _read(path: Path, map_location) -> dict:
-    """``torch.load(weights_only=True)`` with every failure turned into a clear ValueError."""
+    """``torch.load(weights_only=True)``, every failure a clear ``ValueError``."""
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     _check_committed_file(path)
@@ -268,16 +306,14 @@ def _read(path: Path, map_location) -> dict:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if digest not in PRETRAINED_SHA256.values():
             raise ValueError(
-                f"checkpoint {path} was written before checkpoints carried a checksum "
-                "(version 1) and is not one of the committed models, so a changed bit "
-                "could not be detected; refusing to load it unverified"
+                f"checkpoint {path} was written before checkpoints carried a checksum and is "
+                "not a committed model: a changed bit could not be detected, so it is refused"
             )
     else:  # every file since the checksum existed must carry a matching one
         stored = ckpt.pop("checksum", None)
         if stored is None or stored != checksum(ckpt):
             raise ValueError(
-                f"checkpoint {path} is corrupt: its contents do not match the checksum stored "
-                "with them (a changed bit, or a file edited after it was written)"
+                f"checkpoint {path} is corrupt: its contents do not match the checksum"
             )
     return ckpt
 
@@ -290,14 +326,8 @@ def load_checkpoint(
 ) -> dict:
     """Read a checkpoint (or an exported weights file) and verify its checksum.
 
-    If ``model`` is given, its config must equal the stored one and the weights are loaded
-    into it; likewise ``optimizer``. Returns the checkpoint dict (without ``checksum``).
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        ValueError: the file is corrupt (unreadable, or its checksum does not match) or
-            not a mini_transformer checkpoint, or its model config differs from
-            ``model``'s (the message lists the differing fields).
+    With ``model`` (and ``optimizer``) the stored state is loaded into it, once the stored
+    config equals the model's. Returns the checkpoint dict (without ``checksum``).
     """
     path = Path(path)
     ckpt = _read(path, map_location)
@@ -316,13 +346,8 @@ def load_checkpoint(
     return ckpt
 
 
-def _buffer_bytes(c: TransformerConfig) -> int:
-    """Bytes of the tables a ``TransformerLM`` of config ``c`` builds besides its parameters."""
-    return 4 * SCHEMES[c.positional].table_floats(c)  # float32 entries
-
-
 def _check_declared_config(path: Path, ckpt: dict) -> TransformerConfig:
-    """The stored config, after checking it agrees with the stored tensors and fits in memory."""
+    """The stored config, once it agrees with the stored tensors and fits in memory."""
     try:
         config = TransformerConfig.from_dict(ckpt["model_config"])
     except (TypeError, ValueError, KeyError) as err:
@@ -345,7 +370,7 @@ def _check_declared_config(path: Path, ckpt: dict) -> TransformerConfig:
             )
     if f"blocks.{config.n_layers}.ln1.weight" in state:
         raise ValueError(f"checkpoint {path} holds more blocks than n_layers={config.n_layers}")
-    need = _buffer_bytes(config)
+    need = 4 * SCHEMES[config.positional].table_floats(config)  # float32 tables
     if need > MAX_BUFFER_BYTES:
         raise ValueError(
             f"checkpoint {path} declares block_size={config.block_size} with "
@@ -358,13 +383,10 @@ def _check_declared_config(path: Path, ckpt: dict) -> TransformerConfig:
 def load_model(
     path: str | Path, device: str | torch.device = "cpu"
 ) -> tuple[TransformerLM, CharTokenizer, dict]:
-    """Build the model stored in a checkpoint or weights file: ``(model, tokenizer, ckpt)``.
-
-    The file is read once; the stored config is checked against the stored tensors (and
-    for size) before the model is allocated. The model is float32 (half-precision weights
-    are cast), on ``device``, in eval mode.
+    """The model in a checkpoint or weights file (``"cpu"``, ``"gpu"``: the committed ones) as
+    ``(model, tokenizer, ckpt)``, eval mode; its config is checked against its tensors first.
     """
-    path = Path(path)
+    path = Path(PRETRAINED.get(path, path))  # "cpu" and "gpu": the committed models
     ckpt = _read(path, "cpu")
     model = TransformerLM(_check_declared_config(path, ckpt))
     model.load_state_dict(ckpt["model"])
@@ -382,87 +404,51 @@ def load_model(
 
 
 def check_exportable(ckpt_path: str | Path, out_path: str | Path, overwrite: bool = False):
-    """What :func:`export_weights` refuses, checked before it writes anything.
-
-    ``out_path`` must end in ``.pt`` (a ``.json`` and ``.jsonl`` go beside it), none of the
-    three may replace a committed model's file unless ``overwrite``, and ``ckpt_path``
-    must be a full checkpoint (not already a weights file). Returns the checkpoint.
-    """
+    """What :func:`export_weights` refuses, checked before any write; returns the checkpoint."""
     out_path = Path(out_path)
     if out_path.suffix != ".pt":
         raise ValueError(
             f"out_path must end in '.pt' (a .json and .jsonl go beside it), got {str(out_path)!r}"
         )
-    for p in (out_path, out_path.with_suffix(".json"), out_path.with_suffix(".jsonl")):
-        committed = _committed(p)
-        if committed is not None and not overwrite:
-            raise ValueError(
-                f"out_path {p} is a committed model's file (in {committed}); choose another "
-                "path, or pass overwrite=True (--overwrite) to replace it"
-            )
+    for suffix in (".pt", ".json", ".jsonl"):
+        check_output_file(out_path.with_suffix(suffix), overwrite=overwrite, name="out_path")
     ckpt = load_checkpoint(ckpt_path)
     if ckpt["format"] != CHECKPOINT_FORMAT:
         raise ValueError(f"{ckpt_path} is already a weights file")
     return ckpt
 
 
-def _write_text_temporary(path: Path, text: str) -> Path:
-    tmp, f = open_temporary(path)
-    with f:
-        f.write(text)
-    return tmp
-
-
 def export_weights(
     ckpt_path: str | Path,
-    out_path: str | Path = PRETRAINED_WEIGHTS,
+    out_path: str | Path = PRETRAINED["cpu"],
     log_path: str | Path | None = None,
     *,
     overwrite: bool = False,
 ) -> Path:
-    """Write a small half-precision, weights-only copy of a checkpoint (for committing).
-
-    Keeps the model config, tokenizer, step and losses; drops the optimizer and RNG.
-    Tied tensors are stored once. Beside ``out_path`` it writes the configuration
-    (``.json``) and, if ``log_path`` is given, a copy of the metrics log (``.jsonl``);
-    ``out_path`` itself must end in ``.pt`` so that neither overwrites the weights.
-    The committed model's files (the default ``out_path``) are replaced only with
-    ``overwrite=True``. All files are written to temporaries first and renamed only once
-    every one is complete: a failure leaves none of them behind.
+    """Write a small half-precision, weights-only copy of a checkpoint (for committing), with its
+    configuration (``.json``) and ``log_path`` (``.jsonl``) beside it; tied tensors stay tied.
+    Every file goes to a temporary first and is renamed only once all are complete.
     """
     out_path = Path(out_path)
     ckpt = check_exportable(ckpt_path, out_path, overwrite)
     if log_path is not None and not Path(log_path).is_file():
         raise FileNotFoundError(f"log_path {log_path}: no such file")
     half: dict[int, torch.Tensor] = {}  # data_ptr -> fp16 copy, so tied weights stay tied
-    state = {}
-    for k, v in ckpt["model"].items():
-        if v.is_floating_point():
-            state[k] = half.setdefault(v.data_ptr(), v.to(torch.float16))
-        else:
-            state[k] = v
-    keep = ("model_config", "tokenizer", "step", "train_config")
-    weights = {
-        "format": WEIGHTS_FORMAT,
-        "model": state,
-        **{k: ckpt[k] for k in keep},
-        "val_loss": ckpt.get("val_loss"),
-        "best_val_loss": ckpt.get("best_val_loss"),
+    state = {
+        k: half.setdefault(v.data_ptr(), v.to(torch.float16)) if v.is_floating_point() else v
+        for k, v in ckpt["model"].items()
     }
-    config = {
-        "model_config": ckpt["model_config"],
-        "train_config": ckpt["train_config"],
-        "step": ckpt["step"],
-        "val_loss": ckpt.get("val_loss"),
-    }
+    keep = ("model_config", "tokenizer", "step", "train_config", "val_loss", "best_val_loss")
+    weights = {"format": WEIGHTS_FORMAT, "model": state, **{k: ckpt.get(k) for k in keep}}
+    config = {k: ckpt.get(k) for k in ("model_config", "train_config", "step", "val_loss")}
     texts = {out_path.with_suffix(".json"): json.dumps(json_safe(config), indent=2) + "\n"}
     if log_path is not None:
         texts[out_path.with_suffix(".jsonl")] = Path(log_path).read_text()
     temporaries: dict[Path, Path] = {}
     try:
         for path, text in texts.items():
-            temporaries[path] = _write_text_temporary(path, text)
-        atomic_write(_with_checksum(weights), out_path)
+            temporaries[path] = _temporary(path, text)
+        _save_verified(weights, out_path)
         for path, tmp in temporaries.items():
             os.replace(tmp, path)
     finally:
@@ -471,74 +457,42 @@ def export_weights(
     return out_path
 
 
-def pretrained_path(which: str | Path) -> Path:
-    """The file of a committed model (``"cpu"``, ``"gpu"``), or ``which`` as a path."""
-    if isinstance(which, str) and which in PRETRAINED:
-        return PRETRAINED[which]
-    return Path(which)
-
-
 def load_pretrained(
     which: str | Path = "cpu", device: str | torch.device = "cpu"
 ) -> tuple[TransformerLM, CharTokenizer]:
-    """A committed character-level Shakespeare model: ``(model, tokenizer)``.
-
-    Args:
-        which: ``"cpu"`` (the ``cpu`` preset, trained on a 2-core CPU), ``"gpu"`` (the
-            ``gpu`` preset, trained on an H100), or the path of a checkpoint or weights file.
-        device: where to put the model.
-
-    The model is float32 (the files store float16), in eval mode.
-    """
-    model, tok, _ = load_model(pretrained_path(which), device)
+    """A committed model, ``"cpu"`` or ``"gpu"``, or a file: ``(model, tokenizer)``, eval mode."""
+    model, tok, _ = load_model(which, device)
     return model, tok
 
 
-class MetricsLog:
-    """Appends JSON records to a ``metrics.jsonl`` file (``path=None``: writes nothing,
-    as on the ranks other than 0 of a data-parallel run). :func:`read_log` reads it."""
-
-    def __init__(self, path: Path | None):
-        self.path = path
-
-    def write(self, record: dict) -> None:
-        """Append ``record`` as one line (NaN and infinities as ``null``, strict JSON).
-
-        The line is written in one call; if that fails (disk full), the file is cut back
-        to its previous length, so a reader never meets half a line.
-        """
-        if self.path is None:
-            return
-        line = (json.dumps(json_safe(record), allow_nan=False) + "\n").encode()
-        with self.path.open("ab", buffering=0) as f:
-            start = f.seek(0, os.SEEK_END)
-            try:
-                view = memoryview(line)
-                while view:
-                    view = view[f.write(view) :]
-            except BaseException:
-                os.ftruncate(f.fileno(), start)
-                raise
+def write_record(path: Path | None, record: dict) -> None:
+    """Append ``record`` to a JSONL log as one line of strict JSON (NaN as ``null``); nothing
+    for ``path=None`` (the ranks other than 0 of a data-parallel run). If the one write fails
+    (disk full) the file is cut back, so no reader meets half a line."""
+    if path is None:
+        return
+    line = (json.dumps(json_safe(record), allow_nan=False) + "\n").encode()
+    with path.open("ab", buffering=0) as f:
+        start = f.seek(0, os.SEEK_END)
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[f.write(view) :]
+        except BaseException:
+            os.ftruncate(f.fileno(), start)
+            raise
 
 
 def read_log(which: str | Path = "cpu") -> list[dict]:
     """The records of a JSONL metrics log: ``"cpu"``/``"gpu"`` (a committed model's) or a path.
 
-    The first record (``"event": "start"``) describes the run (device, versions, configs,
-    command, seed, peak FLOP/s); then one ``"eval"`` record per evaluation (``step``,
-    ``train_loss``, ``val_loss``, ``lr``, ``tokens_per_s``, ``mfu``, ``elapsed_s``, ...);
-    ``"resume"`` records where a run was continued; and a final ``"end"`` record
-    (``reason``, ``wall_time_s``, ``best_val_loss``).
+    ``"start"`` (device, versions, configs, command, seed, peak FLOP/s), then ``"eval"`` records
+    (``step``, ``train_loss``, ``val_loss``, ``lr``, ``tokens_per_s``, ``mfu``, ...), ``"resume"``
+    where a run continued, and ``"end"`` (``reason``, ``wall_time_s``, ``best_val_loss``).
     """
-    path = pretrained_path(which)
-    if isinstance(which, str) and which in PRETRAINED:
+    path = Path(PRETRAINED.get(which, which))
+    if which in PRETRAINED:
         path = path.with_suffix(".jsonl")
     if not path.is_file():
         raise FileNotFoundError(f"metrics log not found: {path}")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def is_finite_state(model: torch.nn.Module) -> bool:
-    """Whether every parameter and buffer of ``model`` is finite (one host sync)."""
-    flags = [torch.isfinite(t).all() for t in model.state_dict().values() if t.is_floating_point()]
-    return bool(torch.stack(flags).all()) if flags else True

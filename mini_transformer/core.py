@@ -1,17 +1,14 @@
-r"""The training core shared by the command line, the chapter-3 lab and the chapter-5 sweep.
+r"""The training recipe (chapter 6): presets, :class:`TrainConfig`, the schedule, one step and
+the loss estimate.
 
-Three ideas, each written once:
+What a run *is*, apart from how it is run (:mod:`mini_transformer.loop`). The chapter-3 lab
+and the chapter-5 sweep use the same :class:`Schedule` and :func:`train_step`. The presets:
 
-- :class:`Schedule`: the learning rate of every step (linear warm-up, then a cosine decay
-  to a floor, or constant).
-- :func:`train_step`: one optimizer step of any model that follows the
-  ``forward(idx, targets) -> (logits, loss)`` contract: forward, backward, optional
-  gradient clipping, update. It returns tensors and never reads them, so on a GPU the host
-  is not made to wait (no ``.item()``); callers read losses when they log.
-- :func:`stop_at_step_boundary`: Ctrl-C sets a flag that the loop reads between steps, so
-  an interrupt never leaves a half-updated model (or an advanced dropout RNG) behind.
+- ``tiny``: seconds on one CPU core, for tests and for watching the loop in chapter 6;
+- ``cpu``: the committed model trained on a 2-core CPU;
+- ``gpu``: nanoGPT's shakespeare-char configuration (~10.7M parameters), for one GPU.
 
-Example (a schedule with 10 warm-up steps, then a cosine to 10% of the peak)::
+Example (10 warm-up steps, then a cosine to 10% of the peak)::
 
     >>> s = Schedule(lr=1.0, warmup_steps=10, steps=110, min_lr=0.1)
     >>> [round(s(k), 3) for k in (0, 9, 60, 110)]
@@ -22,19 +19,186 @@ from __future__ import annotations
 
 import contextlib
 import math
-import signal
-import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
-from .checks import check_choice, check_float, check_int
+from .checks import check_bool, check_choice, check_float, check_int, check_tensor
+from .data import get_batch
+from .hardware import PRECISIONS, resolve_device
+from .model import TransformerConfig, TransformerLM
 
-__all__ = ["Schedule", "train_step", "TrainingDivergedError", "StopFlag", "stop_at_step_boundary"]
+__all__ = [
+    "PRESETS",
+    "TrainConfig",
+    "get_preset",
+    "Schedule",
+    "lr_at",
+    "configure_optimizer",
+    "train_step",
+    "estimate_loss",
+]
 
-#: The float order each committed result set was computed in (see :class:`Schedule`).
-ARITHMETIC = ("train", "stability")
+#: ``torch.compile`` modes (``"reduce-overhead"`` and ``"max-autotune"`` use CUDA graphs).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+#: Model hyper-parameters of each preset (``vocab_size`` comes from the tokenizer) and the
+#: training settings that differ from :class:`TrainConfig`'s defaults.
+PRESETS: dict[str, dict] = {
+    "tiny": dict(
+        model=dict(block_size=32, d_model=32, n_heads=2, n_layers=2, dropout=0.0),
+        batch_size=8,
+        steps=60,
+        lr=1e-2,
+        min_lr=1e-3,
+        warmup_steps=5,
+        eval_interval=20,
+        eval_batches=2,
+    ),
+    # About a minute on a quiet 2-core CPU: 1360 steps x 2048 tokens = 2.8M tokens, 0.6 epoch.
+    # Two layers: at an equal compute budget (7.9 TFLOP) a shallower model seeing more text
+    # reached a lower held-out loss (benchmarks/results/cpu_recipe_sweep.json: 2 layers x
+    # 1360 steps 1.72, 3 x 910 1.77, 4 x 690 1.82), and on 2 threads a step's time was
+    # proportional to its FLOPs (benchmarks/results/cpu_step_ab_2threads.json).
+    "cpu": dict(
+        model=dict(block_size=128, d_model=128, n_heads=4, n_layers=2, dropout=0.0),
+        batch_size=16,
+        steps=1360,
+        lr=3e-3,
+        min_lr=3e-4,
+        warmup_steps=50,
+        eval_interval=170,
+        eval_batches=8,
+    ),
+    "gpu": dict(
+        model=dict(block_size=256, d_model=384, n_heads=6, n_layers=6, dropout=0.2),
+        batch_size=64,
+        steps=5000,
+        lr=1e-3,
+        min_lr=1e-4,
+        warmup_steps=100,
+        eval_interval=250,
+        eval_batches=100,
+        beta2=0.99,
+    ),
+}
+
+MODEL_KEYS = tuple(f.name for f in fields(TransformerConfig) if f.name != "vocab_size")
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run needs besides the data. ``model`` holds TransformerConfig fields
+    (without ``vocab_size``, which the tokenizer fixes).
+
+    ``batch_size`` is per process under DDP; ``weight_decay`` skips biases, norms and
+    embeddings; ``grad_clip=0`` disables clipping; the run evaluates, logs and saves every
+    ``eval_interval`` steps on ``eval_batches`` batches per split; ``seed`` fixes the
+    initialisation, the batches and dropout. ``device``: ``"auto"`` (CUDA if available),
+    ``"cpu"``, ``"cuda"`` or ``"cuda:N"``. ``peak_flops=None``: the GPU table, or a matmul
+    measured on the CPU. ``threads=None`` leaves torch's count (the command line passes one
+    per physical core). ``precision``: ``"auto"``, ``"fp32"`` or ``"bf16"``
+    (:mod:`~mini_transformer.hardware`).
+    """
+
+    preset: str = "custom"
+    model: dict = field(default_factory=dict)
+    batch_size: int = 32
+    steps: int = 1000
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    eval_interval: int = 100
+    eval_batches: int = 20
+    seed: int = 0
+    device: str = "auto"
+    compile: bool = False
+    compile_mode: str = "default"
+    progress: bool = True
+    peak_flops: float | None = None
+    threads: int | None = None
+    precision: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if not isinstance(self.model, dict):
+            raise TypeError(f"model must be a dict of model settings, got {self.model!r:.80}")
+        unknown = sorted(set(self.model) - set(MODEL_KEYS))
+        if unknown:
+            raise ValueError(f"unknown model settings {unknown}; known: {list(MODEL_KEYS)}")
+        try:  # the values too (any vocab_size will do; block_size may also come later)
+            TransformerConfig(vocab_size=2, **({"block_size": 8} | self.model))
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"model: {err}") from None
+        for name in ("batch_size", "steps", "eval_interval", "eval_batches"):
+            check_int(name, getattr(self, name), low=1)
+        for name in ("warmup_steps", "seed"):
+            check_int(name, getattr(self, name), low=0)
+        for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
+            check_float(name, getattr(self, name), low=0)
+        if self.min_lr > self.lr:
+            raise ValueError(f"min_lr must be <= lr, got min_lr={self.min_lr}, lr={self.lr}")
+        for name in ("beta1", "beta2"):
+            check_float(name, getattr(self, name), low=0, high=1, high_open=True)
+        if self.peak_flops is not None:
+            check_float("peak_flops", self.peak_flops, low=0, low_open=True)
+        check_choice("compile_mode", self.compile_mode, COMPILE_MODES)
+        for name in ("compile", "progress"):
+            check_bool(name, getattr(self, name))
+        resolve_device(self.device, here=False)
+        if self.threads is not None:
+            check_int("threads", self.threads, low=1, why=" or None")
+
+    def model_config(self, vocab_size: int) -> TransformerConfig:
+        return TransformerConfig(vocab_size=vocab_size, **self.model)
+
+    def schedule(self) -> Schedule:
+        return Schedule(
+            lr=self.lr, warmup_steps=self.warmup_steps, steps=self.steps, min_lr=self.min_lr
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        """Inverse of ``to_dict``; an unknown key is a ``ValueError`` (never dropped)."""
+        if not isinstance(d, dict):
+            raise TypeError(f"a TrainConfig description must be a dict, got {type(d).__name__}")
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(known), key=str)
+        if unknown:
+            raise ValueError(f"unknown train_config keys {unknown}; known: {known}")
+        return cls(**d)
+
+
+def get_preset(name: str, **overrides) -> TrainConfig:
+    """The :class:`TrainConfig` of preset ``name`` (``"tiny"``, ``"cpu"``, ``"gpu"``).
+
+    ``overrides`` may name training fields (``steps=10``) or model fields
+    (``positional="alibi"``); ``None`` values are ignored.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    settings = {k: v for k, v in PRESETS[name].items() if k != "model"}
+    model = dict(PRESETS[name]["model"])
+    train_keys = {f.name for f in fields(TrainConfig)} - {"model", "preset"}
+    for k, v in overrides.items():
+        if v is None:
+            continue
+        if k in MODEL_KEYS:
+            model[k] = v
+        elif k in train_keys:
+            settings[k] = v
+        else:
+            raise ValueError(f"unknown setting {k!r}")
+    return TrainConfig(preset=name, model=model, **settings)
 
 
 @dataclass(frozen=True)
@@ -48,21 +212,10 @@ class Schedule:
         p = \min\!\left(1, \frac{s - w}{S - w}\right) & s \ge w \end{cases}
 
     with ``w = warmup_steps`` and ``S = steps``; ``steps=None`` keeps :math:`\eta_\max`
-    after the warm-up (chapter 5's sweep).
-
-    Attributes:
-        lr: the peak :math:`\eta_\max`, reached at the end of the warm-up.
-        warmup_steps: ``w >= 0`` (0: no warm-up).
-        steps: ``S``, the step the cosine reaches the floor; ``None``: no decay.
-        min_lr: the floor :math:`\eta_\min` (``0 <= min_lr <= lr``).
-        min_ratio: the floor as a fraction of the peak instead (the lab's ``0.1``); when
-            given, ``min_lr`` is ignored and the decay is computed as
-            ``lr * (r + (1 - r) c)``, the lab's order of operations.
-        arithmetic: ``"train"`` or ``"stability"``. The users of this one schedule wrote it
-            in different float orders, and the committed results of each are reproduced
-            bit for bit only in its own: the chapter-5 sweep warms up as
-            ``lr * min(1, (s + 1) / w)`` (``"stability"``), the rest as
-            ``lr * (s + 1) / w``. The values agree to the last few bits.
+    after the warm-up (chapter 5's sweep). Two knobs reproduce committed results bit for bit:
+    ``min_ratio`` (the lab's floor as a fraction of the peak, computed
+    ``lr * (r + (1 - r) c)``) and ``arithmetic="stability"`` (chapter 5's warm-up
+    ``lr * min(1, (s + 1) / w)``); the values agree to the last few bits.
     """
 
     lr: float
@@ -80,7 +233,7 @@ class Schedule:
         check_float("min_lr", self.min_lr, low=0, high=self.lr)
         if self.min_ratio is not None:
             check_float("min_ratio", self.min_ratio, low=0, high=1)
-        check_choice("arithmetic", self.arithmetic, ARITHMETIC)
+        check_choice("arithmetic", self.arithmetic, ("train", "stability"))
 
     def __call__(self, step: int) -> float:
         check_int("step", step, low=0)
@@ -98,8 +251,78 @@ class Schedule:
         return self.min_lr + cosine * (self.lr - self.min_lr)
 
 
-class TrainingDivergedError(RuntimeError):
-    """The loss, the gradient norm or the weights became NaN or infinite; the run stopped."""
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate of update ``step`` of a run: ``cfg``'s :class:`Schedule`."""
+    return cfg.schedule()(step)
+
+
+def configure_optimizer(model: TransformerLM, cfg: TrainConfig, fused: bool = False):
+    """AdamW with weight decay only on the weight matrices of linear layers.
+
+    Biases, LayerNorm gains and the embeddings (token and position; the tied LM head is
+    the token embedding) are not decayed.
+    """
+    no_decay = {
+        id(p)
+        for m in model.modules()
+        if isinstance(m, torch.nn.Embedding)
+        for p in m.parameters(recurse=False)
+    }
+    if model.pos_emb is not None:
+        no_decay |= {id(p) for p in model.pos_emb.parameters()}
+    decay, other = [], []
+    for m in model.modules():
+        for name, p in m.named_parameters(recurse=False):
+            if id(p) in no_decay or not p.requires_grad:
+                continue
+            (decay if isinstance(m, torch.nn.Linear) and name == "weight" else other).append(p)
+    seen = {id(p) for p in decay + other}
+    other += [p for p in model.parameters() if id(p) not in seen]  # the embeddings
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": other, "weight_decay": 0.0},
+    ]
+    kwargs = {"fused": True} if fused else {}
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), **kwargs)
+
+
+@torch.no_grad()
+def estimate_loss(
+    model: TransformerLM, ids: torch.Tensor, *, n_batches: int | None, batch_size: int, seed
+) -> float:
+    """Mean next-token loss (nats) of ``model`` on the token ids ``ids``; ``exp`` of it is the
+    perplexity. The loop's estimate, and chapter 6's.
+
+    With a ``seed``: ``n_batches`` batches of ``batch_size`` random windows of the model's
+    ``block_size``, drawn from ``torch.Generator().manual_seed(seed)`` (the same windows at
+    every call, so two evaluations differ only by the weights). With ``seed=None``: the
+    consecutive windows ``ids[i*T : (i+1)*T + 1]`` in order, all of them (the whole text)
+    or the first ``n_batches * batch_size``.
+    """
+    check_tensor("ids", ids, integer=True, ndim=1)
+    check_int("batch_size", batch_size, low=1)
+    if n_batches is not None or seed is not None:
+        check_int("n_batches", n_batches, low=1, why=" (None: every window, with seed=None)")
+    if seed is not None:
+        check_int("seed", seed, low=0, why=" or None")
+    T, device = model.config.block_size, next(model.parameters()).device
+    if seed is not None:
+        g = torch.Generator().manual_seed(seed)
+        batches = [get_batch(ids, batch_size, T, g, device) for _ in range(n_batches)]
+    else:
+        n_windows = (len(ids) - 1) // T
+        if n_windows < 1:
+            raise ValueError(f"ids has {len(ids)} tokens, fewer than block_size + 1 = {T + 1}")
+        n_windows = min(n_windows, (n_batches or n_windows) * batch_size)
+        windows = ids.unfold(0, T + 1, T)[:n_windows].to(device)  # (n_windows, T + 1)
+        batches = [(w[:, :-1], w[:, 1:]) for w in windows.split(batch_size)]
+    was_training = model.training
+    model.eval()
+    losses = torch.stack([model(x, y)[1] for x, y in batches]).tolist()  # one host sync
+    model.train(was_training)
+    if seed is not None:
+        return sum(losses) / len(losses)
+    return sum(v * len(x) for v, (x, _) in zip(losses, batches, strict=True)) / n_windows
 
 
 def train_step(
@@ -112,16 +335,14 @@ def train_step(
     grad_clip: float = 0.0,
     autocast: Callable[[], object] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One update of ``model`` on the batch ``(x, y)``: ``(loss, grad_norm)``, both unread.
+    """One update on the batch ``(x, y)``: ``(loss, grad_norm)``, both detached and unread.
 
-    ``model(x, y)`` must return ``(logits, loss)``. The steps: set ``lr`` on every
-    parameter group, clear the gradients, forward (inside ``autocast()`` if given),
-    backward, clip the global gradient norm to ``grad_clip`` (0: no clipping, and
-    ``grad_norm`` is ``None``), update. ``lr`` and ``grad_clip`` must be finite numbers
-    >= 0 (a NaN would silently poison every weight). The returned tensors stay on the model's device
-    (detached); reading them (``float(loss)``) is the caller's choice of when to wait.
+    Any model with ``forward(idx, targets) -> (logits, loss)``: set ``lr``, clear the
+    gradients, forward (inside ``autocast()`` if given), backward, clip the global norm to
+    ``grad_clip`` (0: no clipping, ``grad_norm`` is ``None``), update. Nothing is read
+    (no ``.item()``), so a GPU never waits for the host; the caller reads when it logs.
     """
-    lr = check_float("lr", lr, low=0)  # a cheap check on Python floats, once per step
+    lr = check_float("lr", lr, low=0)  # a NaN would silently poison every weight
     grad_clip = check_float("grad_clip", grad_clip, low=0)
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -134,37 +355,3 @@ def train_step(
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
     return loss.detach(), grad_norm
-
-
-class StopFlag:
-    """Set by Ctrl-C (SIGINT); the training loop reads ``requested`` between steps."""
-
-    def __init__(self) -> None:
-        self.requested = False
-
-
-@contextlib.contextmanager
-def stop_at_step_boundary() -> Iterator[StopFlag]:
-    """Within this block the first Ctrl-C only sets ``flag.requested``; a second one stops now.
-
-    A ``KeyboardInterrupt`` raised wherever Python happens to be (between
-    ``optimizer.step()`` updating some parameters and the step counter, or after dropout
-    advanced the RNG) would leave a checkpoint that resumes differently; a flag read at a
-    step boundary cannot. Outside the main thread (where signals cannot be caught) the
-    flag is never set and Ctrl-C behaves as usual.
-    """
-    flag = StopFlag()
-    if threading.current_thread() is not threading.main_thread():
-        yield flag
-        return
-
-    def handler(signum, frame):
-        if flag.requested:  # asked twice: the user wants out now
-            raise KeyboardInterrupt
-        flag.requested = True
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield flag
-    finally:
-        signal.signal(signal.SIGINT, previous)

@@ -1,16 +1,15 @@
-r"""The training loop: a few named steps over one explicit state object (:class:`Run`).
+r"""The training run (chapter 6): four named steps over one state object, :class:`Run`.
 
-1. ``_prepare``: device, data, model, optimizer (restored on resume), DDP/compile wrap.
+1. ``_prepare``: device, data, model, optimizer (restored on resume), compile.
 2. ``_log_start``: the run's folder and the first log record (where it ran).
-3. ``_train_window``: :func:`~mini_transformer.core.train_step` until the next
-   evaluation; the losses stay on the device and are read once per window, so a GPU never
-   waits for the host, and a non-finite one stops the run before anything is saved.
-4. ``_evaluate_and_save``: losses on both splits, a log record, and checkpoints only
-   if the held-out loss and the weights are finite (``best.pt`` before ``last.pt``).
+3. ``_train_window``: :func:`~mini_transformer.core.train_step` until the next evaluation;
+   the losses stay on the device and are read once per window, so a GPU never waits for
+   the host, and a non-finite one stops the run before anything is saved.
+4. ``_evaluate_and_save``: :func:`~mini_transformer.core.estimate_loss` on both splits, a
+   log record, and checkpoints only if the weights pass ``_unsaveable`` (``best.pt`` first).
 
-Ctrl-C is read between steps (:func:`~mini_transformer.core.stop_at_step_boundary`), so
-``last.pt`` is saved at a step boundary and a resumed run is bit-identical. The command
-line, the public names and a summary of the recipe are in :mod:`mini_transformer.train`.
+Ctrl-C is read between steps, so ``last.pt`` is saved at a step boundary and a resumed run
+is bit-identical. Data-parallel training (``torchrun``) lives in one section, ``_ddp_*``.
 """
 
 from __future__ import annotations
@@ -21,9 +20,12 @@ import json
 import math
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,22 +34,50 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from .checkpoints import MetricsLog, is_finite_state, load_checkpoint, save_checkpoint
-from .cli import open_temporary
-from .core import Schedule, StopFlag, TrainingDivergedError, stop_at_step_boundary, train_step
+from . import hardware
+from .checkpoints import (
+    atomic_write,
+    check_output_dir,
+    load_checkpoint,
+    save_checkpoint,
+    write_record,
+)
+from .core import TrainConfig, configure_optimizer, estimate_loss, lr_at, train_step
 from .data import CharTokenizer, get_batch, load_corpus
-from .devices import measure_matmul_flops, peak_flops, resolve_device, where_it_ran
 from .model import TransformerLM
-from .precision import autocast, describe, resolve_precision
-from .presets import TrainConfig, configure_optimizer, lr_at
 
-__all__ = ["DIVERGED_LOSS_FACTOR", "Run", "train"]
+__all__ = ["train", "TrainingDivergedError"]
 
 #: A held-out loss above this many times the uniform guess ``ln V`` counts as diverged.
 DIVERGED_LOSS_FACTOR = 2.0
 
 
-# ---------------------------------------------------------------------------- data, loss
+class TrainingDivergedError(RuntimeError):
+    """The loss, the gradient norm or the weights became NaN or infinite; the run stopped."""
+
+
+@contextlib.contextmanager
+def _stop_at_step_boundary() -> Iterator[types.SimpleNamespace]:
+    """The first Ctrl-C only sets ``flag.requested``, read between steps; a second one stops now.
+
+    A ``KeyboardInterrupt`` mid-step (some parameters updated, dropout's RNG advanced) would
+    leave a checkpoint that resumes differently. Outside the main thread Ctrl-C acts as usual.
+    """
+    flag = types.SimpleNamespace(requested=False)
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum, frame):
+        if flag.requested:  # asked twice: the user wants out now
+            raise KeyboardInterrupt
+        flag.requested = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @functools.lru_cache(maxsize=1)
@@ -57,26 +87,8 @@ def _encoded_corpus() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
 
 
 def _seed_for(*keys: int) -> int:
-    """A 63-bit seed from a tuple of integers (independent streams per rank and step)."""
+    """A 63-bit seed from a tuple of integers (one stream per rank and step)."""
     return int(np.random.SeedSequence(list(keys)).generate_state(2, np.uint64)[0] >> np.uint64(1))
-
-
-@torch.no_grad()
-def _estimate_loss(run: Run, data: torch.Tensor, seed: int) -> float:
-    """Mean loss on ``eval_batches`` random batches drawn with a fixed seed (same every eval)."""
-    g = torch.Generator().manual_seed(seed)
-    model, cfg = run.model, run.cfg
-    model.eval()
-    losses = []
-    for _ in range(cfg.eval_batches):
-        x, y = get_batch(data, cfg.batch_size, model.config.block_size, g, run.device)
-        with run.autocast():
-            losses.append(model(x, y)[1])
-    model.train()
-    return sum(torch.stack(losses).tolist()) / len(losses)  # one host sync per evaluation
-
-
-# ---------------------------------------------------------------------------- the run's state
 
 
 @dataclass
@@ -91,28 +103,24 @@ class Run:
     tok: CharTokenizer
     train_ids: torch.Tensor
     val_ids: torch.Tensor
+    precision: str  # resolved: "fp32" or "bf16"
     rank: int = 0
     world: int = 1
     step_model: torch.nn.Module | None = None  # what a step calls: model, DDP or compiled
-    precision: str = "fp32"  # resolved: "fp32" or "bf16" (autocast), see precision.py
     step: int = 0
     best_val: float = math.inf
     val_loss: float | None = None
-    saved_step: int | None = None  # step of the last checkpoint written (all checks passed)
+    saved_step: int | None = None  # step of the last checkpoint written
     elapsed_before: float = 0.0
     t_start: float = field(default_factory=time.perf_counter)
     losses: list[float] = field(default_factory=list)
     peak: float | None = None
     peak_source: str = ""
-    log: MetricsLog = field(default_factory=lambda: MetricsLog(None))
+    log_path: Path | None = None  # metrics.jsonl (rank 0 only)
+    stop: Callable[[], bool] = lambda: False  # whether Ctrl-C asked to stop (on any rank)
 
-    @property
-    def last_path(self) -> Path:
-        return self.out_dir / "last.pt"
-
-    @property
-    def best_path(self) -> Path:
-        return self.out_dir / "best.pt"
+    last_path = property(lambda self: self.out_dir / "last.pt")
+    best_path = property(lambda self: self.out_dir / "best.pt")
 
     @property
     def tokens_per_step(self) -> int:
@@ -122,10 +130,22 @@ class Run:
         return self.elapsed_before + time.perf_counter() - self.t_start
 
     def autocast(self):
-        return autocast(self.precision, self.device)
+        return hardware.autocast(self.precision, self.device)
+
+    def estimate(self, ids: torch.Tensor, split: int) -> float:
+        """The loop's estimate on a split (1: training, 2: held out), its own seed for each."""
+        cfg = self.cfg
+        seed = _seed_for(cfg.seed, split)
+        with self.autocast():
+            return estimate_loss(
+                self.model, ids, n_batches=cfg.eval_batches, batch_size=cfg.batch_size, seed=seed
+            )
 
 
-def _distributed() -> tuple[int, int, int]:
+# ---------------------------------------------------------------- data parallel (torchrun)
+
+
+def _ddp_ranks() -> tuple[int, int, int]:
     """(rank, local_rank, world_size) from torchrun's environment; (0, 0, 1) otherwise."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
@@ -133,45 +153,58 @@ def _distributed() -> tuple[int, int, int]:
     return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0")), world
 
 
-def _check_out_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"out_dir {out_dir} is a file, not a folder")
-    last = out_dir / "last.pt"
-    if not resume and last.exists() and not overwrite:
-        raise ValueError(
-            f"{out_dir} already holds a checkpoint; resume it (--resume) or choose another --out"
-        )
-    if resume and not last.is_file():
-        raise FileNotFoundError(f"cannot resume: checkpoint not found: {last}")
+def _ddp_wrap(run: Run, resume: bool) -> None:
+    """Each rank draws its own dropout masks; the model each step calls syncs gradients."""
+    if run.world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        if not resume:
+            torch.manual_seed(_seed_for(run.cfg.seed, run.rank))
+        ids = [run.device.index] if run.device.type == "cuda" else None
+        run.step_model = DDP(run.model, device_ids=ids)
 
 
-def _prepare(
-    cfg: TrainConfig,
-    out_dir: Path,
-    resume: bool,
-    overwrite: bool,
-    setup_hook,
-    rank: int,
-    local_rank: int,
-    world: int,
-) -> Run:
+def _ddp_stop(run: Run, flag) -> Callable[[], bool]:
+    """Whether any rank saw Ctrl-C: all ranks must stop at the same step."""
+    if run.world == 1:
+        return lambda: flag.requested
+
+    def any_rank() -> bool:
+        t = torch.tensor([float(flag.requested)], device=run.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
+
+    return any_rank
+
+
+@contextlib.contextmanager
+def _ddp_group(cfg: TrainConfig, world: int):
+    if world > 1 and not dist.is_initialized():
+        gpu = cfg.device != "cpu" and torch.cuda.is_available()
+        dist.init_process_group("nccl" if gpu else "gloo")
+    try:
+        yield
+    finally:
+        if world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
     """Step 1: device, data, model and optimizer (restored from ``last.pt`` on resume)."""
-    _check_out_dir(out_dir, resume, overwrite)
+    rank, local_rank, world = _ddp_ranks()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
-    device = resolve_device(cfg.device, local_rank)
+    device = hardware.resolve_device(cfg.device, local_rank)
     is_cuda = device.type == "cuda"
     if is_cuda:
         torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     tok, train_ids, val_ids = _encoded_corpus()
-    if is_cuda:
-        train_ids, val_ids = train_ids.to(device), val_ids.to(device)
+    train_ids, val_ids = train_ids.to(device), val_ids.to(device)
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
     model = TransformerLM(cfg.model_config(tok.vocab_size))
-    # The token ids are checked once here, for the whole corpus, instead of in every
-    # forward pass (where reading a GPU tensor's min and max makes the host wait).
+    # The ids are checked once, for the whole corpus, instead of in every forward pass
+    # (where reading a GPU tensor's min and max makes the host wait).
     for ids in (train_ids, val_ids):
         if int(ids.min()) < 0 or int(ids.max()) >= tok.vocab_size:
             raise ValueError("the encoded corpus holds ids outside the tokenizer's vocabulary")
@@ -181,33 +214,18 @@ def _prepare(
     model.to(device)
     if setup_hook is not None:
         setup_hook(model)
-    run = Run(
-        cfg,
-        out_dir,
-        device,
-        model,
-        configure_optimizer(model, cfg, fused=is_cuda),
-        tok,
-        train_ids,
-        val_ids,
-        rank=rank,
-        world=world,
-        precision=resolve_precision(cfg.precision, device, d_model=model.config.d_model),
-    )
+    optimizer = configure_optimizer(model, cfg, fused=is_cuda)
+    precision = hardware.resolve_precision(cfg.precision, device, d_model=model.config.d_model)
+    run = Run(cfg, out_dir, device, model, optimizer, tok, train_ids, val_ids, precision)
+    run.rank, run.world, run.step_model = rank, world, model
     if resume:
         _restore(run)
-    elif world > 1:
-        torch.manual_seed(_seed_for(cfg.seed, rank))  # different dropout masks per rank
-    run.step_model = model
-    if world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        run.step_model = DDP(model, device_ids=[device.index] if is_cuda else None)
+    _ddp_wrap(run, resume)
     if cfg.compile:
         run.step_model = torch.compile(run.step_model, mode=cfg.compile_mode)
     if rank == 0:
-        run.peak, run.peak_source = peak_flops(device, cfg.peak_flops)
-        run.log = MetricsLog(out_dir / "metrics.jsonl")
+        run.peak, run.peak_source = hardware.peak_flops(device, cfg.peak_flops)
+        run.log_path = out_dir / "metrics.jsonl"
     return run
 
 
@@ -226,7 +244,7 @@ def _restore(run: Run) -> None:
         torch.set_rng_state(ckpt["rng"]["torch"].cpu())
         if run.device.type == "cuda" and "cuda" in ckpt["rng"]:
             torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["rng"]["cuda"]])
-    else:
+    else:  # the other ranks start a stream of their own for this step
         torch.manual_seed(_seed_for(run.cfg.seed, run.rank, run.step))
 
 
@@ -234,24 +252,18 @@ def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
     """Step 2: the run's folder, its ``config.json`` and the first log record."""
     run.out_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
-        (run.out_dir / "metrics.jsonl").unlink(missing_ok=True)
+        run.log_path.unlink(missing_ok=True)
     model, cfg = run.model, run.cfg
     configs = {"model_config": model.config.to_dict(), "train_config": cfg.to_dict()}
-    config_path = run.out_dir / "config.json"
-    tmp, f = open_temporary(config_path)
-    try:
-        with f:
-            f.write(json.dumps(configs, indent=2))
-        os.replace(tmp, config_path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    run.log.write(
+    atomic_write(run.out_dir / "config.json", json.dumps(configs, indent=2))
+    write_record(
+        run.log_path,
         {
             "event": "resume" if resume else "start",
             "step": run.step,
-            **where_it_ran(run.device),
+            **hardware.where_it_ran(run.device),
             "world_size": run.world,
-            "dtype": describe(run.precision, run.device),
+            "dtype": hardware.log_label(run.precision, run.device),
             "precision": run.precision,
             "compile": cfg.compile,
             "preset": cfg.preset,
@@ -266,48 +278,30 @@ def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
             "peak_flops_source": run.peak_source,
             "train_tokens": len(run.train_ids),
             "val_tokens": len(run.val_ids),
-        }
+        },
     )
-
-
-# ---------------------------------------------------------------------------- the loop steps
 
 
 def _diverged(run: Run, what: str, value: float, step: int) -> TrainingDivergedError:
-    good = (
-        f"{run.last_path} (step {run.saved_step})"
-        if run.saved_step is not None
-        else "none: nothing was saved"
-    )
+    good = f"{run.last_path} (step {run.saved_step})" if run.saved_step is not None else None
     return TrainingDivergedError(
         f"the {what} became {value:.4g} at step {step} (lr {lr_at(step, run.cfg):.3g}); the "
-        f"weights after it were not saved. The last good checkpoint is {good}. "
-        "Lower the learning rate or raise warmup_steps."
+        f"weights after it were not saved. The last good checkpoint is "
+        f"{good or 'none: nothing was saved'}. Lower the learning rate or raise warmup_steps."
     )
 
 
-def _train_window(run: Run, end: int, stop: StopFlag, bar) -> float | None:
-    """Step 3: train up to step ``end`` (or a Ctrl-C); return tokens/s of the window.
-
-    The losses and gradient norms stay on the device until the window ends; then they
-    are read once, and a non-finite one raises
-    :class:`~mini_transformer.core.TrainingDivergedError`.
-    """
-    cfg, model, first = run.cfg, run.model, run.step
-    schedule: Schedule = cfg.schedule()
+def _train_window(run: Run, end: int, bar) -> float | None:
+    """Step 3: train up to step ``end`` (or a Ctrl-C); return tokens/s of the window."""
+    cfg, first, schedule = run.cfg, run.step, run.cfg.schedule()
     losses, norms = [], []
     t0 = time.perf_counter()
-    while run.step < end and not (stop.requested and run.world == 1):
+    while run.step < end and not run.stop():
         g = torch.Generator().manual_seed(_seed_for(cfg.seed, run.rank, run.step))
-        x, y = get_batch(run.train_ids, cfg.batch_size, model.config.block_size, g, run.device)
+        x, y = get_batch(run.train_ids, cfg.batch_size, run.model.config.block_size, g, run.device)
+        lr = schedule(run.step)
         loss, norm = train_step(
-            run.step_model,
-            run.optimizer,
-            x,
-            y,
-            schedule(run.step),
-            grad_clip=cfg.grad_clip,
-            autocast=run.autocast,
+            run.step_model, run.optimizer, x, y, lr, grad_clip=cfg.grad_clip, autocast=run.autocast
         )
         losses.append(loss)
         norms.append(norm if norm is not None else torch.zeros((), device=run.device))
@@ -327,16 +321,16 @@ def _train_window(run: Run, end: int, stop: StopFlag, bar) -> float | None:
 
 
 def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
-    """Step 4 (rank 0): losses on both splits, a log record, and checkpoints if all is well."""
+    """Step 4: losses on both splits, a log record, and checkpoints if all is well."""
     cfg, model = run.cfg, run.model
     if run.device.type == "cpu" and cfg.peak_flops is None and tokens_per_s is not None:
-        run.peak = max(run.peak, measure_matmul_flops(repeats=3))
-    train_loss = _estimate_loss(run, run.train_ids, _seed_for(cfg.seed, 1))
-    val_loss = _estimate_loss(run, run.val_ids, _seed_for(cfg.seed, 2))
+        run.peak = max(run.peak, hardware.measure_matmul_flops(repeats=3))
+    train_loss, val_loss = run.estimate(run.train_ids, 1), run.estimate(run.val_ids, 2)
     mfu = None
     if tokens_per_s is not None and run.peak:
         mfu = tokens_per_s * model.flops_per_token() / (run.peak * run.world)
-    run.log.write(
+    write_record(
+        run.log_path,
         {
             "event": "eval",
             "step": run.step,
@@ -348,49 +342,35 @@ def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
             "peak_flops": run.peak,
             "tokens_seen": run.step * run.tokens_per_step,
             "elapsed_s": run.elapsed(),
-        }
+        },
     )
     problem = _unsaveable(run, val_loss)
     if problem is not None:
-        raise _diverged(run, *problem, run.step)
+        raise _diverged(run, *problem[:2], run.step)
     run.val_loss = val_loss
     if val_loss < run.best_val:  # best.pt first: last.pt must never claim a better best
         run.best_val = val_loss
         _save(run, run.best_path)
-        _copy_atomically(run.best_path, run.last_path)
+        with run.best_path.open("rb") as src:
+            atomic_write(run.last_path, lambda f: shutil.copyfileobj(src, f))
     else:
         _save(run, run.last_path)
     run.saved_step = run.step
 
 
-def _loss_limit(run: Run) -> float:
-    """The held-out loss above which the weights count as diverged: 2 ln V."""
-    return DIVERGED_LOSS_FACTOR * math.log(run.model.config.vocab_size)
+def _unsaveable(run: Run, val_loss: float) -> tuple[str, float, float] | None:
+    """Why the weights must not be saved, ``(what, value, limit)``; ``None`` if they may.
 
-
-def _unsaveable(run: Run, val_loss: float) -> tuple[str, float] | None:
-    """Why the current weights must not be saved, as ``(what, value)``; ``None`` if they may.
-
-    The one test both saving paths (evaluation and Ctrl-C) apply: a finite held-out loss
-    no higher than :func:`_loss_limit`, and finite weights.
+    The one test of both saving paths (evaluation and Ctrl-C): a finite held-out loss within
+    ``DIVERGED_LOSS_FACTOR * ln V``, and finite weights (one host sync).
     """
-    if not (math.isfinite(val_loss) and val_loss <= _loss_limit(run)):
-        return "held-out loss", val_loss
-    if not is_finite_state(run.model):
-        return "weights (some entries)", math.nan
+    limit = DIVERGED_LOSS_FACTOR * math.log(run.model.config.vocab_size)
+    if not (math.isfinite(val_loss) and val_loss <= limit):
+        return "held-out loss", val_loss, limit
+    state = [t for t in run.model.state_dict().values() if t.is_floating_point()]
+    if not bool(torch.stack([torch.isfinite(t).all() for t in state]).all()):
+        return "weights (some entries)", math.nan, limit
     return None
-
-
-def _copy_atomically(source: Path, path: Path) -> None:
-    """Copy ``source`` to ``path`` through a fresh ``path.tmp`` (never a symlink's target)."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp, f = open_temporary(path, "wb")
-        with f, source.open("rb") as src:
-            shutil.copyfileobj(src, f)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _save(run: Run, path: Path) -> None:
@@ -407,77 +387,51 @@ def _save(run: Run, path: Path) -> None:
     )
 
 
-def _stop_requested(run: Run, stop: StopFlag) -> bool:
-    """Whether any rank saw Ctrl-C (all ranks must stop at the same step)."""
-    if run.world == 1:
-        return stop.requested
-    flag = torch.tensor([float(stop.requested)], device=run.device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
-
-
 def _save_on_interrupt(run: Run) -> None:
-    """At a step boundary after Ctrl-C: ``last.pt`` if the weights pass the same test as at
-    an evaluation (a finite held-out loss within the limit, finite weights; rank 0).
-
-    The held-out loss is measured once more here (it costs one evaluation, on Ctrl-C only):
-    a run diverging between two evaluations must not leave its diverged weights as
-    ``last.pt`` for ``--resume`` to continue from. The evaluation draws from its own
-    generator, so a resumed run stays bit-identical.
+    """After Ctrl-C: ``last.pt`` if the weights pass the test of an evaluation, measured anew
+    (a run diverging since the last one must not leave diverged weights for ``--resume``).
     """
-    if run.rank != 0:
-        return
-    kept = (
-        f"kept {run.last_path} (step {run.saved_step})"
-        if run.saved_step is not None
-        else "nothing was saved"
-    )
+    head = f"\ninterrupted at step {run.step};"
+    kept = f"kept {run.last_path} (step {run.saved_step})" if run.saved_step is not None else None
+    kept = kept or "nothing was saved"
     if run.step == run.saved_step:
-        print(f"\ninterrupted at step {run.step}; {kept}", file=sys.stderr)
+        print(f"{head} {kept}", file=sys.stderr)
         return
-    val_loss = _estimate_loss(run, run.val_ids, _seed_for(run.cfg.seed, 2))
-    problem = _unsaveable(run, val_loss)
+    problem = _unsaveable(run, run.estimate(run.val_ids, 2))
     if problem is not None:
-        what, value = problem
-        print(
-            f"\ninterrupted at step {run.step}; not saved: the {what} is {value:.4g} "
-            f"(limit {_loss_limit(run):.3g}, a diverging run); {kept}",
-            file=sys.stderr,
-        )
+        what, value, limit = problem
+        message = f"the {what} is {value:.4g} (limit {limit:.3g}, a diverging run)"
+        print(f"{head} not saved: {message}; {kept}", file=sys.stderr)
         return
     _save(run, run.last_path)
     run.saved_step = run.step
-    print(f"\ninterrupted at step {run.step}; saved {run.last_path}", file=sys.stderr)
+    print(f"{head} saved {run.last_path}", file=sys.stderr)
 
 
 def _loop(run: Run, resume: bool) -> None:
-    """Step 3 and 4 in turn until ``cfg.steps`` (the first evaluation is at step 0)."""
-    cfg = run.cfg
-    bar = tqdm(
-        total=cfg.steps,
-        initial=run.step,
-        disable=not cfg.progress or run.rank != 0,
-        desc=f"train {cfg.preset}",
-        dynamic_ncols=True,
-    )
-    with bar, stop_at_step_boundary() as stop:
-        if run.rank == 0 and not resume:
+    """Steps 3 and 4 in turn until ``cfg.steps`` (the first evaluation is at step 0); rank 0
+    alone evaluates, logs and saves."""
+    cfg, main = run.cfg, run.rank == 0
+    show = cfg.progress and main
+    bar = tqdm(total=cfg.steps, initial=run.step, disable=not show, desc=f"train {cfg.preset}")
+    with bar, _stop_at_step_boundary() as flag:
+        run.stop = _ddp_stop(run, flag)
+        if main and not resume:
             _evaluate_and_save(run, None)  # the loss before any training: about ln(vocab_size)
         run.model.train()
         while run.step < cfg.steps:
             next_eval = (run.step // cfg.eval_interval + 1) * cfg.eval_interval
-            rate = _train_window(run, min(next_eval, cfg.steps), stop, bar)
-            if _stop_requested(run, stop):
-                _save_on_interrupt(run)
+            rate = _train_window(run, min(next_eval, cfg.steps), bar)
+            if run.stop():
+                if main:
+                    _save_on_interrupt(run)
                 raise KeyboardInterrupt
-            if run.rank == 0 and (run.step % cfg.eval_interval == 0 or run.step == cfg.steps):
+            if main and (run.step % cfg.eval_interval == 0 or run.step == cfg.steps):
                 _evaluate_and_save(run, rate)
 
 
 def _remove_unfinished(out_dir: Path, created: bool) -> None:
-    """After a fresh run failed before its first checkpoint: its ``config.json`` and
-    ``metrics.jsonl`` go (they describe a run that left nothing), and the folder too if
-    this run created it and it is now empty."""
+    """A fresh run that saved nothing leaves nothing: its logs, and its folder if it made it."""
     for name in ("config.json", "metrics.jsonl"):
         with contextlib.suppress(OSError):
             (out_dir / name).unlink(missing_ok=True)
@@ -497,69 +451,44 @@ def train(
 ) -> dict:
     """Train a ``TransformerLM`` on the bundled corpus; write checkpoints and a log.
 
-    Args:
-        cfg: the run's settings (see :func:`~mini_transformer.presets.get_preset`).
-        out_dir: folder for ``last.pt``, ``best.pt``, ``metrics.jsonl`` and ``config.json``.
-        resume: continue from ``out_dir/last.pt`` up to ``cfg.steps`` (bit-identical to an
-            uninterrupted run on the same machine and thread count).
-        overwrite: allow a fresh run in a folder that already holds a checkpoint.
-        argv: the command line to record (default ``sys.argv``).
-        setup_hook: called with the model after it is built (tests use it to inject faults).
+    ``out_dir`` receives ``last.pt``, ``best.pt``, ``metrics.jsonl`` and ``config.json``.
+    ``resume`` continues from ``out_dir/last.pt`` up to ``cfg.steps``, bit-identical to an
+    uninterrupted run on the same machine and thread count; ``setup_hook(model)`` runs once the
+    model is built (tests inject faults with it). Returns ``{"step", "losses" (this call's),
+    "val_loss", "best_val_loss", "reason", "wall_time_s", "out_dir"}``.
 
-    Returns:
-        ``{"step", "losses" (per-step training losses of this call), "val_loss",
-        "best_val_loss", "reason" ("completed"), "wall_time_s", "out_dir"}``.
-
-    Raises:
-        mini_transformer.core.TrainingDivergedError: the run diverged (nothing diverged was saved).
-        KeyboardInterrupt: after saving ``last.pt`` at a step boundary.
-        OSError: a write failed (disk full); checkpoints already written stay intact, and a
-            fresh run that saved none leaves no ``config.json``/``metrics.jsonl`` behind.
+    Raises ``TrainingDivergedError`` (nothing diverged was saved), ``KeyboardInterrupt`` after
+    saving ``last.pt`` at a step boundary, or ``OSError`` (disk full: the checkpoints written
+    stay intact; a fresh run that saved none leaves nothing).
     """
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     out_dir = Path(out_dir)
     created = not out_dir.exists()
-    rank, local_rank, world = _distributed()
-    if world > 1 and not dist.is_initialized():
-        backend = "nccl" if cfg.device != "cpu" and torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
-    run, started = None, False
-    try:
-        run = _prepare(cfg, out_dir, resume, overwrite, setup_hook, rank, local_rank, world)
-        if rank == 0:
-            started = True  # from here on, config.json and metrics.jsonl are this run's
-            _log_start(run, resume, argv)
-        reason = "error"
+    check_output_dir(out_dir, resume=resume, overwrite=overwrite)
+    run, reason = None, "error"
+    with _ddp_group(cfg, _ddp_ranks()[2]):
         try:
-            _loop(run, resume)
-            reason = "completed"
-        except TrainingDivergedError:
-            reason = "diverged"
+            run = _prepare(cfg, out_dir, resume, setup_hook)
+            if run.rank == 0:
+                _log_start(run, resume, argv)
+            try:
+                _loop(run, resume)
+                reason = "completed"
+            except (TrainingDivergedError, KeyboardInterrupt) as err:
+                reason = "diverged" if isinstance(err, TrainingDivergedError) else "interrupted"
+                raise
+            finally:
+                best = run.best_val if math.isfinite(run.best_val) else None
+                end = {"event": "end", "step": run.step, "reason": reason, "val_loss": run.val_loss}
+                write_record(
+                    run.log_path, end | {"best_val_loss": best, "wall_time_s": run.elapsed()}
+                )
+        except BaseException as err:
+            fresh = run is not None and run.rank == 0 and not resume and run.saved_step is None
+            if fresh and not isinstance(err, TrainingDivergedError):
+                _remove_unfinished(out_dir, created)  # a fresh run that saved nothing
             raise
-        except KeyboardInterrupt:
-            reason = "interrupted"
-            raise
-        finally:
-            best = run.best_val if math.isfinite(run.best_val) else None
-            run.log.write(
-                {
-                    "event": "end",
-                    "step": run.step,
-                    "reason": reason,
-                    "val_loss": run.val_loss,
-                    "best_val_loss": best,
-                    "wall_time_s": run.elapsed(),
-                }
-            )
-    except BaseException as err:
-        if started and not resume and not isinstance(err, TrainingDivergedError):
-            if run.saved_step is None:  # a fresh run that saved nothing
-                _remove_unfinished(out_dir, created)
-        raise
-    finally:
-        if world > 1 and dist.is_initialized():
-            dist.destroy_process_group()
     return {
         "step": run.step,
         "losses": run.losses,

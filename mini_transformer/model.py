@@ -44,7 +44,7 @@ from .memn2n import MemN2NPositionalEncoding
 from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from .tasks import IGNORE_INDEX  # -100: targets the loss skips (unscored positions)
 
-__all__ = ["TransformerConfig", "TransformerLM", "evaluate"]
+__all__ = ["TransformerConfig", "TransformerLM"]
 
 MAX_LEN = 4096  # the shortest sinusoidal table built (at least block_size)
 COMPONENTS = [(".tok_emb.", "embeddings"), (".pos_emb.", "positional"), (".attn.", "attention")]
@@ -353,43 +353,3 @@ class TransformerLM(nn.Module):
             n -= parts["embeddings"]
         c = self.config
         return float(6 * n + 12 * c.n_layers * c.d_model * T)
-
-
-@torch.no_grad()
-def evaluate(
-    model: TransformerLM,
-    ids: torch.Tensor,
-    block_size: int | None = None,
-    batch_size: int = 16,
-    max_batches: int | None = None,
-) -> float:
-    """Mean next-token loss (nats) over consecutive, non-overlapping windows of ``ids``.
-
-    Deterministic (no sampling): the windows ``ids[i*T : (i+1)*T + 1]`` are taken in order,
-    ``batch_size`` at a time, up to ``max_batches`` batches. ``exp`` of the result is the
-    perplexity. ``block_size`` (default: the model's) may exceed the model's for schemes
-    that extrapolate.
-    """
-    check_tensor("ids", ids, integer=True, ndim=1)
-    T = block_size if block_size is not None else model.config.block_size
-    check_int("block_size", T, low=1)
-    check_int("batch_size", batch_size, low=1)
-    if max_batches is not None:
-        check_int("max_batches", max_batches, low=1, why=" or None")
-    n_windows = (len(ids) - 1) // T
-    if n_windows < 1:
-        raise ValueError(f"ids has {len(ids)} tokens, fewer than block_size + 1 = {T + 1}")
-    if max_batches is not None:
-        n_windows = min(n_windows, max_batches * batch_size)
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    total, count = 0.0, 0
-    for start in range(0, n_windows, batch_size):
-        rows = torch.arange(start, min(start + batch_size, n_windows))[:, None] * T
-        chunk = ids[rows + torch.arange(T + 1)[None, :]].to(device)  # (b, T + 1)
-        _, loss = model(chunk[:, :-1], chunk[:, 1:])
-        total += loss.item() * len(rows)
-        count += len(rows)
-    model.train(was_training)
-    return total / count

@@ -1,19 +1,9 @@
-r"""Training the character-level Shakespeare model: the public names and the command line.
+r"""Training the character-level Shakespeare model (chapter 6): the public names and the CLI.
 
-The pieces live in small modules, each one idea; this module gathers the names a reader
-uses (``from mini_transformer.train import ...`` keeps working) and holds the CLI:
-
-- :mod:`~mini_transformer.presets`: ``PRESETS``, ``TrainConfig``, ``get_preset``,
-  ``lr_at``, ``configure_optimizer`` (see :func:`~mini_transformer.presets.get_preset`);
-- :mod:`~mini_transformer.loop`: :func:`~mini_transformer.loop.train`;
-- :mod:`~mini_transformer.model`: :func:`~mini_transformer.model.evaluate` (perplexity);
-- :mod:`~mini_transformer.core`: the step and the schedule shared with chapters 3 and 5;
-- :mod:`~mini_transformer.checkpoints`: ``save_checkpoint``, ``load_checkpoint``,
-  ``load_model``, ``export_weights``, ``load_pretrained``, ``read_log``;
-- :mod:`~mini_transformer.devices`: peak FLOP/s (``GPU_PEAK_FLOPS``) and the record of
-  where a run happened.
-
-Command line::
+The recipe is in :mod:`~mini_transformer.core`, the run in :mod:`~mini_transformer.loop`,
+the files in :mod:`~mini_transformer.checkpoints`, the machine in
+:mod:`~mini_transformer.hardware`; this module gathers the names chapters import. Command
+line::
 
     python -m mini_transformer.train --preset cpu --out runs/cpu           # train
     python -m mini_transformer.train --preset gpu --out runs/gpu --compile # on a GPU
@@ -21,93 +11,146 @@ Command line::
     python -m mini_transformer.train sample --ckpt gpu --prompt "ROMEO:"  # bundled model
     python -m mini_transformer.train export --ckpt runs/cpu/best.pt --overwrite  # -> assets/
 
-Bad arguments exit with status 2 and a usage message before any work; a failure while
-running (disk full, unreadable file, any error once training began) exits with status 1
-and a one-line message; Ctrl-C saves ``last.pt`` at the next step boundary (if its held-out
-loss is within the divergence limit) and exits with 130. ``export`` replaces the committed
-model's files only with ``--overwrite``.
-
-In Python (chapter 6)::
-
-    from mini_transformer.train import load_pretrained, read_log
-    model, tok = load_pretrained("gpu")  # a committed model ("cpu" or "gpu"), eval mode
-    log = read_log("gpu")                # its metrics log: a list of dicts
+Every command line here and in ``tools/`` checks its arguments and output path **before**
+any work (:func:`run_cli`): a bad one exits with status 2 and a usage message; a failure
+while running exits with 1 and one line; Ctrl-C saves ``last.pt`` at the next step boundary
+(if its held-out loss is within the divergence limit) and exits with 130. A committed
+result is replaced only with ``--overwrite``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from .checkpoints import (
     PRETRAINED,
-    PRETRAINED_WEIGHTS,
     check_exportable,
+    check_output_dir,
     config_diff,
     export_weights,
     load_checkpoint,
     load_model,
     load_pretrained,
-    pretrained_path,
     read_log,
     save_checkpoint,
 )
-from .cli import (
-    check_output_dir,
-    check_output_file,
-    positive_float,
-    positive_int,
-    printable,
-    run_cli,
-)
-from .core import TrainingDivergedError
-from .devices import GPU_PEAK_FLOPS, measure_matmul_flops, peak_flops, resolve_device
-from .loop import _check_out_dir, _distributed, train
-from .model import POSITIONAL_SCHEMES, TransformerLM, evaluate
-from .precision import PRECISIONS, physical_cores, resolve_precision
-from .presets import (
+from .core import (
     COMPILE_MODES,
     MODEL_KEYS,
     PRESETS,
     TrainConfig,
     configure_optimizer,
+    estimate_loss,
     get_preset,
     lr_at,
 )
+from .hardware import (
+    GPU_PEAK_FLOPS,
+    PRECISIONS,
+    measure_matmul_flops,
+    physical_cores,
+    resolve_device,
+    resolve_precision,
+)
+from .loop import TrainingDivergedError, _ddp_ranks, train
+from .model import POSITIONAL_SCHEMES, TransformerLM
 
-__all__ = [
-    "PRESETS",
+__all__ = [  # the contract names and what the chapters use
     "TrainConfig",
     "get_preset",
     "lr_at",
     "configure_optimizer",
-    "measure_matmul_flops",
-    "peak_flops",
-    "GPU_PEAK_FLOPS",
-    "evaluate",
+    "estimate_loss",
     "train",
     "TrainingDivergedError",
+    "GPU_PEAK_FLOPS",
     "save_checkpoint",
     "load_checkpoint",
     "load_model",
-    "export_weights",
     "load_pretrained",
     "read_log",
     "PRETRAINED",
-    "PRETRAINED_WEIGHTS",
     "main",
 ]
+
+
+# ---------------------------------------------------------------- the command-line rules
+
+
+def _number(text: str, kind: type, ok: Callable[[float], bool], what: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not ok(value):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    return _number(text, int, lambda v: v >= 1, "a positive integer")
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    return _number(text, float, lambda v: v > 0 and math.isfinite(v), "a positive number")
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print on any UTF-8 stream (a path's undecodable bytes become U+FFFD)."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    if not isinstance(err, (OSError, ValueError)):
+        text = f"{type(err).__name__}: {text}"
+    return text[:2000]
+
+
+def run_cli(
+    parser: argparse.ArgumentParser,
+    check: Callable[[], object],
+    work: Callable[[object], object] | None = None,
+):
+    """Run a command with the package's exit codes: 2 bad input, 1 runtime failure, 130 Ctrl-C.
+
+    ``check()`` validates (and may prepare) the input without doing any work: a
+    ``ValueError``, ``TypeError`` or ``FileNotFoundError`` from it is a usage error (exit 2).
+    Any exception from ``work(checked)``, or an ``OSError`` from ``check``, is a runtime
+    failure: one line on stderr, exit 1. Returns what ``work`` (or ``check``) returns.
+    """
+    try:
+        try:
+            checked = check()
+        except (ValueError, TypeError, FileNotFoundError) as err:
+            parser.error(_one_line(err))
+        if work is None:
+            return checked
+        return work(checked)
+    except KeyboardInterrupt:
+        print(f"{parser.prog}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except (SystemExit, GeneratorExit):
+        raise
+    except Exception as err:
+        print(f"{parser.prog}: error: {_one_line(err)}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+# ---------------------------------------------------------------- train, sample, export
 
 #: For the refusal of ``--preset gpu`` on a CPU: the share of the measured fp32 matmul
 #: ceiling a training step of the gpu model reaches on a CPU (benchmarks/train_step.py
 #: measured 63% on a 2-core EPYC with 1 thread, 2026-11-23); the estimate uses 50%.
 CPU_STEP_CEILING_SHARE = 0.5
-
-
-# ---------------------------------------------------------------------------- arguments
 
 
 def _train_parser() -> argparse.ArgumentParser:
@@ -120,16 +163,10 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="run folder (checkpoints, metrics.jsonl)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     p.add_argument("--overwrite", action="store_true", help="start afresh even if OUT has a run")
-    p.add_argument(
-        "--steps",
-        type=positive_int,
-        help="total optimizer steps (with --resume: a new total; the cosine "
-        "schedule is recomputed for it)",
-    )
-    p.add_argument("--batch-size", type=positive_int)
+    p.add_argument("--steps", type=positive_int, help="total steps (on --resume: a new total)")
+    for name in ("--batch-size", "--eval-interval", "--eval-batches"):
+        p.add_argument(name, type=positive_int)
     p.add_argument("--lr", type=positive_float)
-    p.add_argument("--eval-interval", type=positive_int)
-    p.add_argument("--eval-batches", type=positive_int)
     p.add_argument("--seed", type=int)
     p.add_argument("--positional", choices=POSITIONAL_SCHEMES)
     p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
@@ -139,44 +176,22 @@ def _train_parser() -> argparse.ArgumentParser:
         const="default",
         choices=COMPILE_MODES,
         metavar="MODE",
-        help="torch.compile the model (MODE: %(choices)s; "
-        "default 'default'; the CUDA-graph modes suit small models)",
+        help="torch.compile the model (MODE: %(choices)s; the CUDA-graph modes suit small models)",
     )
-    p.add_argument(
-        "--threads",
-        type=positive_int,
-        help="torch.set_num_threads (default: one per physical core)",
-    )
-    p.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        help="auto (default: bf16 where native and it pays), fp32 or bf16",
-    )
+    p.add_argument("--threads", type=positive_int, help="default: one per physical core")
+    p.add_argument("--precision", choices=PRECISIONS, help="auto (default), fp32 or bf16")
     p.add_argument("--peak-tflops", type=positive_float, help="device peak for MFU (TFLOP/s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--allow-cpu",
-        action="store_true",
-        help="train the gpu preset even without CUDA (hours to days)",
-    )
+    p.add_argument("--allow-cpu", action="store_true", help="train the gpu preset without CUDA")
     return p
 
 
 def _overrides(args: argparse.Namespace) -> dict:
-    overrides = dict(
-        steps=args.steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        eval_interval=args.eval_interval,
-        eval_batches=args.eval_batches,
-        seed=args.seed,
-        positional=args.positional,
-        device=args.device,
-        precision=args.precision,
-        threads=args.threads
-        or (None if args.resume else max(1, physical_cores() // _distributed()[2])),
-        peak_flops=args.peak_tflops * 1e12 if args.peak_tflops else None,
-    )
+    names = ("steps", "batch_size", "lr", "eval_interval", "eval_batches", "seed", "positional")
+    overrides = {k: getattr(args, k) for k in (*names, "device", "precision")}
+    cores = None if args.resume else max(1, physical_cores() // _ddp_ranks()[2])
+    overrides["threads"] = args.threads or cores
+    overrides["peak_flops"] = args.peak_tflops * 1e12 if args.peak_tflops else None
     if args.compile:
         overrides |= {"compile": True, "compile_mode": args.compile}
     if args.no_progress:
@@ -207,9 +222,8 @@ def _resume_config(parser, args, overrides: dict) -> TrainConfig:
 def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
     """Why the ``gpu`` preset should not run here, with a time estimate; ``None`` if it may.
 
-    On a machine without CUDA the run's FLOPs (6N + attention per token, for every
-    training token) are divided by :data:`CPU_STEP_CEILING_SHARE` of a matmul ceiling
-    measured now on the CPU.
+    The run's FLOPs (6N + attention per token) over :data:`CPU_STEP_CEILING_SHARE` of a
+    matmul ceiling measured now on the CPU.
     """
     if cfg.preset != "gpu" or torch.cuda.is_available() or cfg.device.startswith("cuda"):
         return None
@@ -234,17 +248,15 @@ def _main_train(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     overrides = _overrides(args)
 
-    def check() -> TrainConfig:
-        """Everything the run would refuse, refused now (exit 2): nothing is written yet."""
-        check_output_dir(args.out)
-        _check_out_dir(Path(args.out), args.resume, args.overwrite)
+    def check() -> TrainConfig:  # everything the run would refuse, refused before any work
+        check_output_dir(args.out, resume=args.resume, overwrite=args.overwrite)
         if args.resume:
             cfg = _resume_config(parser, args, overrides)
         elif args.preset is None:
             raise ValueError("--preset is required (unless --resume)")
         else:
             cfg = get_preset(args.preset, **overrides)
-        device = resolve_device(cfg.device, _distributed()[1])
+        device = resolve_device(cfg.device, _ddp_ranks()[1])
         resolve_precision(cfg.precision, device, d_model=cfg.model_config(2).d_model)
         refusal = None if args.allow_cpu else gpu_preset_refusal(cfg)
         if refusal:
@@ -253,17 +265,13 @@ def _main_train(argv: list[str]) -> int:
 
     def work(cfg: TrainConfig) -> int:
         try:
-            result = train(
-                cfg,
-                args.out,
-                resume=args.resume,
-                overwrite=args.overwrite,
-                argv=["python", "-m", "mini_transformer.train", *argv],
-            )
+            command = ["python", "-m", "mini_transformer.train", *argv]
+            options = {"resume": args.resume, "overwrite": args.overwrite, "argv": command}
+            result = train(cfg, args.out, **options)
         except TrainingDivergedError as err:
             print(f"error: {err}", file=sys.stderr)
             return 1
-        if _distributed()[0] == 0:
+        if _ddp_ranks()[0] == 0:
             print(
                 f"done: step {result['step']}, val loss {result['val_loss']:.4f}, "
                 f"best {result['best_val_loss']:.4f}, {result['wall_time_s']:.0f} s; "
@@ -279,11 +287,7 @@ def _main_sample(argv: list[str]) -> int:
         prog="python -m mini_transformer.train sample",
         description="Generate text from a checkpoint.",
     )
-    p.add_argument(
-        "--ckpt",
-        default="cpu",
-        help="checkpoint or weights file, or 'cpu' / 'gpu' for a bundled model",
-    )
+    p.add_argument("--ckpt", default="cpu", help="a checkpoint or weights file, 'cpu' or 'gpu'")
     p.add_argument("--prompt", default="\n", help="text to continue")
     p.add_argument("--tokens", type=positive_int, default=500, help="characters to generate")
     p.add_argument("--temperature", type=positive_float, default=0.8)
@@ -294,18 +298,14 @@ def _main_sample(argv: list[str]) -> int:
 
     def check():
         resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
-        model, tok, _ = load_model(pretrained_path(args.ckpt), args.device)
+        model, tok, _ = load_model(args.ckpt, args.device)
         return model, tok, tok.encode(args.prompt)[None, :].to(args.device)
 
     def work(checked) -> int:
         model, tok, idx = checked
-        out = model.generate(
-            idx,
-            args.tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            generator=torch.Generator().manual_seed(args.seed),
-        )
+        g = torch.Generator().manual_seed(args.seed)
+        options = {"temperature": args.temperature, "top_k": args.top_k, "generator": g}
+        out = model.generate(idx, args.tokens, **options)
         print(printable(tok.decode(out[0])))
         return 0
 
@@ -318,24 +318,15 @@ def _main_export(argv: list[str]) -> int:
         description="Write a half-precision weights-only file.",
     )
     p.add_argument("--ckpt", required=True, help="a full checkpoint, e.g. runs/cpu/best.pt")
-    p.add_argument(
-        "--out",
-        default=str(PRETRAINED_WEIGHTS),
-        help="the weights file (.pt); the default, the committed cpu model, needs --overwrite",
-    )
+    p.add_argument("--out", default=str(PRETRAINED["cpu"]), help="the weights file (.pt)")
     p.add_argument("--log", help="metrics log to copy beside it (default: the run's, if any)")
-    p.add_argument(
-        "--overwrite", action="store_true", help="replace a committed model's files (--out)"
-    )
+    p.add_argument("--overwrite", action="store_true", help="replace a committed model's files")
     args = p.parse_args(argv)
 
     def check() -> Path | None:
-        out = check_output_file(args.out, overwrite=args.overwrite)
-        for suffix in (".json", ".jsonl"):
-            check_output_file(out.with_suffix(suffix), overwrite=args.overwrite)
         if args.log is not None and not Path(args.log).is_file():
             raise FileNotFoundError(f"--log {args.log}: no such file")
-        check_exportable(args.ckpt, out)
+        check_exportable(args.ckpt, args.out, overwrite=args.overwrite)
         log = Path(args.log) if args.log else Path(args.ckpt).parent / "metrics.jsonl"
         return log if log.is_file() else None
 

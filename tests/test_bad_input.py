@@ -5,11 +5,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mini_transformer import core, devices, precision, scoring
+from mini_transformer import core, hardware, scoring
 from mini_transformer.attention import scaled_dot_product_attention
+from mini_transformer.core import TrainConfig
 from mini_transformer.data import CharTokenizer
 from mini_transformer.plotting import html_table
-from mini_transformer.presets import TrainConfig
 
 
 def _step_args():
@@ -79,10 +79,10 @@ def test_train_config_from_dict_refuses_unknown_keys():
 
 def test_describe_and_peak_flops_refuse_bad_values():
     with pytest.raises(ValueError, match="precision must be a resolved precision, 'fp32' or"):
-        precision.describe("fp64", "cpu")
+        hardware.log_label("fp64", "cpu")
     with pytest.raises(ValueError, match="given must be a finite number > 0, got -5.0"):
-        devices.peak_flops(torch.device("cpu"), -5.0)
-    assert devices.peak_flops(torch.device("cpu"), 1e12) == (1e12, "given")
+        hardware.peak_flops(torch.device("cpu"), -5.0)
+    assert hardware.peak_flops(torch.device("cpu"), 1e12) == (1e12, "given")
 
 
 def test_html_table_escapes_cell_text_but_keeps_the_small_markup_chapters_use():

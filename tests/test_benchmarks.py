@@ -1,5 +1,5 @@
 """The benchmarks that write a result record where they ran with the package's one record
-(:func:`mini_transformer.devices.where_it_ran`), run here at toy sizes on the CPU.
+(:func:`mini_transformer.hardware.where_it_ran`), run here at toy sizes on the CPU.
 
 (``benchmarks/gpu_step.py`` is tested in ``test_gpu_step.py``; ``benchmarks/cpu_preset.py``
 trains the whole ``cpu`` preset in a subprocess, too slow for the package tests.)"""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from mini_transformer.devices import where_it_ran
+from mini_transformer.hardware import where_it_ran
 
 ROOT = Path(__file__).resolve().parents[1]
 

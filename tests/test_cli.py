@@ -232,6 +232,6 @@ def test_an_interrupted_score_sweep_keeps_the_runs_it_finished(tmp_path, capsys,
 
 
 def test_command_line_records_the_arguments_as_a_shell_would_need_them():
-    from mini_transformer.cli import command_line
+    from sweep_cli import command_line
 
     assert command_line("python t.py", ["--out", "a b.json"]) == "python t.py --out 'a b.json'"

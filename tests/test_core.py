@@ -7,7 +7,8 @@ import torch
 
 from mini_transformer import lab
 from mini_transformer import stability as S
-from mini_transformer.core import Schedule, stop_at_step_boundary, train_step
+from mini_transformer.core import Schedule, train_step
+from mini_transformer.loop import _stop_at_step_boundary as stop_at_step_boundary
 from mini_transformer.train import TrainConfig, lr_at
 
 torch.set_num_threads(1)

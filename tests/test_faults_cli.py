@@ -14,10 +14,11 @@ import extrapolation_lab
 import pytest
 import score_functions
 import stability_sweep
+import sweep_cli
 import torch
 from test_cli import exit_code  # the same exit-status helper as the CLI tests
 
-from mini_transformer import checkpoints, cli
+from mini_transformer import checkpoints
 from mini_transformer import train as T
 from mini_transformer.model import TransformerConfig, TransformerLM
 
@@ -65,7 +66,7 @@ def test_a_tool_refuses_to_overwrite_a_committed_result(tool, name, capsys, monk
 
 
 def test_overwrite_lets_a_sweep_replace_a_committed_result(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "COMMITTED_DIRS", (tmp_path,))
+    monkeypatch.setattr(checkpoints, "COMMITTED_DIRS", (tmp_path,))
     out = tmp_path / "05_stability.json"
     out.write_text("{}")
     monkeypatch.setattr(stability_sweep, "run_sweep", lambda **kw: {"wall_time_s": 0})
@@ -183,7 +184,7 @@ def test_a_symlinked_temporary_is_never_written_through(tmp_path):
     (tmp_path / "c.pt.tmp").symlink_to(victim)
     (tmp_path / "r.json.tmp").symlink_to(victim)
     T.save_checkpoint(tmp_path / "c.pt", _small_model())
-    cli.write_json({"a": 1}, tmp_path / "r.json")
+    sweep_cli.write_json({"a": 1}, tmp_path / "r.json")
     assert victim.read_text() == "precious"
     assert T.load_checkpoint(tmp_path / "c.pt")["step"] == 0
     assert json.loads((tmp_path / "r.json").read_text()) == {"a": 1}
@@ -197,14 +198,15 @@ def _strict(text: str):
 
 
 def test_nan_is_written_as_null_never_a_bare_token(tmp_path):
-    log = checkpoints.MetricsLog(tmp_path / "m.jsonl")
-    log.write({"val_loss": math.nan, "mfu": math.inf, "step": 1})
+    checkpoints.write_record(
+        tmp_path / "m.jsonl", {"val_loss": math.nan, "mfu": math.inf, "step": 1}
+    )
     assert _strict((tmp_path / "m.jsonl").read_text()) == {
         "val_loss": None,
         "mfu": None,
         "step": 1,
     }
-    cli.write_json({"losses": [1.0, math.nan]}, tmp_path / "r.json")
+    sweep_cli.write_json({"losses": [1.0, math.nan]}, tmp_path / "r.json")
     assert _strict((tmp_path / "r.json").read_text()) == {"losses": [1.0, None]}
 
 

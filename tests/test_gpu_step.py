@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mini_transformer.devices import GPU_PEAK_FLOPS, gpu_peak_flops, where_it_ran
+from mini_transformer.hardware import GPU_PEAK_FLOPS, gpu_peak_flops, where_it_ran
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ from tiny_runs import TINY_LAB
 
 from mini_transformer import lab
 from mini_transformer.data import IGNORE_INDEX
-from mini_transformer.devices import where_it_ran
+from mini_transformer.hardware import where_it_ran
 from mini_transformer.model import POSITIONAL_SCHEMES
 
 COMMITTED = (

@@ -1,11 +1,11 @@
-"""Tests of mini_transformer.precision: bf16 detection and choice, autocast, core count."""
+"""Tests of the precision part of mini_transformer.hardware: bf16, autocast, core count."""
 
 import contextlib
 
 import pytest
 import torch
 
-from mini_transformer import precision as P
+from mini_transformer import hardware as P
 from mini_transformer.model import TransformerConfig, TransformerLM
 
 torch.set_num_threads(1)
@@ -113,10 +113,10 @@ def test_bf16_loss_is_close_to_fp32_and_gradients_are_fp32():
     assert all(p.grad.dtype == torch.float32 for p in model.parameters() if p.grad is not None)
 
 
-def test_describe():
-    assert P.describe("fp32", "cpu") == "float32"
-    assert P.describe("bf16", "cuda") == "bfloat16 autocast"
-    assert P.describe("bf16", "cpu").startswith("bfloat16 autocast (")
+def test_log_label():
+    assert P.log_label("fp32", "cpu") == "float32"
+    assert P.log_label("bf16", "cuda") == "bfloat16 autocast"
+    assert P.log_label("bf16", "cpu").startswith("bfloat16 autocast (")
 
 
 CPUINFO_SMT = """processor\t: 0
@@ -189,7 +189,7 @@ def test_train_config_refuses_an_unknown_precision():
 def test_the_log_records_the_precision_that_ran(tmp_path, forced):
     log = _tiny(tmp_path, precision=forced)
     assert log[0]["precision"] == forced
-    assert log[0]["dtype"] == P.describe(forced, "cpu")
+    assert log[0]["dtype"] == P.log_label(forced, "cpu")
     assert log[-1]["reason"] == "completed"
 
 

@@ -14,7 +14,7 @@ import pytest
 import score_functions
 import stability_sweep
 
-from mini_transformer import devices, lab, scoring
+from mini_transformer import hardware, lab, scoring
 
 DATA = Path(__file__).resolve().parents[1] / "mini_transformer" / "results"
 TOOL_OF = {  # committed result file -> the tool that wrote it
@@ -185,4 +185,4 @@ def test_the_score_tool_writes_its_runs_and_where_it_ran(tmp_path, capsys):
     assert [r["kind"] for r in result["runs"]] == list(scoring.SCORE_KINDS)
     assert result["runs"][0] == scoring.train_scores("additive", 2, 0.1, seed=0, steps=1)
     assert result["command"] == f"{score_functions.PROG} {shlex.join(argv)}"
-    assert result["where_it_ran"] == json.loads(json.dumps(devices.where_it_ran("cpu")))
+    assert result["where_it_ran"] == json.loads(json.dumps(hardware.where_it_ran("cpu")))

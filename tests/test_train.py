@@ -208,12 +208,15 @@ def test_exported_weights_are_half_precision_and_load_back(tmp_path):
     torch.testing.assert_close(model(idx)[0], full(idx)[0], rtol=0, atol=2e-2)  # fp16 weights
 
 
-def test_evaluate_is_deterministic_and_near_log_vocab_untrained():
+def test_estimate_loss_is_deterministic_and_near_log_vocab_untrained():
     model = small_model()
     ids = torch.randint(84, (500,), generator=torch.Generator().manual_seed(0))
-    a, b = T.evaluate(model, ids, batch_size=4), T.evaluate(model, ids, batch_size=7)
-    assert a == pytest.approx(b, rel=1e-6)  # same windows, different batching
-    assert a == pytest.approx(math.log(84), abs=0.1)
+    whole = [T.estimate_loss(model, ids, n_batches=None, batch_size=b, seed=None) for b in (4, 7)]
+    assert whole[0] == pytest.approx(whole[1], rel=1e-6)  # same windows, different batching
+    assert whole[0] == pytest.approx(math.log(84), abs=0.1)
+    sampled = [T.estimate_loss(model, ids, n_batches=3, batch_size=4, seed=s) for s in (1, 1, 2)]
+    assert sampled[0] == sampled[1] != sampled[2]  # the same windows for the same seed
+    assert sampled[0] == pytest.approx(math.log(84), abs=0.1)
 
 
 # ------------------------------------------------------------------ command line and DDP
@@ -315,7 +318,7 @@ def test_committed_models_load_and_beat_chance_on_held_out_plays(which):
     model, tok = T.load_pretrained(which)
     assert not model.training and tok.vocab_size == 84
     val = tok.encode(load_corpus("val")[100_000:110_000])  # inside Hamlet
-    loss = T.evaluate(model, val, batch_size=4, max_batches=1)
+    loss = T.estimate_loss(model, val, n_batches=1, batch_size=4, seed=None)
     # chance is ln 84 = 4.43 nats; character frequencies alone give 3.32 nats
     assert loss < 2.0
 
@@ -342,15 +345,17 @@ def test_the_log_records_the_precision_the_run_used(tmp_path):
     [
         ({"ids": [1, 2, 3]}, "ids", TypeError),
         ({"ids": torch.arange(50).float()}, "ids", TypeError),
-        ({"block_size": 0}, "block_size", ValueError),
+        ({"ids": torch.arange(5)}, "ids", ValueError),
         ({"batch_size": 2.5}, "batch_size", TypeError),
-        ({"max_batches": 0}, "max_batches", ValueError),
+        ({"n_batches": 0}, "n_batches", ValueError),
+        ({"n_batches": None, "seed": 0}, "n_batches", TypeError),
+        ({"seed": -1}, "seed", ValueError),
     ],
 )
-def test_evaluate_names_a_bad_argument(kwargs, name, error):
-    args = {"model": small_model(), "ids": torch.arange(50)} | kwargs
+def test_estimate_loss_names_a_bad_argument(kwargs, name, error):
+    args = {"model": small_model(), "ids": torch.arange(50), "n_batches": 1, "batch_size": 2}
     with pytest.raises(error, match=name):
-        T.evaluate(**args)
+        T.estimate_loss(**(args | {"seed": None} | kwargs))
 
 
 @pytest.mark.parametrize(

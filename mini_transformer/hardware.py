@@ -1,0 +1,283 @@
+r"""Where a run happens (chapter 6): the device, its number format, its threads and its peak.
+
+- **Device.** :func:`resolve_device` is the one parser of ``"auto"``, ``"cpu"``, ``"cuda"``
+  and ``"cuda:N"``.
+- **Precision.** ``"bf16"`` runs the forward pass under ``torch.autocast(dtype=bfloat16)``:
+  products take bf16 inputs and accumulate in float32; weights, gradients, optimizer state
+  and loss stay float32 (bf16 keeps float32's exponent, so no loss scaling). It pays only
+  where the hardware multiplies bf16 natively (CUDA Ampere and later; AVX-512 BF16 or AMX
+  on x86), so ``"auto"`` picks it only there, and on a CPU only from
+  :data:`CPU_BF16_MIN_D_MODEL` up.
+- **Threads.** The command line uses one thread per physical core (:func:`physical_cores`):
+  the hardware threads of a core share its vector units. The notebooks keep one thread,
+  because float32 reductions round differently with 1 and 2 threads.
+- **MFU** divides the achieved FLOP/s by a peak: a GPU's data sheet (:data:`GPU_PEAK_FLOPS`),
+  or on a CPU, which has no comparable number, a *measured* fp32 matmul ceiling
+  (:func:`measure_matmul_flops`).
+
+Every result file says where it ran in the same words (:func:`where_it_ran`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from .checks import check_float
+
+__all__ = [
+    "GPU_PEAK_FLOPS",
+    "CPU_BF16_MIN_D_MODEL",
+    "resolve_device",
+    "resolve_precision",
+    "log_label",
+    "cpu_name",
+    "cpu_bf16_features",
+    "autocast",
+    "physical_cores",
+    "measure_matmul_flops",
+    "peak_flops",
+    "where_it_ran",
+]
+
+#: Dense bf16 tensor-core peaks (FLOP/s, without sparsity) from the vendors' data sheets;
+#: ``"H100"`` is the SXM part the committed model trained on. A GPU takes the first entry whose
+#: words all occur in its name, so the most specific come first ("H100 PCIe" before "H100").
+GPU_PEAK_FLOPS = {
+    "GH200": 989e12,
+    "H100 PCIe": 756e12,
+    "H100 NVL": 835e12,
+    "H100": 989e12,
+    "H200 NVL": 835e12,
+    "H200": 989e12,
+    "A100": 312e12,
+    "L40S": 362e12,
+    "L40": 181e12,
+    "L4": 121e12,
+    "A10": 125e12,
+}
+
+PRECISIONS = ("auto", "fp32", "bf16")
+
+#: ``"auto"`` on a CPU with native bf16 picks bf16 from this width up. On an AMD EPYC (Zen 5,
+#: AVX-512 BF16) bf16 made a step 1.22x faster at d_model 128 on 2 threads
+#: (``benchmarks/results/cpu_step_ab_2threads.json``) and 1.86x at d_model 384 on one
+#: (``train_step_1thread_cpuclock.json``). Narrower models (``tiny``, the chapters'
+#: experiments) stay float32: not measured there, and stored outputs must not change.
+CPU_BF16_MIN_D_MODEL = 128
+
+
+def resolve_device(
+    device: str | torch.device, local_rank: int = 0, *, here: bool = True
+) -> torch.device:
+    """``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` as a device.
+
+    ``here=False`` only parses (a config may name a GPU this machine lacks); ``here=True``
+    also requires CUDA to exist, and ``"cuda"`` becomes ``cuda:<local_rank>``.
+    """
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a str, got {type(device).__name__}")
+    name = device
+    if device == "auto":
+        device = "cuda" if here and torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(device)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {str(name)!r}")
+    if here and device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {str(name)!r} requested but CUDA is not available")
+        if device.index is None:
+            device = torch.device("cuda", local_rank)
+    return device
+
+
+def _cpuinfo() -> str:
+    """The text of ``/proc/cpuinfo`` (empty where there is none): the one reader."""
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def cpu_name() -> str:
+    """The CPU's model name, e.g. ``"AMD EPYC 9B45"``."""
+    lines = [ln for ln in _cpuinfo().splitlines() if ln.startswith("model name")]
+    return (
+        lines[0].split(":", 1)[1].strip() if lines else platform.processor() or platform.machine()
+    )
+
+
+def cpu_bf16_features() -> dict[str, bool]:
+    """The CPU's native bf16 instructions as PyTorch detects them (False where it cannot ask)."""
+
+    def ask(name: str) -> bool:
+        fn = getattr(torch.cpu, name, None)
+        return bool(fn()) if callable(fn) else False
+
+    return {"avx512_bf16": ask("_is_avx512_bf16_supported"), "amx": ask("_is_amx_tile_supported")}
+
+
+def native_bf16(device: str | torch.device) -> bool:
+    """Whether ``device`` multiplies bfloat16 in hardware (CUDA Ampere+; AVX-512 BF16 or AMX)."""
+    if resolve_device(device, here=False).type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return any(cpu_bf16_features().values())
+
+
+def resolve_precision(
+    precision: str, device: str | torch.device, d_model: int | None = None, native=None
+) -> str:
+    """The precision a run uses, ``"fp32"`` or ``"bf16"``, for ``"auto"``, ``"fp32"``, ``"bf16"``.
+
+    Forced ``"bf16"`` runs even where a CPU emulates it (slowly); on a CUDA GPU without bf16
+    it is a ``ValueError``. ``native`` overrides the hardware detection (for tests).
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if d_model is not None and (type(d_model) is not int or d_model < 1):
+        raise ValueError(f"d_model must be a positive integer or None, got {d_model!r}")
+    device = resolve_device(device, here=False)
+    native = native_bf16(device) if native is None else native
+    if precision == "bf16" and device.type == "cuda" and not native:
+        raise ValueError("precision='bf16' was forced, but this CUDA GPU has no bf16 support")
+    if precision != "auto":
+        return precision
+    narrow = device.type == "cpu" and d_model is not None and d_model < CPU_BF16_MIN_D_MODEL
+    return "bf16" if native and not narrow else "fp32"
+
+
+def _resolved(precision: str) -> None:
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(
+            f"precision must be a resolved precision, 'fp32' or 'bf16', got {precision!r}"
+        )
+
+
+def autocast(precision: str, device: str | torch.device) -> contextlib.AbstractContextManager:
+    """The context a forward pass runs in: bf16 autocast for ``"bf16"``, nothing for ``"fp32"``."""
+    _resolved(precision)
+    device = resolve_device(device, here=False)
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def log_label(precision: str, device: str | torch.device) -> str:
+    """The log's ``dtype``: ``"float32"``, ``"bfloat16 autocast (avx512_bf16)"``, ..."""
+    _resolved(precision)
+    if precision == "fp32":
+        return "float32"
+    if resolve_device(device, here=False).type == "cuda":
+        return "bfloat16 autocast"
+    features = [k for k, v in cpu_bf16_features().items() if v]
+    return f"bfloat16 autocast ({', '.join(features) or 'emulated: no native bf16'})"
+
+
+def physical_cores(cpuinfo: str | None = None) -> int:
+    """Physical cores this process may run on (hardware threads of one core count once).
+
+    Reads the ``(physical id, core id)`` of each allowed logical CPU in ``/proc/cpuinfo`` (or
+    the text given); where that is missing, the number of logical CPUs.
+    """
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        allowed = list(range(os.cpu_count() or 1))
+    cores = {}
+    for block in (_cpuinfo() if cpuinfo is None else cpuinfo).split("\n\n"):  # one logical CPU
+        info = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in block.split("\n"))}
+        if "processor" in info:
+            cores[int(info["processor"])] = (info.get("physical id"), info.get("core id"))
+    found = [cores[c] for c in allowed if c in cores]
+    if not found or any(core is None for _, core in found):
+        return max(1, len(allowed))
+    return len(set(found))
+
+
+def gpu_peak_flops(name: str) -> tuple[float | None, str]:
+    """Data-sheet bf16 peak of the GPU called ``name`` and which entry matched.
+
+    >>> gpu_peak_flops("NVIDIA H100 PCIe")
+    (756000000000000.0, 'data sheet, bf16 dense (H100 PCIe)')
+    >>> gpu_peak_flops("NVIDIA H100 80GB HBM3")[1]
+    'data sheet, bf16 dense (H100)'
+    >>> gpu_peak_flops("Tesla T4")
+    (None, "unknown GPU 'Tesla T4': pass --peak-tflops")
+    """
+    for key, peak in GPU_PEAK_FLOPS.items():
+        if all(word.lower() in name.lower() for word in key.split()):
+            return peak, f"data sheet, bf16 dense ({key})"
+    return None, f"unknown GPU {name!r}: pass --peak-tflops"
+
+
+def measure_matmul_flops(
+    n: int = 1024,
+    repeats: int = 5,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    clock=time.perf_counter,
+) -> float:
+    """The machine's matmul ceiling: best FLOP/s of ``repeats`` timed ``n x n`` products.
+
+    A square matmul is the most efficient thing a CPU or GPU does, so its rate is a realistic
+    ceiling for a training step. A private generator leaves the global RNG (dropout) alone.
+    """
+    g = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, device=device, dtype=dtype, generator=g)
+    b = torch.randn(n, n, device=device, dtype=dtype, generator=g)
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    inner = max(1, int(2e9 // (2 * n**3)))  # about 2 GFLOP per timing
+    for _ in range(2):
+        a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        sync()
+        t0 = clock()
+        for _ in range(inner):
+            a @ b
+        sync()
+        best = min(best, clock() - t0)
+    return 2 * n**3 * inner / best
+
+
+def peak_flops(device: torch.device, given: float | None = None) -> tuple[float | None, str]:
+    """Peak FLOP/s of one device for MFU, and where the number comes from (``given``: as is)."""
+    if given is not None:
+        return check_float("given", given, low=0, low_open=True), "given"
+    if device.type == "cuda":
+        return gpu_peak_flops(torch.cuda.get_device_name(device))
+    return measure_matmul_flops(), (
+        f"measured: fp32 1024x1024 matmul, {torch.get_num_threads()} thread(s); the 'mfu' "
+        "of a CPU run is a share of this measured ceiling, not of a hardware peak; "
+        "re-measured at each evaluation, the best so far is used (a shared CPU's rate "
+        "varies with its load)"
+    )
+
+
+def device_name(device: torch.device | str = "cpu") -> str:
+    """``"NVIDIA H100 80GB HBM3"`` or ``"CPU (<model name>, <n> cores)"``."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({cpu_name()}, {os.cpu_count()} cores)"
+
+
+def where_it_ran(device: torch.device | str = "cpu") -> dict:
+    """The record every result file carries: device, threads, library versions, platform."""
+    device = torch.device(device)
+    return {
+        "device": device_name(device),
+        "device_type": device.type,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }

@@ -1,0 +1,63 @@
+"""What the sweeps in ``tools/`` and the benchmarks share on top of the training command line's
+rules (:func:`mini_transformer.train.run_cli`): two more argument types, strict JSON written
+atomically, and a sweep that writes its result after every run, so an interrupted sweep
+keeps what it finished."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from mini_transformer.checkpoints import atomic_write, check_output_file, json_safe
+from mini_transformer.train import _number, printable, run_cli
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    return _number(text, int, lambda v: v >= 0, "an integer >= 0")
+
+
+def probability(text: str) -> float:
+    """argparse type: a number in [0, 1) (a dropout rate)."""
+    return _number(text, float, lambda v: 0 <= v < 1, "a probability in [0, 1)")
+
+
+def write_json(obj: dict, path: str | Path) -> Path:
+    """``obj`` as indented strict JSON (NaN and infinities as ``null``), written atomically."""
+    return atomic_write(path, json.dumps(json_safe(obj), indent=1, allow_nan=False) + "\n")
+
+
+def command_line(prog: str, argv: list[str] | None) -> str:
+    """The command as it was typed (``argv``, or ``sys.argv``), for a result's ``"command"``."""
+    return f"{prog} " + shlex.join(sys.argv[1:] if argv is None else argv)
+
+
+def run_sweep_cli(
+    parser: argparse.ArgumentParser,
+    out: str | Path,
+    command: str,
+    sweep: Callable[[Callable[[dict], None]], dict],
+    *,
+    overwrite: bool = False,
+) -> dict:
+    """:func:`run_cli` for a sweep that writes one JSON file.
+
+    Checks ``out`` before any work, runs ``sweep(save)`` on one torch thread (``save``
+    rewrites ``out`` with the result so far), writes the result with ``"command"`` first.
+    """
+    import torch
+
+    head = {"command": command}
+
+    def work(_) -> dict:
+        torch.set_num_threads(1)
+        result = head | sweep(lambda so_far: write_json(head | so_far, out))
+        write_json(result, out)
+        print(printable(f"wrote {out} in {result['wall_time_s']} s"))
+        return result
+
+    return run_cli(parser, lambda: check_output_file(out, overwrite=overwrite), work)
