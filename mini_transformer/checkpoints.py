@@ -70,14 +70,6 @@ COMMITTED_DIRS: tuple[Path, ...] = (
 )
 
 
-def committed(path: Path) -> Path | None:
-    """The committed-results folder holding the existing file ``path``, or ``None``."""
-    if not path.exists():
-        return None
-    folder = path.resolve().parent
-    return next((d for d in COMMITTED_DIRS if folder == d.resolve()), None)
-
-
 def check_output_file(path: str | Path, *, overwrite: bool = False, name: str = "--out") -> Path:
     """``path`` as a regular file that can be written (the atomic rename would replace a FIFO
     or a device); a committed result only with ``overwrite``. ``name`` names it in messages."""
@@ -86,8 +78,9 @@ def check_output_file(path: str | Path, *, overwrite: bool = False, name: str = 
         raise ValueError(f"{name} {path} is a folder, not a file")
     if path.exists() and not path.is_file():
         raise ValueError(f"{name} {path} exists and is not a regular file (a FIFO or a device?)")
-    folder = committed(path)
-    if folder is not None and not overwrite:
+    where = path.resolve().parent
+    folder = next((d for d in COMMITTED_DIRS if where == d.resolve()), None)
+    if path.exists() and folder is not None and not overwrite:
         raise ValueError(
             f"{name} {path} is a committed result (in {folder}); choose another path, "
             "or pass --overwrite to replace it"
@@ -251,17 +244,6 @@ def config_diff(a: dict, b: dict) -> str:
     return ", ".join(f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in keys if a.get(k) != b.get(k))
 
 
-def _check_committed_file(path: Path) -> None:
-    """A committed model's file must have its recorded SHA-256 (:data:`PRETRAINED_SHA256`)."""
-    which = next((w for w, p in PRETRAINED.items() if path.resolve() == p.resolve()), None)
-    digest = which and hashlib.sha256(path.read_bytes()).hexdigest()
-    if which and digest != PRETRAINED_SHA256[which]:
-        raise ValueError(
-            f"checkpoint {path} is corrupt: the committed {which!r} model's file "
-            f"has SHA-256 {digest[:12]}..., not {PRETRAINED_SHA256[which][:12]}..."
-        )
-
-
 def _check_contents(path: Path, ckpt: dict) -> None:
     """Tensor sizes and nesting depth, checked (iteratively) before anything walks the contents:
     a stride-0 view posing as two billion elements, or nesting past :data:`MAX_DEPTH`.
@@ -290,7 +272,13 @@ def _read(path: Path, map_location) -> dict:
     """``torch.load(weights_only=True)``, every failure a clear ``ValueError``."""
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
-    _check_committed_file(path)
+    which = next((w for w, p in PRETRAINED.items() if path.resolve() == p.resolve()), None)
+    digest = which and hashlib.sha256(path.read_bytes()).hexdigest()
+    if which and digest != PRETRAINED_SHA256[which]:  # before torch.load: the whole file
+        raise ValueError(
+            f"checkpoint {path} is corrupt: the committed {which!r} model's file "
+            f"has SHA-256 {digest[:12]}..., not {PRETRAINED_SHA256[which][:12]}..."
+        )
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # truncated zip, random bytes, a pickle with code in it ...
@@ -301,20 +289,15 @@ def _read(path: Path, map_location) -> dict:
     if not isinstance(ckpt, dict) or ckpt.get("format") not in (CHECKPOINT_FORMAT, WEIGHTS_FORMAT):
         raise ValueError(f"{path} is not a mini_transformer checkpoint (no 'format' marker)")
     _check_contents(path, ckpt)
-    version = ckpt.get("version", 1)
-    if version == 1:  # before checksums: only the committed models, known by their digest
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if ckpt.get("version", 1) == 1:  # before checksums: only the committed models, by digest
+        digest = digest or hashlib.sha256(path.read_bytes()).hexdigest()
         if digest not in PRETRAINED_SHA256.values():
             raise ValueError(
                 f"checkpoint {path} was written before checkpoints carried a checksum and is "
                 "not a committed model: a changed bit could not be detected, so it is refused"
             )
-    else:  # every file since the checksum existed must carry a matching one
-        stored = ckpt.pop("checksum", None)
-        if stored is None or stored != checksum(ckpt):
-            raise ValueError(
-                f"checkpoint {path} is corrupt: its contents do not match the checksum"
-            )
+    elif ckpt.pop("checksum", None) != checksum(ckpt):  # every file since must carry its own
+        raise ValueError(f"checkpoint {path} is corrupt: its contents do not match the checksum")
     return ckpt
 
 
@@ -390,32 +373,14 @@ def load_model(
     ckpt = _read(path, "cpu")
     model = TransformerLM(_check_declared_config(path, ckpt))
     model.load_state_dict(ckpt["model"])
-    tok = (
-        CharTokenizer.from_dict(ckpt["tokenizer"])
-        if ckpt.get("tokenizer")
-        else CharTokenizer.from_corpus()
-    )
+    stored = ckpt.get("tokenizer")
+    tok = CharTokenizer.from_dict(stored) if stored else CharTokenizer.from_corpus()
     if tok.vocab_size != model.config.vocab_size:
         raise ValueError(
             f"checkpoint {path} has a tokenizer of {tok.vocab_size} characters for a model "
             f"of vocab_size={model.config.vocab_size}: they do not belong together"
         )
     return model.to(device).eval(), tok, ckpt
-
-
-def check_exportable(ckpt_path: str | Path, out_path: str | Path, overwrite: bool = False):
-    """What :func:`export_weights` refuses, checked before any write; returns the checkpoint."""
-    out_path = Path(out_path)
-    if out_path.suffix != ".pt":
-        raise ValueError(
-            f"out_path must end in '.pt' (a .json and .jsonl go beside it), got {str(out_path)!r}"
-        )
-    for suffix in (".pt", ".json", ".jsonl"):
-        check_output_file(out_path.with_suffix(suffix), overwrite=overwrite, name="out_path")
-    ckpt = load_checkpoint(ckpt_path)
-    if ckpt["format"] != CHECKPOINT_FORMAT:
-        raise ValueError(f"{ckpt_path} is already a weights file")
-    return ckpt
 
 
 def export_weights(
@@ -427,10 +392,19 @@ def export_weights(
 ) -> Path:
     """Write a small half-precision, weights-only copy of a checkpoint (for committing), with its
     configuration (``.json``) and ``log_path`` (``.jsonl``) beside it; tied tensors stay tied.
-    Every file goes to a temporary first and is renamed only once all are complete.
+    Everything is checked before any write; every file goes to a temporary first and is
+    renamed only once all are complete.
     """
     out_path = Path(out_path)
-    ckpt = check_exportable(ckpt_path, out_path, overwrite)
+    if out_path.suffix != ".pt":
+        raise ValueError(
+            f"out_path must end in '.pt' (a .json and .jsonl go beside it), got {str(out_path)!r}"
+        )
+    for suffix in (".pt", ".json", ".jsonl"):
+        check_output_file(out_path.with_suffix(suffix), overwrite=overwrite, name="out_path")
+    ckpt = load_checkpoint(ckpt_path)
+    if ckpt["format"] != CHECKPOINT_FORMAT:
+        raise ValueError(f"{ckpt_path} is already a weights file")
     if log_path is not None and not Path(log_path).is_file():
         raise FileNotFoundError(f"log_path {log_path}: no such file")
     half: dict[int, torch.Tensor] = {}  # data_ptr -> fp16 copy, so tied weights stay tied
@@ -467,8 +441,7 @@ def load_pretrained(
 
 def write_record(path: Path | None, record: dict) -> None:
     """Append ``record`` to a JSONL log as one line of strict JSON (NaN as ``null``); nothing
-    for ``path=None`` (the ranks other than 0 of a data-parallel run). If the one write fails
-    (disk full) the file is cut back, so no reader meets half a line."""
+    for ``path=None`` (ranks other than 0). A failed write (disk full) is cut back."""
     if path is None:
         return
     line = (json.dumps(json_safe(record), allow_nan=False) + "\n").encode()

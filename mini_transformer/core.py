@@ -1,12 +1,6 @@
 r"""The training recipe (chapter 6): presets, :class:`TrainConfig`, the schedule, one step and
-the loss estimate.
-
-What a run *is*, apart from how it is run (:mod:`mini_transformer.loop`). The chapter-3 lab
-and the chapter-5 sweep use the same :class:`Schedule` and :func:`train_step`. The presets:
-
-- ``tiny``: seconds on one CPU core, for tests and for watching the loop in chapter 6;
-- ``cpu``: the committed model trained on a 2-core CPU;
-- ``gpu``: nanoGPT's shakespeare-char configuration (~10.7M parameters), for one GPU.
+the loss estimate: what a run *is*, apart from how it is run (:mod:`mini_transformer.loop`).
+The chapter-3 lab and the chapter-5 sweep use the same :class:`Schedule` and :func:`train_step`.
 
 Example (10 warm-up steps, then a cosine to 10% of the peak)::
 
@@ -44,7 +38,8 @@ __all__ = [
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 #: Model hyper-parameters of each preset (``vocab_size`` comes from the tokenizer) and the
-#: training settings that differ from :class:`TrainConfig`'s defaults.
+#: training settings that differ from :class:`TrainConfig`'s defaults. ``tiny``: seconds on
+#: one core, for tests and chapter 6; ``gpu``: nanoGPT's shakespeare-char (~10.7M parameters).
 PRESETS: dict[str, dict] = {
     "tiny": dict(
         model=dict(block_size=32, d_model=32, n_heads=2, n_layers=2, dropout=0.0),
@@ -92,14 +87,10 @@ class TrainConfig:
     """Everything a run needs besides the data. ``model`` holds TransformerConfig fields
     (without ``vocab_size``, which the tokenizer fixes).
 
-    ``batch_size`` is per process under DDP; ``weight_decay`` skips biases, norms and
-    embeddings; ``grad_clip=0`` disables clipping; the run evaluates, logs and saves every
-    ``eval_interval`` steps on ``eval_batches`` batches per split; ``seed`` fixes the
-    initialisation, the batches and dropout. ``device``: ``"auto"`` (CUDA if available),
-    ``"cpu"``, ``"cuda"`` or ``"cuda:N"``. ``peak_flops=None``: the GPU table, or a matmul
-    measured on the CPU. ``threads=None`` leaves torch's count (the command line passes one
-    per physical core). ``precision``: ``"auto"``, ``"fp32"`` or ``"bf16"``
-    (:mod:`~mini_transformer.hardware`).
+    ``batch_size`` is per process under DDP; ``grad_clip=0`` disables clipping; the run
+    evaluates, logs and saves every ``eval_interval`` steps on ``eval_batches`` batches per
+    split; ``seed`` fixes the initialisation, the batches and dropout. ``peak_flops=None``:
+    the GPU table, or a matmul measured on the CPU. ``threads=None`` leaves torch's count.
     """
 
     preset: str = "custom"
@@ -179,11 +170,8 @@ class TrainConfig:
 
 
 def get_preset(name: str, **overrides) -> TrainConfig:
-    """The :class:`TrainConfig` of preset ``name`` (``"tiny"``, ``"cpu"``, ``"gpu"``).
-
-    ``overrides`` may name training fields (``steps=10``) or model fields
-    (``positional="alibi"``); ``None`` values are ignored.
-    """
+    """The :class:`TrainConfig` of preset ``name``; ``overrides`` may name training fields
+    (``steps=10``) or model fields (``positional="alibi"``); ``None`` values are ignored."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
     settings = {k: v for k, v in PRESETS[name].items() if k != "model"}
@@ -257,11 +245,8 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def configure_optimizer(model: TransformerLM, cfg: TrainConfig, fused: bool = False):
-    """AdamW with weight decay only on the weight matrices of linear layers.
-
-    Biases, LayerNorm gains and the embeddings (token and position; the tied LM head is
-    the token embedding) are not decayed.
-    """
+    """AdamW with weight decay only on the weight matrices of linear layers: not on biases,
+    LayerNorm gains and the embeddings (the tied LM head is the token embedding)."""
     no_decay = {
         id(p)
         for m in model.modules()
@@ -290,8 +275,7 @@ def configure_optimizer(model: TransformerLM, cfg: TrainConfig, fused: bool = Fa
 def estimate_loss(
     model: TransformerLM, ids: torch.Tensor, *, n_batches: int | None, batch_size: int, seed
 ) -> float:
-    """Mean next-token loss (nats) of ``model`` on the token ids ``ids``; ``exp`` of it is the
-    perplexity. The loop's estimate, and chapter 6's.
+    """Mean next-token loss (nats) of ``model`` on the token ids ``ids`` (``exp``: perplexity).
 
     With a ``seed``: ``n_batches`` batches of ``batch_size`` random windows of the model's
     ``block_size``, drawn from ``torch.Generator().manual_seed(seed)`` (the same windows at
@@ -335,13 +319,9 @@ def train_step(
     grad_clip: float = 0.0,
     autocast: Callable[[], object] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One update on the batch ``(x, y)``: ``(loss, grad_norm)``, both detached and unread.
-
-    Any model with ``forward(idx, targets) -> (logits, loss)``: set ``lr``, clear the
-    gradients, forward (inside ``autocast()`` if given), backward, clip the global norm to
-    ``grad_clip`` (0: no clipping, ``grad_norm`` is ``None``), update. Nothing is read
-    (no ``.item()``), so a GPU never waits for the host; the caller reads when it logs.
-    """
+    """One update on the batch ``(x, y)`` of any model with ``forward(idx, targets) ->
+    (logits, loss)``: ``(loss, grad_norm)``, detached and unread (no ``.item()``), so a GPU
+    never waits for the host. ``grad_clip=0``: no clipping, ``grad_norm`` is ``None``."""
     lr = check_float("lr", lr, low=0)  # a NaN would silently poison every weight
     grad_clip = check_float("grad_clip", grad_clip, low=0)
     for group in optimizer.param_groups:

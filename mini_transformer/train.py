@@ -12,10 +12,7 @@ line::
     python -m mini_transformer.train export --ckpt runs/cpu/best.pt --overwrite  # -> assets/
 
 Every command line here and in ``tools/`` checks its arguments and output path **before**
-any work (:func:`run_cli`): a bad one exits with status 2 and a usage message; a failure
-while running exits with 1 and one line; Ctrl-C saves ``last.pt`` at the next step boundary
-(if its held-out loss is within the divergence limit) and exits with 130. A committed
-result is replaced only with ``--overwrite``.
+any work (:func:`run_cli`); a committed result is replaced only with ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -30,7 +27,6 @@ import torch
 
 from .checkpoints import (
     PRETRAINED,
-    check_exportable,
     check_output_dir,
     config_diff,
     export_weights,
@@ -120,12 +116,12 @@ def run_cli(
     check: Callable[[], object],
     work: Callable[[object], object] | None = None,
 ):
-    """Run a command with the package's exit codes: 2 bad input, 1 runtime failure, 130 Ctrl-C.
+    """Run a command with the package's exit codes: 2 bad input, 1 runtime failure, 130 Ctrl-C
+    (a run saves ``last.pt`` at the next step boundary first).
 
-    ``check()`` validates (and may prepare) the input without doing any work: a
-    ``ValueError``, ``TypeError`` or ``FileNotFoundError`` from it is a usage error (exit 2).
-    Any exception from ``work(checked)``, or an ``OSError`` from ``check``, is a runtime
-    failure: one line on stderr, exit 1. Returns what ``work`` (or ``check``) returns.
+    A ``ValueError``, ``TypeError`` or ``FileNotFoundError`` from ``check()`` is a usage error
+    (exit 2, with the usage). Any exception from ``work(checked)``, or an ``OSError`` from
+    ``check``, is a runtime failure: one line on stderr, exit 1.
     """
     try:
         try:
@@ -220,11 +216,8 @@ def _resume_config(parser, args, overrides: dict) -> TrainConfig:
 
 
 def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
-    """Why the ``gpu`` preset should not run here, with a time estimate; ``None`` if it may.
-
-    The run's FLOPs (6N + attention per token) over :data:`CPU_STEP_CEILING_SHARE` of a
-    matmul ceiling measured now on the CPU.
-    """
+    """Why the ``gpu`` preset should not run here, with a time estimate (the run's FLOPs over
+    :data:`CPU_STEP_CEILING_SHARE` of a matmul ceiling measured now); ``None`` if it may."""
     if cfg.preset != "gpu" or torch.cuda.is_available() or cfg.device.startswith("cuda"):
         return None
     model = TransformerLM(cfg.model_config(84))
@@ -237,8 +230,7 @@ def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
         f"about {hours:,.0f} hours (estimated at {rate / 1e9:.0f} GFLOP/s, half of the fp32 "
         "matmul rate this CPU reaches right now; a busy machine measures less). Instead: "
         "train '--preset cpu' (about a minute on 2 quiet cores), or sample the committed "
-        "H100 model: "
-        "python -m mini_transformer.train sample --ckpt gpu. "
+        "H100 model: python -m mini_transformer.train sample --ckpt gpu. "
         "Pass --allow-cpu to train the gpu preset here anyway."
     )
 
@@ -323,15 +315,14 @@ def _main_export(argv: list[str]) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace a committed model's files")
     args = p.parse_args(argv)
 
-    def check() -> Path | None:
+    def check() -> Path:  # export_weights checks everything before it writes
         if args.log is not None and not Path(args.log).is_file():
             raise FileNotFoundError(f"--log {args.log}: no such file")
-        check_exportable(args.ckpt, args.out, overwrite=args.overwrite)
         log = Path(args.log) if args.log else Path(args.ckpt).parent / "metrics.jsonl"
-        return log if log.is_file() else None
+        log = log if log.is_file() else None
+        return export_weights(args.ckpt, args.out, log, overwrite=args.overwrite)
 
-    def work(log: Path | None) -> int:
-        path = export_weights(args.ckpt, args.out, log, overwrite=args.overwrite)
+    def work(path: Path) -> int:
         print(printable(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)"))
         return 0
 
