@@ -63,11 +63,7 @@ MAX_DEPTH = 32
 _PACKAGE = Path(__file__).resolve().parent
 
 #: Committed results (the chapters load them): a file here is replaced only with --overwrite.
-COMMITTED_DIRS: tuple[Path, ...] = (
-    _PACKAGE / "results",
-    _PACKAGE / "assets",
-    _PACKAGE.parent / "benchmarks" / "results",
-)
+COMMITTED_DIRS = (_PACKAGE / "results", ASSETS_DIR, _PACKAGE.parent / "benchmarks" / "results")
 
 
 def check_output_file(path: str | Path, *, overwrite: bool = False, name: str = "--out") -> Path:
@@ -139,10 +135,8 @@ def _temporary(path: Path, data: bytes | str | Callable) -> Path:
 
 
 def atomic_write(path: str | Path, data: bytes | str | Callable) -> Path:
-    """Write ``path`` atomically, the package's one writer: ``path.tmp``, then ``os.replace``.
-
-    ``data``: bytes, text (UTF-8), or a function writing to the open binary file.
-    """
+    """The package's one writer: ``data`` (bytes, UTF-8 text, or a function writing to the open
+    binary file) to ``path.tmp``, then ``os.replace``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary(path, data)
@@ -212,12 +206,8 @@ def save_checkpoint(
     tokenizer: CharTokenizer | None = None,
     **extra,
 ) -> Path:
-    """Write a full checkpoint atomically, with a checksum of everything it stores.
-
-    Plain types only (``torch.load(weights_only=True)`` reads it): the model config and state,
-    the optimizer state, ``step``, ``train_config``, ``tokenizer``, the CPU and CUDA RNG states
-    (for an exact resume) and any ``extra`` items (NumPy or 0-d torch numbers as Python numbers).
-    """
+    """Write a full checkpoint atomically, with a checksum of everything it stores: plain types
+    only (``weights_only=True`` reads it), with the RNG states (for an exact resume)."""
     step = check_int("step", step, low=0)
     if hasattr(train_config, "to_dict"):
         train_config = train_config.to_dict()
@@ -307,11 +297,8 @@ def load_checkpoint(
     optimizer=None,
     map_location: str | torch.device = "cpu",
 ) -> dict:
-    """Read a checkpoint (or an exported weights file) and verify its checksum.
-
-    With ``model`` (and ``optimizer``) the stored state is loaded into it, once the stored
-    config equals the model's. Returns the checkpoint dict (without ``checksum``).
-    """
+    """A checkpoint or weights file, verified, as a dict; with ``model`` (and ``optimizer``) the
+    stored state is loaded into it, once the stored config equals the model's."""
     path = Path(path)
     ckpt = _read(path, map_location)
     if model is not None:
@@ -367,9 +354,8 @@ def load_model(
     path: str | Path, device: str | torch.device = "cpu"
 ) -> tuple[TransformerLM, CharTokenizer, dict]:
     """The model in a checkpoint or weights file (``"cpu"``, ``"gpu"``: the committed ones) as
-    ``(model, tokenizer, ckpt)``, eval mode; its config is checked against its tensors first.
-    """
-    path = Path(PRETRAINED.get(path, path))  # "cpu" and "gpu": the committed models
+    ``(model, tokenizer, ckpt)``, eval mode; its config is checked against its tensors first."""
+    path = Path(PRETRAINED.get(path, path))
     ckpt = _read(path, "cpu")
     model = TransformerLM(_check_declared_config(path, ckpt))
     model.load_state_dict(ckpt["model"])
@@ -463,9 +449,7 @@ def read_log(which: str | Path = "cpu") -> list[dict]:
     (``step``, ``train_loss``, ``val_loss``, ``lr``, ``tokens_per_s``, ``mfu``, ...), ``"resume"``
     where a run continued, and ``"end"`` (``reason``, ``wall_time_s``, ``best_val_loss``).
     """
-    path = Path(PRETRAINED.get(which, which))
-    if which in PRETRAINED:
-        path = path.with_suffix(".jsonl")
+    path = PRETRAINED[which].with_suffix(".jsonl") if which in PRETRAINED else Path(which)
     if not path.is_file():
         raise FileNotFoundError(f"metrics log not found: {path}")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -20,7 +20,7 @@ import torch
 
 from .checks import check_bool, check_choice, check_float, check_int, check_tensor
 from .data import get_batch
-from .hardware import PRECISIONS, resolve_device
+from .hardware import resolve_precision
 from .model import TransformerConfig, TransformerLM
 
 __all__ = [
@@ -116,8 +116,7 @@ class TrainConfig:
     precision: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        resolve_precision(self.precision, self.device, native=True)  # checks both, detects nothing
         if not isinstance(self.model, dict):
             raise TypeError(f"model must be a dict of model settings, got {self.model!r:.80}")
         unknown = sorted(set(self.model) - set(MODEL_KEYS))
@@ -142,7 +141,6 @@ class TrainConfig:
         check_choice("compile_mode", self.compile_mode, COMPILE_MODES)
         for name in ("compile", "progress"):
             check_bool(name, getattr(self, name))
-        resolve_device(self.device, here=False)
         if self.threads is not None:
             check_int("threads", self.threads, low=1, why=" or None")
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from . import core, hardware
 from .checkpoints import (
     PRETRAINED,
     check_output_dir,
@@ -36,24 +37,8 @@ from .checkpoints import (
     read_log,
     save_checkpoint,
 )
-from .core import (
-    COMPILE_MODES,
-    MODEL_KEYS,
-    PRESETS,
-    TrainConfig,
-    configure_optimizer,
-    estimate_loss,
-    get_preset,
-    lr_at,
-)
-from .hardware import (
-    GPU_PEAK_FLOPS,
-    PRECISIONS,
-    measure_matmul_flops,
-    physical_cores,
-    resolve_device,
-    resolve_precision,
-)
+from .core import TrainConfig, configure_optimizer, estimate_loss, get_preset, lr_at
+from .hardware import GPU_PEAK_FLOPS
 from .loop import TrainingDivergedError, _ddp_ranks, train
 from .model import POSITIONAL_SCHEMES, TransformerLM
 
@@ -90,12 +75,10 @@ def _number(text: str, kind: type, ok: Callable[[float], bool], what: str):
 
 
 def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
     return _number(text, int, lambda v: v >= 1, "a positive integer")
 
 
 def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0."""
     return _number(text, float, lambda v: v > 0 and math.isfinite(v), "a positive number")
 
 
@@ -134,9 +117,7 @@ def run_cli(
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
-    except (SystemExit, GeneratorExit):
-        raise
-    except Exception as err:
+    except Exception as err:  # not SystemExit: parser.error's exit 2 passes through
         print(f"{parser.prog}: error: {_one_line(err)}", file=sys.stderr)
         raise SystemExit(1) from None
 
@@ -155,7 +136,7 @@ def _train_parser() -> argparse.ArgumentParser:
         description="Train the character-level Shakespeare model. Other commands: "
         "'sample' (generate text) and 'export' (write a small weights file).",
     )
-    p.add_argument("--preset", choices=sorted(PRESETS), help="model size and schedule")
+    p.add_argument("--preset", choices=sorted(core.PRESETS), help="model size and schedule")
     p.add_argument("--out", required=True, help="run folder (checkpoints, metrics.jsonl)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     p.add_argument("--overwrite", action="store_true", help="start afresh even if OUT has a run")
@@ -170,12 +151,12 @@ def _train_parser() -> argparse.ArgumentParser:
         "--compile",
         nargs="?",
         const="default",
-        choices=COMPILE_MODES,
+        choices=core.COMPILE_MODES,
         metavar="MODE",
         help="torch.compile the model (MODE: %(choices)s; the CUDA-graph modes suit small models)",
     )
     p.add_argument("--threads", type=positive_int, help="default: one per physical core")
-    p.add_argument("--precision", choices=PRECISIONS, help="auto (default), fp32 or bf16")
+    p.add_argument("--precision", choices=hardware.PRECISIONS, help="auto (default), fp32 or bf16")
     p.add_argument("--peak-tflops", type=positive_float, help="device peak for MFU (TFLOP/s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--allow-cpu", action="store_true", help="train the gpu preset without CUDA")
@@ -185,7 +166,7 @@ def _train_parser() -> argparse.ArgumentParser:
 def _overrides(args: argparse.Namespace) -> dict:
     names = ("steps", "batch_size", "lr", "eval_interval", "eval_batches", "seed", "positional")
     overrides = {k: getattr(args, k) for k in (*names, "device", "precision")}
-    cores = None if args.resume else max(1, physical_cores() // _ddp_ranks()[2])
+    cores = None if args.resume else max(1, hardware.physical_cores() // _ddp_ranks()[2])
     overrides["threads"] = args.threads or cores
     overrides["peak_flops"] = args.peak_tflops * 1e12 if args.peak_tflops else None
     if args.compile:
@@ -209,7 +190,7 @@ def _resume_config(parser, args, overrides: dict) -> TrainConfig:
                 f"{last} was trained with a different model config than preset "
                 f"{args.preset!r} ({config_diff(stored.model, wanted)})"
             )
-    if any(overrides.get(k) is not None for k in MODEL_KEYS):
+    if any(overrides.get(k) is not None for k in core.MODEL_KEYS):
         parser.error("model settings (e.g. --positional) cannot change on --resume")
     run = {**stored.to_dict(), **{k: v for k, v in overrides.items() if v is not None}}
     return TrainConfig.from_dict(run)
@@ -222,7 +203,7 @@ def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
         return None
     model = TransformerLM(cfg.model_config(84))
     tokens = cfg.steps * cfg.batch_size * model.config.block_size
-    rate = CPU_STEP_CEILING_SHARE * measure_matmul_flops(n=1024, repeats=3)
+    rate = CPU_STEP_CEILING_SHARE * hardware.measure_matmul_flops(n=1024, repeats=3)
     hours = tokens * model.flops_per_token() / rate / 3600
     return (
         f"--preset gpu needs a CUDA GPU, and none is available. On this CPU its "
@@ -248,8 +229,8 @@ def _main_train(argv: list[str]) -> int:
             raise ValueError("--preset is required (unless --resume)")
         else:
             cfg = get_preset(args.preset, **overrides)
-        device = resolve_device(cfg.device, _ddp_ranks()[1])
-        resolve_precision(cfg.precision, device, d_model=cfg.model_config(2).d_model)
+        device = hardware.resolve_device(cfg.device, _ddp_ranks()[1])
+        hardware.resolve_precision(cfg.precision, device, d_model=cfg.model_config(2).d_model)
         refusal = None if args.allow_cpu else gpu_preset_refusal(cfg)
         if refusal:
             raise ValueError(refusal)
@@ -289,7 +270,7 @@ def _main_sample(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     def check():
-        resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
+        hardware.resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
         model, tok, _ = load_model(args.ckpt, args.device)
         return model, tok, tok.encode(args.prompt)[None, :].to(args.device)
 
