@@ -186,14 +186,10 @@ def _save_verified(payload: dict, path: str | Path) -> Path:
     """``torch.save`` with a version and a checksum, atomically; a full disk is an ``OSError``."""
     payload = {**payload, "version": VERSION}
     payload["checksum"] = checksum(payload)
-
-    def write(f) -> None:
-        try:
-            torch.save(payload, f)
-        except RuntimeError as err:  # PytorchStreamWriter failed writing file ...
-            raise OSError(f"could not write {path}: {' '.join(str(err).split())}") from None
-
-    return atomic_write(path, write)
+    try:
+        return atomic_write(path, lambda f: torch.save(payload, f))
+    except RuntimeError as err:  # PytorchStreamWriter failed writing file ...
+        raise OSError(f"could not write {path}: {' '.join(str(err).split())}") from None
 
 
 def save_checkpoint(

@@ -119,8 +119,7 @@ class TrainConfig:
         resolve_precision(self.precision, self.device, native=True)  # checks both, detects nothing
         if not isinstance(self.model, dict):
             raise TypeError(f"model must be a dict of model settings, got {self.model!r:.80}")
-        unknown = sorted(set(self.model) - set(MODEL_KEYS))
-        if unknown:
+        if unknown := sorted(set(self.model) - set(MODEL_KEYS)):
             raise ValueError(f"unknown model settings {unknown}; known: {list(MODEL_KEYS)}")
         try:  # the values too (any vocab_size will do; block_size may also come later)
             TransformerConfig(vocab_size=2, **({"block_size": 8} | self.model))
@@ -161,8 +160,7 @@ class TrainConfig:
         if not isinstance(d, dict):
             raise TypeError(f"a TrainConfig description must be a dict, got {type(d).__name__}")
         known = [f.name for f in fields(cls)]
-        unknown = sorted(set(d) - set(known), key=str)
-        if unknown:
+        if unknown := sorted(set(d) - set(known), key=str):
             raise ValueError(f"unknown train_config keys {unknown}; known: {known}")
         return cls(**d)
 
@@ -245,14 +243,8 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 def configure_optimizer(model: TransformerLM, cfg: TrainConfig, fused: bool = False):
     """AdamW with weight decay only on the weight matrices of linear layers: not on biases,
     LayerNorm gains and the embeddings (the tied LM head is the token embedding)."""
-    no_decay = {
-        id(p)
-        for m in model.modules()
-        if isinstance(m, torch.nn.Embedding)
-        for p in m.parameters(recurse=False)
-    }
-    if model.pos_emb is not None:
-        no_decay |= {id(p) for p in model.pos_emb.parameters()}
+    tables = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)] + [model.pos_emb]
+    no_decay = {id(p) for m in tables if m is not None for p in m.parameters()}
     decay, other = [], []
     for m in model.modules():
         for name, p in m.named_parameters(recurse=False):

@@ -1,9 +1,7 @@
 r"""Training the character-level Shakespeare model (chapter 6): the public names and the CLI.
 
-The recipe is in :mod:`~mini_transformer.core`, the run in :mod:`~mini_transformer.loop`,
-the files in :mod:`~mini_transformer.checkpoints`, the machine in
-:mod:`~mini_transformer.hardware`; this module gathers the names chapters import. Command
-line::
+The names chapters import, gathered from :mod:`~mini_transformer.core` (the recipe),
+:mod:`~mini_transformer.loop` (the run) and :mod:`~mini_transformer.checkpoints`::
 
     python -m mini_transformer.train --preset cpu --out runs/cpu           # train
     python -m mini_transformer.train --preset gpu --out runs/gpu --compile # on a GPU
@@ -158,21 +156,19 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=positive_int, help="default: one per physical core")
     p.add_argument("--precision", choices=hardware.PRECISIONS, help="auto (default), fp32 or bf16")
     p.add_argument("--peak-tflops", type=positive_float, help="device peak for MFU (TFLOP/s)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_false", dest="progress", default=None)
     p.add_argument("--allow-cpu", action="store_true", help="train the gpu preset without CUDA")
     return p
 
 
 def _overrides(args: argparse.Namespace) -> dict:
     names = ("steps", "batch_size", "lr", "eval_interval", "eval_batches", "seed", "positional")
-    overrides = {k: getattr(args, k) for k in (*names, "device", "precision")}
+    overrides = {k: getattr(args, k) for k in (*names, "device", "precision", "progress")}
     cores = None if args.resume else max(1, hardware.physical_cores() // _ddp_ranks()[2])
     overrides["threads"] = args.threads or cores
     overrides["peak_flops"] = args.peak_tflops * 1e12 if args.peak_tflops else None
     if args.compile:
         overrides |= {"compile": True, "compile_mode": args.compile}
-    if args.no_progress:
-        overrides["progress"] = False
     return overrides
 
 
@@ -236,14 +232,9 @@ def _main_train(argv: list[str]) -> int:
             raise ValueError(refusal)
         return cfg
 
-    def work(cfg: TrainConfig) -> int:
-        try:
-            command = ["python", "-m", "mini_transformer.train", *argv]
-            options = {"resume": args.resume, "overwrite": args.overwrite, "argv": command}
-            result = train(cfg, args.out, **options)
-        except TrainingDivergedError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 1
+    def work(cfg: TrainConfig) -> int:  # a diverged run: run_cli's one line and exit 1
+        command = ["python", "-m", "mini_transformer.train", *argv]
+        result = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite, argv=command)
         if _ddp_ranks()[0] == 0:
             print(
                 f"done: step {result['step']}, val loss {result['val_loss']:.4f}, "
