@@ -96,10 +96,9 @@ def _cpuinfo() -> str:
 
 def cpu_name() -> str:
     """The CPU's model name, e.g. ``"AMD EPYC 9B45"``."""
-    lines = [ln for ln in _cpuinfo().splitlines() if ln.startswith("model name")]
-    return (
-        lines[0].split(":", 1)[1].strip() if lines else platform.processor() or platform.machine()
-    )
+    lines = _cpuinfo().splitlines()
+    names = [s.partition(":")[2].strip() for s in lines if s.startswith("model name")]
+    return names[0] if names else platform.processor() or platform.machine()
 
 
 def cpu_bf16_features() -> dict[str, bool]:

@@ -153,12 +153,10 @@ def _ddp_ranks() -> tuple[int, int, int]:
 def _ddp_wrap(run: Run, resume: bool) -> None:
     """Each rank draws its own dropout masks; the model each step calls syncs gradients."""
     if run.world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
         if not resume:
             torch.manual_seed(_seed_for(run.cfg.seed, run.rank))
         ids = [run.device.index] if run.device.type == "cuda" else None
-        run.step_model = DDP(run.model, device_ids=ids)
+        run.step_model = torch.nn.parallel.DistributedDataParallel(run.model, device_ids=ids)
 
 
 def _ddp_stop(run: Run, flag) -> Callable[[], bool]:
@@ -242,7 +240,6 @@ def _restore(run: Run) -> None:
 
 def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
     """Step 2: the run's folder, its ``config.json`` and the first log record."""
-    run.out_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
         run.log_path.unlink(missing_ok=True)
     model, cfg = run.model, run.cfg
@@ -380,7 +377,7 @@ def _save_on_interrupt(run: Run) -> None:
     """After Ctrl-C: ``last.pt`` if the weights pass the test of an evaluation, measured anew
     (a run diverging since the last one must not leave diverged weights for ``--resume``)."""
     head = f"\ninterrupted at step {run.step};"
-    kept = f"kept {run.last_path} (step {run.saved_step})" if run.saved_step is not None else ""
+    kept = f"kept {run.last_path} (step {run.saved_step})" if run.saved_step is not None else None
     kept = kept or "nothing was saved"
     if run.step == run.saved_step:
         print(f"{head} {kept}", file=sys.stderr)
@@ -439,9 +436,8 @@ def train(
     """
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
-    out_dir = Path(out_dir)
-    created = not out_dir.exists()
-    check_output_dir(out_dir, resume=resume, overwrite=overwrite)
+    created = not Path(out_dir).exists()
+    out_dir = check_output_dir(out_dir, resume=resume, overwrite=overwrite)
     run, reason = None, "error"
     with _ddp_group(cfg, _ddp_ranks()[2]):
         try:

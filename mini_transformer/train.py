@@ -64,12 +64,11 @@ __all__ = [  # the contract names and what the chapters use
 
 def _number(text: str, kind: type, ok: Callable[[float], bool], what: str):
     try:
-        value = kind(text)
+        if ok(value := kind(text)):
+            return value
     except ValueError:
-        value = None
-    if value is None or not ok(value):
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-    return value
+        pass
+    raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
 
 
 def positive_int(text: str) -> int:
@@ -268,8 +267,7 @@ def _main_sample(argv: list[str]) -> int:
     def work(checked) -> int:
         model, tok, idx = checked
         g = torch.Generator().manual_seed(args.seed)
-        options = {"temperature": args.temperature, "top_k": args.top_k, "generator": g}
-        out = model.generate(idx, args.tokens, **options)
+        out = model.generate(idx, args.tokens, args.temperature, args.top_k, generator=g)
         print(printable(tok.decode(out[0])))
         return 0
 
@@ -294,11 +292,9 @@ def _main_export(argv: list[str]) -> int:
         log = log if log.is_file() else None
         return export_weights(args.ckpt, args.out, log, overwrite=args.overwrite)
 
-    def work(path: Path) -> int:
-        print(printable(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)"))
-        return 0
-
-    return run_cli(p, check, work)
+    path = run_cli(p, check)
+    print(printable(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)"))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
