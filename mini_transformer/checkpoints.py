@@ -175,13 +175,6 @@ def checksum(payload: dict) -> str:
     return h.hexdigest()
 
 
-def _plain(value):
-    """Python numbers for NumPy/torch scalars, so the stored file holds only plain types."""
-    if isinstance(value, (np.generic, torch.Tensor)) and np.ndim(value) == 0:
-        return value.item()
-    return value
-
-
 def _save_verified(payload: dict, path: str | Path) -> Path:
     """``torch.save`` with a version and a checksum, atomically; a full disk is an ``OSError``."""
     payload = {**payload, "version": VERSION}
@@ -205,6 +198,9 @@ def save_checkpoint(
     """Write a full checkpoint atomically, with a checksum of everything it stores: plain types
     only (``weights_only=True`` reads it), with the RNG states (for an exact resume)."""
     step = check_int("step", step, low=0)
+    for k, v in extra.items():  # NumPy/torch scalars as Python numbers: plain types only
+        if isinstance(v, (np.generic, torch.Tensor)) and np.ndim(v) == 0:
+            extra[k] = v.item()
     if hasattr(train_config, "to_dict"):
         train_config = train_config.to_dict()
     rng = {"torch": torch.get_rng_state()}
@@ -219,7 +215,7 @@ def save_checkpoint(
         "train_config": train_config,
         "tokenizer": tokenizer.to_dict() if tokenizer is not None else None,
         "rng": rng,
-        **{k: _plain(v) for k, v in extra.items()},
+        **extra,
     }
     return _save_verified(ckpt, path)
 

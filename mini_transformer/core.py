@@ -173,15 +173,10 @@ def get_preset(name: str, **overrides) -> TrainConfig:
     settings = {k: v for k, v in PRESETS[name].items() if k != "model"}
     model = dict(PRESETS[name]["model"])
     train_keys = {f.name for f in fields(TrainConfig)} - {"model", "preset"}
-    for k, v in overrides.items():
-        if v is None:
-            continue
-        if k in MODEL_KEYS:
-            model[k] = v
-        elif k in train_keys:
-            settings[k] = v
-        else:
+    for k, v in ((k, v) for k, v in overrides.items() if v is not None):
+        if k not in MODEL_KEYS and k not in train_keys:
             raise ValueError(f"unknown setting {k!r}")
+        (model if k in MODEL_KEYS else settings)[k] = v
     return TrainConfig(preset=name, model=model, **settings)
 
 

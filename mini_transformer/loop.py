@@ -300,8 +300,7 @@ def _train_window(run: Run, end: int, bar) -> float | None:
         return None
     values = torch.stack(losses).float().tolist()  # the window's one host sync
     for what, seq in (("loss", values), ("gradient norm", torch.stack(norms).tolist())):
-        bad = next((i for i, v in enumerate(seq) if not math.isfinite(v)), None)
-        if bad is not None:
+        if (bad := next((i for i, v in enumerate(seq) if not math.isfinite(v)), None)) is not None:
             raise _diverged(run, what, seq[bad], first + bad)
     run.losses.extend(values)
     rate = len(values) * run.tokens_per_step / (time.perf_counter() - t0)
@@ -333,8 +332,7 @@ def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
             "elapsed_s": run.elapsed(),
         },
     )
-    problem = _unsaveable(run, val_loss)
-    if problem is not None:
+    if (problem := _unsaveable(run, val_loss)) is not None:
         raise _diverged(run, *problem[:2], run.step)
     run.val_loss = val_loss
     if val_loss < run.best_val:  # best.pt first: last.pt must never claim a better best
@@ -382,8 +380,7 @@ def _save_on_interrupt(run: Run) -> None:
     if run.step == run.saved_step:
         print(f"{head} {kept}", file=sys.stderr)
         return
-    problem = _unsaveable(run, run.estimate(run.val_ids, 2))
-    if problem is not None:
+    if (problem := _unsaveable(run, run.estimate(run.val_ids, 2))) is not None:
         what, value, limit = problem
         message = f"the {what} is {value:.4g} (limit {limit:.3g}, a diverging run)"
         print(f"{head} not saved: {message}; {kept}", file=sys.stderr)

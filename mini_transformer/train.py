@@ -226,8 +226,7 @@ def _main_train(argv: list[str]) -> int:
             cfg = get_preset(args.preset, **overrides)
         device = hardware.resolve_device(cfg.device, _ddp_ranks()[1])
         hardware.resolve_precision(cfg.precision, device, d_model=cfg.model_config(2).d_model)
-        refusal = None if args.allow_cpu else gpu_preset_refusal(cfg)
-        if refusal:
+        if not args.allow_cpu and (refusal := gpu_preset_refusal(cfg)):
             raise ValueError(refusal)
         return cfg
 
