@@ -272,11 +272,9 @@ def estimate_loss(
     check_int("batch_size", batch_size, low=1)
     if n_batches is not None or seed is not None:
         check_int("n_batches", n_batches, low=1, why=" (None: every window, with seed=None)")
-    if seed is not None:
-        check_int("seed", seed, low=0, why=" or None")
     T, device = model.config.block_size, next(model.parameters()).device
     if seed is not None:
-        g = torch.Generator().manual_seed(seed)
+        g = torch.Generator().manual_seed(check_int("seed", seed, low=0, why=" or None"))
         batches = [get_batch(ids, batch_size, T, g, device) for _ in range(n_batches)]
     else:
         n_windows = (len(ids) - 1) // T

@@ -207,8 +207,7 @@ def measure_matmul_flops(
     """Best FLOP/s of ``repeats`` timed ``n x n`` matmuls: the most efficient thing a CPU or
     GPU does, so a realistic ceiling for a step. Its own generator leaves dropout's RNG alone."""
     g = torch.Generator(device=device).manual_seed(0)
-    a = torch.randn(n, n, device=device, dtype=dtype, generator=g)
-    b = torch.randn(n, n, device=device, dtype=dtype, generator=g)
+    a, b = torch.randn(2, n, n, device=device, dtype=dtype, generator=g)
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     inner = max(1, int(2e9 // (2 * n**3)))  # about 2 GFLOP per timing
     for _ in range(2):

@@ -59,9 +59,6 @@ __all__ = [  # the contract names and what the chapters use
 ]
 
 
-# ---------------------------------------------------------------- the command-line rules
-
-
 def _number(text: str, kind: type, ok: Callable[[float], bool], what: str):
     try:
         if ok(value := kind(text)):
@@ -145,12 +142,7 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--positional", choices=POSITIONAL_SCHEMES)
     p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
     p.add_argument(
-        "--compile",
-        nargs="?",
-        const="default",
-        choices=core.COMPILE_MODES,
-        metavar="MODE",
-        help="torch.compile the model (MODE: %(choices)s; the CUDA-graph modes suit small models)",
+        "--compile", nargs="?", const="default", choices=core.COMPILE_MODES, help="torch.compile"
     )
     p.add_argument("--threads", type=positive_int, help="default: one per physical core")
     p.add_argument("--precision", choices=hardware.PRECISIONS, help="auto (default), fp32 or bf16")
