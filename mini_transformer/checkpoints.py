@@ -74,8 +74,7 @@ def check_output_file(path: str | Path, *, overwrite: bool = False, name: str = 
         raise ValueError(f"{name} {path} is a folder, not a file")
     if path.exists() and not path.is_file():
         raise ValueError(f"{name} {path} exists and is not a regular file (a FIFO or a device?)")
-    where = path.resolve().parent
-    folder = next((d for d in COMMITTED_DIRS if where == d.resolve()), None)
+    folder = next((d for d in COMMITTED_DIRS if path.resolve().parent == d.resolve()), None)
     if path.exists() and folder is not None and not overwrite:
         raise ValueError(
             f"{name} {path} is a committed result (in {folder}); choose another path, "
@@ -435,12 +434,10 @@ def write_record(path: Path | None, record: dict) -> None:
 
 
 def read_log(which: str | Path = "cpu") -> list[dict]:
-    """The records of a JSONL metrics log: ``"cpu"``/``"gpu"`` (a committed model's) or a path.
-
-    ``"start"`` (device, versions, configs, command, seed, peak FLOP/s), then ``"eval"`` records
-    (``step``, ``train_loss``, ``val_loss``, ``lr``, ``tokens_per_s``, ``mfu``, ...), ``"resume"``
-    where a run continued, and ``"end"`` (``reason``, ``wall_time_s``, ``best_val_loss``).
-    """
+    """The records of a JSONL metrics log (``"cpu"``/``"gpu"``: a committed model's): ``"start"``
+    (device, versions, configs, command, seed, peak FLOP/s), ``"eval"`` (``step``, ``val_loss``,
+    ``train_loss``, ``lr``, ``tokens_per_s``, ``mfu``, ...), ``"resume"`` where a run continued,
+    and ``"end"`` (``reason``, ``wall_time_s``, ``best_val_loss``)."""
     path = PRETRAINED[which].with_suffix(".jsonl") if which in PRETRAINED else Path(which)
     if not path.is_file():
         raise FileNotFoundError(f"metrics log not found: {path}")

@@ -84,14 +84,10 @@ MODEL_KEYS = tuple(f.name for f in fields(TransformerConfig) if f.name != "vocab
 
 @dataclass
 class TrainConfig:
-    """Everything a run needs besides the data. ``model`` holds TransformerConfig fields
-    (without ``vocab_size``, which the tokenizer fixes).
-
-    ``batch_size`` is per process under DDP; ``grad_clip=0`` disables clipping; the run
-    evaluates, logs and saves every ``eval_interval`` steps on ``eval_batches`` batches per
-    split; ``seed`` fixes the initialisation, the batches and dropout. ``peak_flops=None``:
-    the GPU table, or a matmul measured on the CPU. ``threads=None`` leaves torch's count.
-    """
+    """Everything a run needs besides the data; ``model`` holds TransformerConfig fields but
+    ``vocab_size`` (the tokenizer's). ``batch_size`` is per process under DDP; the run
+    evaluates, logs and saves every ``eval_interval`` steps; ``seed`` fixes the initialisation,
+    the batches and dropout; ``peak_flops=None``: the GPU table, or a matmul measured on the CPU."""
 
     preset: str = "custom"
     model: dict = field(default_factory=dict)

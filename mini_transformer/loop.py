@@ -421,15 +421,13 @@ def train(
     argv: list[str] | None = None,
     setup_hook: Callable[[TransformerLM], None] | None = None,
 ) -> dict:
-    """Train a ``TransformerLM`` on the bundled corpus into ``out_dir`` (``last.pt``,
-    ``best.pt``, ``metrics.jsonl``, ``config.json``).
+    """Train a ``TransformerLM`` on the bundled corpus into ``out_dir`` (``last.pt``, ``best.pt``,
+    ``metrics.jsonl``, ``config.json``); ``resume`` continues up to ``cfg.steps``, bit-identical
+    to an uninterrupted run on the same machine and thread count.
 
-    ``resume`` continues from ``out_dir/last.pt`` up to ``cfg.steps``, bit-identical to an
-    uninterrupted run on the same machine and thread count; ``setup_hook(model)`` runs once the
-    model is built (tests inject faults with it). Raises ``TrainingDivergedError`` (nothing
-    diverged was saved), ``KeyboardInterrupt`` after saving ``last.pt`` at a step boundary, or
-    ``OSError`` (disk full: the checkpoints written stay intact; a fresh run that saved none
-    leaves nothing).
+    ``setup_hook(model)`` runs once the model is built (tests inject faults with it). Raises
+    ``TrainingDivergedError`` (nothing diverged was saved), ``KeyboardInterrupt`` after saving
+    ``last.pt`` at a step boundary, or ``OSError`` (disk full: what was saved stays intact).
     """
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")

@@ -93,13 +93,9 @@ def run_cli(
     check: Callable[[], object],
     work: Callable[[object], object] | None = None,
 ):
-    """Run a command with the package's exit codes: 2 bad input, 1 runtime failure, 130 Ctrl-C
-    (a run saves ``last.pt`` at the next step boundary first).
-
-    A ``ValueError``, ``TypeError`` or ``FileNotFoundError`` from ``check()`` is a usage error
-    (exit 2, with the usage). Any exception from ``work(checked)``, or an ``OSError`` from
-    ``check``, is a runtime failure: one line on stderr, exit 1.
-    """
+    """Run a command with the package's exit codes: 2 (with the usage) for a ``ValueError``,
+    ``TypeError`` or ``FileNotFoundError`` from ``check()``; 1 (one line on stderr) for any
+    failure in ``work(checked)`` or an ``OSError`` from ``check``; 130 for Ctrl-C."""
     try:
         try:
             checked = check()
