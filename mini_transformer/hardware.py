@@ -158,7 +158,6 @@ def log_label(precision: str, device: str | torch.device) -> str:
     """The log's ``dtype``: ``"float32"``, ``"bfloat16 autocast (avx512_bf16)"``, ..."""
     if precision == "fp32" or _resolved(precision, device).type == "cuda":
         return "float32" if precision == "fp32" else "bfloat16 autocast"
-        return "bfloat16 autocast"
     features = [k for k, v in cpu_bf16_features().items() if v]
     return f"bfloat16 autocast ({', '.join(features) or 'emulated: no native bf16'})"
 
