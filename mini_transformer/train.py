@@ -23,7 +23,6 @@ from pathlib import Path
 
 import torch
 
-from . import core, hardware
 from .checkpoints import (
     PRETRAINED,
     check_output_dir,
@@ -35,8 +34,23 @@ from .checkpoints import (
     read_log,
     save_checkpoint,
 )
-from .core import TrainConfig, configure_optimizer, estimate_loss, get_preset, lr_at
-from .hardware import GPU_PEAK_FLOPS
+from .core import (
+    COMPILE_MODES,
+    PRESETS,
+    TrainConfig,
+    configure_optimizer,
+    estimate_loss,
+    get_preset,
+    lr_at,
+)
+from .hardware import (
+    GPU_PEAK_FLOPS,
+    PRECISIONS,
+    measure_matmul_flops,
+    physical_cores,
+    resolve_device,
+    resolve_precision,
+)
 from .loop import TrainingDivergedError, _ddp_ranks, train
 from .model import POSITIONAL_SCHEMES, TransformerLM
 
@@ -126,7 +140,7 @@ def _train_parser() -> argparse.ArgumentParser:
         description="Train the character-level Shakespeare model. Other commands: "
         "'sample' (generate text) and 'export' (write a small weights file).",
     )
-    p.add_argument("--preset", choices=sorted(core.PRESETS), help="model size and schedule")
+    p.add_argument("--preset", choices=sorted(PRESETS), help="model size and schedule")
     p.add_argument("--out", required=True, help="run folder (checkpoints, metrics.jsonl)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     p.add_argument("--overwrite", action="store_true", help="start afresh even if OUT has a run")
@@ -138,10 +152,10 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--positional", choices=POSITIONAL_SCHEMES)
     p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
     p.add_argument(
-        "--compile", nargs="?", const="default", choices=core.COMPILE_MODES, help="torch.compile"
+        "--compile", nargs="?", const="default", choices=COMPILE_MODES, help="torch.compile"
     )
     p.add_argument("--threads", type=positive_int, help="default: one per physical core")
-    p.add_argument("--precision", choices=hardware.PRECISIONS, help="auto (default), fp32 or bf16")
+    p.add_argument("--precision", choices=PRECISIONS, help="auto (default), fp32 or bf16")
     p.add_argument("--peak-tflops", type=positive_float, help="device peak for MFU (TFLOP/s)")
     p.add_argument("--no-progress", action="store_false", dest="progress", default=None)
     p.add_argument("--allow-cpu", action="store_true", help="train the gpu preset without CUDA")
@@ -151,7 +165,7 @@ def _train_parser() -> argparse.ArgumentParser:
 def _overrides(args: argparse.Namespace) -> dict:
     names = ("steps", "batch_size", "lr", "eval_interval", "eval_batches", "seed", "positional")
     overrides = {k: getattr(args, k) for k in (*names, "device", "precision", "progress")}
-    cores = None if args.resume else max(1, hardware.physical_cores() // _ddp_ranks()[2])
+    cores = None if args.resume else max(1, physical_cores() // _ddp_ranks()[2])
     overrides["threads"] = args.threads or cores
     overrides["peak_flops"] = args.peak_tflops * 1e12 if args.peak_tflops else None
     if args.compile:
@@ -173,7 +187,7 @@ def _resume_config(parser, args, overrides: dict) -> TrainConfig:
                 f"{last} was trained with a different model config than preset "
                 f"{args.preset!r} ({config_diff(stored.model, wanted)})"
             )
-    if any(overrides.get(k) is not None for k in core.MODEL_KEYS):
+    if args.positional is not None:  # the one model setting the command line has
         parser.error("model settings (e.g. --positional) cannot change on --resume")
     run = {**stored.to_dict(), **{k: v for k, v in overrides.items() if v is not None}}
     return TrainConfig.from_dict(run)
@@ -186,7 +200,7 @@ def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
         return None
     model = TransformerLM(cfg.model_config(84))
     tokens = cfg.steps * cfg.batch_size * model.config.block_size
-    rate = CPU_STEP_CEILING_SHARE * hardware.measure_matmul_flops(n=1024, repeats=3)
+    rate = CPU_STEP_CEILING_SHARE * measure_matmul_flops(n=1024, repeats=3)
     hours = tokens * model.flops_per_token() / rate / 3600
     return (
         f"--preset gpu needs a CUDA GPU, and none is available. On this CPU its "
@@ -212,8 +226,8 @@ def _main_train(argv: list[str]) -> int:
             raise ValueError("--preset is required (unless --resume)")
         else:
             cfg = get_preset(args.preset, **overrides)
-        device = hardware.resolve_device(cfg.device, _ddp_ranks()[1])
-        hardware.resolve_precision(cfg.precision, device, d_model=cfg.model_config(2).d_model)
+        device = resolve_device(cfg.device, _ddp_ranks()[1])
+        resolve_precision(cfg.precision, device, d_model=cfg.model_config(2).d_model)
         if not args.allow_cpu and (refusal := gpu_preset_refusal(cfg)):
             raise ValueError(refusal)
         return cfg
@@ -247,7 +261,7 @@ def _main_sample(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     def check():
-        hardware.resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
+        resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
         model, tok, _ = load_model(args.ckpt, args.device)
         return model, tok, tok.encode(args.prompt)[None, :].to(args.device)
 
