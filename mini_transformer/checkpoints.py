@@ -293,8 +293,7 @@ def load_checkpoint(
     path = Path(path)
     ckpt = _read(path, map_location)
     if model is not None:
-        stored = ckpt["model_config"]
-        if stored != model.config.to_dict():
+        if (stored := ckpt["model_config"]) != model.config.to_dict():
             raise ValueError(
                 f"checkpoint {path} was saved from a different model config "
                 f"(checkpoint vs model: {config_diff(stored, model.config.to_dict())})"
@@ -412,8 +411,7 @@ def load_pretrained(
     which: str | Path = "cpu", device: str | torch.device = "cpu"
 ) -> tuple[TransformerLM, CharTokenizer]:
     """A committed model, ``"cpu"`` or ``"gpu"``, or a file: ``(model, tokenizer)``, eval mode."""
-    model, tok, _ = load_model(which, device)
-    return model, tok
+    return load_model(which, device)[:2]
 
 
 def write_record(path: Path | None, record: dict) -> None:

@@ -143,9 +143,7 @@ class TrainConfig:
         return TransformerConfig(vocab_size=vocab_size, **self.model)
 
     def schedule(self) -> Schedule:
-        return Schedule(
-            lr=self.lr, warmup_steps=self.warmup_steps, steps=self.steps, min_lr=self.min_lr
-        )
+        return Schedule(self.lr, self.warmup_steps, self.steps, self.min_lr)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -248,8 +246,7 @@ def configure_optimizer(model: TransformerLM, cfg: TrainConfig, fused: bool = Fa
         {"params": decay, "weight_decay": cfg.weight_decay},
         {"params": other, "weight_decay": 0.0},
     ]
-    kwargs = {"fused": True} if fused else {}
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), **kwargs)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused or None)
 
 
 @torch.no_grad()

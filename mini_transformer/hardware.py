@@ -104,9 +104,8 @@ def cpu_name() -> str:
 def cpu_bf16_features() -> dict[str, bool]:
     """The CPU's native bf16 instructions as PyTorch detects them (False where it cannot ask)."""
 
-    def ask(name: str) -> bool:
-        fn = getattr(torch.cpu, name, None)
-        return bool(fn()) if callable(fn) else False
+    def ask(name: str) -> bool:  # a private function some torch versions lack
+        return bool(getattr(torch.cpu, name, lambda: False)())
 
     return {"avx512_bf16": ask("_is_avx512_bf16_supported"), "amx": ask("_is_amx_tile_supported")}
 

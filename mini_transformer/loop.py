@@ -283,8 +283,7 @@ def _diverged(run: Run, what: str, value: float, step: int) -> TrainingDivergedE
 def _train_window(run: Run, end: int, bar) -> float | None:
     """Step 3: train up to step ``end`` (or a Ctrl-C); return tokens/s of the window."""
     cfg, first, schedule = run.cfg, run.step, run.cfg.schedule()
-    losses, norms = [], []
-    t0 = time.perf_counter()
+    losses, norms, t0 = [], [], time.perf_counter()
     while run.step < end and not run.stop():
         g = torch.Generator().manual_seed(_seed_for(cfg.seed, run.rank, run.step))
         x, y = get_batch(run.train_ids, cfg.batch_size, run.model.config.block_size, g, run.device)
@@ -358,17 +357,9 @@ def _unsaveable(run: Run, val_loss: float) -> tuple[str, float, float] | None:
 
 
 def _save(run: Run, path: Path) -> None:
-    save_checkpoint(
-        path,
-        run.model,
-        run.optimizer,
-        step=run.step,
-        train_config=run.cfg,
-        tokenizer=run.tok,
-        best_val_loss=run.best_val,
-        val_loss=run.val_loss,
-        elapsed_s=run.elapsed(),
-    )
+    items = {"step": run.step, "train_config": run.cfg, "tokenizer": run.tok}
+    items |= {"best_val_loss": run.best_val, "val_loss": run.val_loss, "elapsed_s": run.elapsed()}
+    save_checkpoint(path, run.model, run.optimizer, **items)
 
 
 def _save_on_interrupt(run: Run) -> None:
@@ -446,19 +437,16 @@ def train(
                 reason = "diverged" if isinstance(err, TrainingDivergedError) else "interrupted"
                 raise
             finally:
-                best = run.best_val if math.isfinite(run.best_val) else None
                 end = {"event": "end", "step": run.step, "reason": reason, "val_loss": run.val_loss}
-                write_record(
-                    run.log_path, end | {"best_val_loss": best, "wall_time_s": run.elapsed()}
-                )
+                end |= {"best_val_loss": run.best_val, "wall_time_s": run.elapsed()}  # inf: null
+                write_record(run.log_path, end)
         except BaseException as err:
             fresh = run is not None and run.rank == 0 and not resume and run.saved_step is None
             if fresh and not isinstance(err, TrainingDivergedError):  # it leaves nothing
-                for name in ("config.json", "metrics.jsonl"):
-                    with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError):
+                    for name in ("config.json", "metrics.jsonl"):
                         (out_dir / name).unlink(missing_ok=True)
-                if created:
-                    with contextlib.suppress(OSError):
+                    if created:
                         out_dir.rmdir()  # only if empty
             raise
     return {

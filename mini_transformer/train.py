@@ -1,7 +1,6 @@
-r"""Training the character-level Shakespeare model (chapter 6): the public names and the CLI.
-
-The names chapters import, gathered from :mod:`~mini_transformer.core` (the recipe),
-:mod:`~mini_transformer.loop` (the run) and :mod:`~mini_transformer.checkpoints`::
+r"""Training the character-level Shakespeare model (chapter 6): the names chapters import, from
+:mod:`~mini_transformer.core` (the recipe), :mod:`~mini_transformer.loop` (the run) and
+:mod:`~mini_transformer.checkpoints` (the files), and the command line::
 
     python -m mini_transformer.train --preset cpu --out runs/cpu           # train
     python -m mini_transformer.train --preset gpu --out runs/gpu --compile # on a GPU
@@ -181,8 +180,7 @@ def _resume_config(parser, args, overrides: dict) -> TrainConfig:
         parser.error(f"cannot resume: {err}")
     stored = TrainConfig.from_dict(ckpt["train_config"])
     if args.preset is not None:
-        wanted = get_preset(args.preset, **overrides).model
-        if wanted != stored.model:
+        if (wanted := get_preset(args.preset, **overrides).model) != stored.model:
             parser.error(
                 f"{last} was trained with a different model config than preset "
                 f"{args.preset!r} ({config_diff(stored.model, wanted)})"
