@@ -63,19 +63,7 @@ MAX_DEPTH = 32
 _PACKAGE = Path(__file__).resolve().parent
 
 #: Committed results (the chapters load them): a file here is replaced only with --overwrite.
-COMMITTED_DIRS: tuple[Path, ...] = (
-    _PACKAGE / "results",
-    _PACKAGE / "assets",
-    _PACKAGE.parent / "benchmarks" / "results",
-)
-
-
-def committed(path: Path) -> Path | None:
-    """The committed-results folder holding the existing file ``path``, or ``None``."""
-    if not path.exists():
-        return None
-    folder = path.resolve().parent
-    return next((d for d in COMMITTED_DIRS if folder == d.resolve()), None)
+COMMITTED_DIRS = (_PACKAGE / "results", ASSETS_DIR, _PACKAGE.parent / "benchmarks" / "results")
 
 
 def check_output_file(path: str | Path, *, overwrite: bool = False, name: str = "--out") -> Path:
@@ -86,8 +74,8 @@ def check_output_file(path: str | Path, *, overwrite: bool = False, name: str = 
         raise ValueError(f"{name} {path} is a folder, not a file")
     if path.exists() and not path.is_file():
         raise ValueError(f"{name} {path} exists and is not a regular file (a FIFO or a device?)")
-    folder = committed(path)
-    if folder is not None and not overwrite:
+    folder = next((d for d in COMMITTED_DIRS if path.resolve().parent == d.resolve()), None)
+    if path.exists() and folder is not None and not overwrite:
         raise ValueError(
             f"{name} {path} is a committed result (in {folder}); choose another path, "
             "or pass --overwrite to replace it"
@@ -146,10 +134,8 @@ def _temporary(path: Path, data: bytes | str | Callable) -> Path:
 
 
 def atomic_write(path: str | Path, data: bytes | str | Callable) -> Path:
-    """Write ``path`` atomically, the package's one writer: ``path.tmp``, then ``os.replace``.
-
-    ``data``: bytes, text (UTF-8), or a function writing to the open binary file.
-    """
+    """The package's one writer: ``data`` (bytes, UTF-8 text, or a function writing to the open
+    binary file) to ``path.tmp``, then ``os.replace``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary(path, data)
@@ -188,25 +174,14 @@ def checksum(payload: dict) -> str:
     return h.hexdigest()
 
 
-def _plain(value):
-    """Python numbers for NumPy/torch scalars, so the stored file holds only plain types."""
-    if isinstance(value, (np.generic, torch.Tensor)) and np.ndim(value) == 0:
-        return value.item()
-    return value
-
-
 def _save_verified(payload: dict, path: str | Path) -> Path:
     """``torch.save`` with a version and a checksum, atomically; a full disk is an ``OSError``."""
     payload = {**payload, "version": VERSION}
     payload["checksum"] = checksum(payload)
-
-    def write(f) -> None:
-        try:
-            torch.save(payload, f)
-        except RuntimeError as err:  # PytorchStreamWriter failed writing file ...
-            raise OSError(f"could not write {path}: {' '.join(str(err).split())}") from None
-
-    return atomic_write(path, write)
+    try:
+        return atomic_write(path, lambda f: torch.save(payload, f))
+    except RuntimeError as err:  # PytorchStreamWriter failed writing file ...
+        raise OSError(f"could not write {path}: {' '.join(str(err).split())}") from None
 
 
 def save_checkpoint(
@@ -219,13 +194,12 @@ def save_checkpoint(
     tokenizer: CharTokenizer | None = None,
     **extra,
 ) -> Path:
-    """Write a full checkpoint atomically, with a checksum of everything it stores.
-
-    Plain types only (``torch.load(weights_only=True)`` reads it): the model config and state,
-    the optimizer state, ``step``, ``train_config``, ``tokenizer``, the CPU and CUDA RNG states
-    (for an exact resume) and any ``extra`` items (NumPy or 0-d torch numbers as Python numbers).
-    """
+    """Write a full checkpoint atomically, with a checksum of everything it stores: plain types
+    only (``weights_only=True`` reads it), with the RNG states (for an exact resume)."""
     step = check_int("step", step, low=0)
+    for k, v in extra.items():  # NumPy/torch scalars as Python numbers: plain types only
+        if isinstance(v, (np.generic, torch.Tensor)) and np.ndim(v) == 0:
+            extra[k] = v.item()
     if hasattr(train_config, "to_dict"):
         train_config = train_config.to_dict()
     rng = {"torch": torch.get_rng_state()}
@@ -240,7 +214,7 @@ def save_checkpoint(
         "train_config": train_config,
         "tokenizer": tokenizer.to_dict() if tokenizer is not None else None,
         "rng": rng,
-        **{k: _plain(v) for k, v in extra.items()},
+        **extra,
     }
     return _save_verified(ckpt, path)
 
@@ -249,17 +223,6 @@ def config_diff(a: dict, b: dict) -> str:
     """``"key: a vs b, ..."`` for the keys where two config dicts differ."""
     keys = sorted(set(a) | set(b))
     return ", ".join(f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in keys if a.get(k) != b.get(k))
-
-
-def _check_committed_file(path: Path) -> None:
-    """A committed model's file must have its recorded SHA-256 (:data:`PRETRAINED_SHA256`)."""
-    which = next((w for w, p in PRETRAINED.items() if path.resolve() == p.resolve()), None)
-    digest = which and hashlib.sha256(path.read_bytes()).hexdigest()
-    if which and digest != PRETRAINED_SHA256[which]:
-        raise ValueError(
-            f"checkpoint {path} is corrupt: the committed {which!r} model's file "
-            f"has SHA-256 {digest[:12]}..., not {PRETRAINED_SHA256[which][:12]}..."
-        )
 
 
 def _check_contents(path: Path, ckpt: dict) -> None:
@@ -290,7 +253,13 @@ def _read(path: Path, map_location) -> dict:
     """``torch.load(weights_only=True)``, every failure a clear ``ValueError``."""
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
-    _check_committed_file(path)
+    which = next((w for w, p in PRETRAINED.items() if path.resolve() == p.resolve()), None)
+    digest = which and hashlib.sha256(path.read_bytes()).hexdigest()
+    if which and digest != PRETRAINED_SHA256[which]:  # before torch.load: the whole file
+        raise ValueError(
+            f"checkpoint {path} is corrupt: the committed {which!r} model's file "
+            f"has SHA-256 {digest[:12]}..., not {PRETRAINED_SHA256[which][:12]}..."
+        )
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # truncated zip, random bytes, a pickle with code in it ...
@@ -301,20 +270,15 @@ def _read(path: Path, map_location) -> dict:
     if not isinstance(ckpt, dict) or ckpt.get("format") not in (CHECKPOINT_FORMAT, WEIGHTS_FORMAT):
         raise ValueError(f"{path} is not a mini_transformer checkpoint (no 'format' marker)")
     _check_contents(path, ckpt)
-    version = ckpt.get("version", 1)
-    if version == 1:  # before checksums: only the committed models, known by their digest
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if ckpt.get("version", 1) == 1:  # before checksums: only the committed models, by digest
+        digest = digest or hashlib.sha256(path.read_bytes()).hexdigest()
         if digest not in PRETRAINED_SHA256.values():
             raise ValueError(
                 f"checkpoint {path} was written before checkpoints carried a checksum and is "
                 "not a committed model: a changed bit could not be detected, so it is refused"
             )
-    else:  # every file since the checksum existed must carry a matching one
-        stored = ckpt.pop("checksum", None)
-        if stored is None or stored != checksum(ckpt):
-            raise ValueError(
-                f"checkpoint {path} is corrupt: its contents do not match the checksum"
-            )
+    elif ckpt.pop("checksum", None) != checksum(ckpt):  # every file since must carry its own
+        raise ValueError(f"checkpoint {path} is corrupt: its contents do not match the checksum")
     return ckpt
 
 
@@ -324,16 +288,12 @@ def load_checkpoint(
     optimizer=None,
     map_location: str | torch.device = "cpu",
 ) -> dict:
-    """Read a checkpoint (or an exported weights file) and verify its checksum.
-
-    With ``model`` (and ``optimizer``) the stored state is loaded into it, once the stored
-    config equals the model's. Returns the checkpoint dict (without ``checksum``).
-    """
+    """A checkpoint or weights file, verified, as a dict; with ``model`` (and ``optimizer``) the
+    stored state is loaded into it, once the stored config equals the model's."""
     path = Path(path)
     ckpt = _read(path, map_location)
     if model is not None:
-        stored = ckpt["model_config"]
-        if stored != model.config.to_dict():
+        if (stored := ckpt["model_config"]) != model.config.to_dict():
             raise ValueError(
                 f"checkpoint {path} was saved from a different model config "
                 f"(checkpoint vs model: {config_diff(stored, model.config.to_dict())})"
@@ -384,38 +344,19 @@ def load_model(
     path: str | Path, device: str | torch.device = "cpu"
 ) -> tuple[TransformerLM, CharTokenizer, dict]:
     """The model in a checkpoint or weights file (``"cpu"``, ``"gpu"``: the committed ones) as
-    ``(model, tokenizer, ckpt)``, eval mode; its config is checked against its tensors first.
-    """
-    path = Path(PRETRAINED.get(path, path))  # "cpu" and "gpu": the committed models
+    ``(model, tokenizer, ckpt)``, eval mode; its config is checked against its tensors first."""
+    path = Path(PRETRAINED.get(path, path))
     ckpt = _read(path, "cpu")
     model = TransformerLM(_check_declared_config(path, ckpt))
     model.load_state_dict(ckpt["model"])
-    tok = (
-        CharTokenizer.from_dict(ckpt["tokenizer"])
-        if ckpt.get("tokenizer")
-        else CharTokenizer.from_corpus()
-    )
+    stored = ckpt.get("tokenizer")
+    tok = CharTokenizer.from_dict(stored) if stored else CharTokenizer.from_corpus()
     if tok.vocab_size != model.config.vocab_size:
         raise ValueError(
             f"checkpoint {path} has a tokenizer of {tok.vocab_size} characters for a model "
             f"of vocab_size={model.config.vocab_size}: they do not belong together"
         )
     return model.to(device).eval(), tok, ckpt
-
-
-def check_exportable(ckpt_path: str | Path, out_path: str | Path, overwrite: bool = False):
-    """What :func:`export_weights` refuses, checked before any write; returns the checkpoint."""
-    out_path = Path(out_path)
-    if out_path.suffix != ".pt":
-        raise ValueError(
-            f"out_path must end in '.pt' (a .json and .jsonl go beside it), got {str(out_path)!r}"
-        )
-    for suffix in (".pt", ".json", ".jsonl"):
-        check_output_file(out_path.with_suffix(suffix), overwrite=overwrite, name="out_path")
-    ckpt = load_checkpoint(ckpt_path)
-    if ckpt["format"] != CHECKPOINT_FORMAT:
-        raise ValueError(f"{ckpt_path} is already a weights file")
-    return ckpt
 
 
 def export_weights(
@@ -427,10 +368,19 @@ def export_weights(
 ) -> Path:
     """Write a small half-precision, weights-only copy of a checkpoint (for committing), with its
     configuration (``.json``) and ``log_path`` (``.jsonl``) beside it; tied tensors stay tied.
-    Every file goes to a temporary first and is renamed only once all are complete.
+    Everything is checked before any write; every file goes to a temporary first and is
+    renamed only once all are complete.
     """
     out_path = Path(out_path)
-    ckpt = check_exportable(ckpt_path, out_path, overwrite)
+    if out_path.suffix != ".pt":
+        raise ValueError(
+            f"out_path must end in '.pt' (a .json and .jsonl go beside it), got {str(out_path)!r}"
+        )
+    for suffix in (".pt", ".json", ".jsonl"):
+        check_output_file(out_path.with_suffix(suffix), overwrite=overwrite, name="out_path")
+    ckpt = load_checkpoint(ckpt_path)
+    if ckpt["format"] != CHECKPOINT_FORMAT:
+        raise ValueError(f"{ckpt_path} is already a weights file")
     if log_path is not None and not Path(log_path).is_file():
         raise FileNotFoundError(f"log_path {log_path}: no such file")
     half: dict[int, torch.Tensor] = {}  # data_ptr -> fp16 copy, so tied weights stay tied
@@ -461,14 +411,12 @@ def load_pretrained(
     which: str | Path = "cpu", device: str | torch.device = "cpu"
 ) -> tuple[TransformerLM, CharTokenizer]:
     """A committed model, ``"cpu"`` or ``"gpu"``, or a file: ``(model, tokenizer)``, eval mode."""
-    model, tok, _ = load_model(which, device)
-    return model, tok
+    return load_model(which, device)[:2]
 
 
 def write_record(path: Path | None, record: dict) -> None:
     """Append ``record`` to a JSONL log as one line of strict JSON (NaN as ``null``); nothing
-    for ``path=None`` (the ranks other than 0 of a data-parallel run). If the one write fails
-    (disk full) the file is cut back, so no reader meets half a line."""
+    for ``path=None`` (ranks other than 0). A failed write (disk full) is cut back."""
     if path is None:
         return
     line = (json.dumps(json_safe(record), allow_nan=False) + "\n").encode()
@@ -484,15 +432,11 @@ def write_record(path: Path | None, record: dict) -> None:
 
 
 def read_log(which: str | Path = "cpu") -> list[dict]:
-    """The records of a JSONL metrics log: ``"cpu"``/``"gpu"`` (a committed model's) or a path.
-
-    ``"start"`` (device, versions, configs, command, seed, peak FLOP/s), then ``"eval"`` records
-    (``step``, ``train_loss``, ``val_loss``, ``lr``, ``tokens_per_s``, ``mfu``, ...), ``"resume"``
-    where a run continued, and ``"end"`` (``reason``, ``wall_time_s``, ``best_val_loss``).
-    """
-    path = Path(PRETRAINED.get(which, which))
-    if which in PRETRAINED:
-        path = path.with_suffix(".jsonl")
+    """The records of a JSONL metrics log (``"cpu"``/``"gpu"``: a committed model's): ``"start"``
+    (device, versions, configs, command, seed, peak FLOP/s), ``"eval"`` (``step``, ``val_loss``,
+    ``train_loss``, ``lr``, ``tokens_per_s``, ``mfu``, ...), ``"resume"`` where a run continued,
+    and ``"end"`` (``reason``, ``wall_time_s``, ``best_val_loss``)."""
+    path = PRETRAINED[which].with_suffix(".jsonl") if which in PRETRAINED else Path(which)
     if not path.is_file():
         raise FileNotFoundError(f"metrics log not found: {path}")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

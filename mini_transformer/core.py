@@ -1,12 +1,6 @@
 r"""The training recipe (chapter 6): presets, :class:`TrainConfig`, the schedule, one step and
-the loss estimate.
-
-What a run *is*, apart from how it is run (:mod:`mini_transformer.loop`). The chapter-3 lab
-and the chapter-5 sweep use the same :class:`Schedule` and :func:`train_step`. The presets:
-
-- ``tiny``: seconds on one CPU core, for tests and for watching the loop in chapter 6;
-- ``cpu``: the committed model trained on a 2-core CPU;
-- ``gpu``: nanoGPT's shakespeare-char configuration (~10.7M parameters), for one GPU.
+the loss estimate: what a run *is*, apart from how it is run (:mod:`mini_transformer.loop`).
+The chapter-3 lab and the chapter-5 sweep use the same :class:`Schedule` and :func:`train_step`.
 
 Example (10 warm-up steps, then a cosine to 10% of the peak)::
 
@@ -26,7 +20,7 @@ import torch
 
 from .checks import check_bool, check_choice, check_float, check_int, check_tensor
 from .data import get_batch
-from .hardware import PRECISIONS, resolve_device
+from .hardware import resolve_precision
 from .model import TransformerConfig, TransformerLM
 
 __all__ = [
@@ -44,7 +38,8 @@ __all__ = [
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 #: Model hyper-parameters of each preset (``vocab_size`` comes from the tokenizer) and the
-#: training settings that differ from :class:`TrainConfig`'s defaults.
+#: training settings that differ from :class:`TrainConfig`'s defaults. ``tiny``: seconds on
+#: one core, for tests and chapter 6; ``gpu``: nanoGPT's shakespeare-char (~10.7M parameters).
 PRESETS: dict[str, dict] = {
     "tiny": dict(
         model=dict(block_size=32, d_model=32, n_heads=2, n_layers=2, dropout=0.0),
@@ -89,18 +84,10 @@ MODEL_KEYS = tuple(f.name for f in fields(TransformerConfig) if f.name != "vocab
 
 @dataclass
 class TrainConfig:
-    """Everything a run needs besides the data. ``model`` holds TransformerConfig fields
-    (without ``vocab_size``, which the tokenizer fixes).
-
-    ``batch_size`` is per process under DDP; ``weight_decay`` skips biases, norms and
-    embeddings; ``grad_clip=0`` disables clipping; the run evaluates, logs and saves every
-    ``eval_interval`` steps on ``eval_batches`` batches per split; ``seed`` fixes the
-    initialisation, the batches and dropout. ``device``: ``"auto"`` (CUDA if available),
-    ``"cpu"``, ``"cuda"`` or ``"cuda:N"``. ``peak_flops=None``: the GPU table, or a matmul
-    measured on the CPU. ``threads=None`` leaves torch's count (the command line passes one
-    per physical core). ``precision``: ``"auto"``, ``"fp32"`` or ``"bf16"``
-    (:mod:`~mini_transformer.hardware`).
-    """
+    """Everything a run needs besides the data; ``model`` holds TransformerConfig fields but
+    ``vocab_size`` (the tokenizer's). ``batch_size`` is per process under DDP; the run
+    evaluates, logs and saves every ``eval_interval`` steps; ``seed`` fixes the initialisation,
+    the batches and dropout; ``peak_flops=None``: the GPU table, or a matmul measured on the CPU."""
 
     preset: str = "custom"
     model: dict = field(default_factory=dict)
@@ -125,12 +112,10 @@ class TrainConfig:
     precision: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        resolve_precision(self.precision, self.device, native=True)  # checks both, detects nothing
         if not isinstance(self.model, dict):
             raise TypeError(f"model must be a dict of model settings, got {self.model!r:.80}")
-        unknown = sorted(set(self.model) - set(MODEL_KEYS))
-        if unknown:
+        if unknown := sorted(set(self.model) - set(MODEL_KEYS)):
             raise ValueError(f"unknown model settings {unknown}; known: {list(MODEL_KEYS)}")
         try:  # the values too (any vocab_size will do; block_size may also come later)
             TransformerConfig(vocab_size=2, **({"block_size": 8} | self.model))
@@ -151,7 +136,6 @@ class TrainConfig:
         check_choice("compile_mode", self.compile_mode, COMPILE_MODES)
         for name in ("compile", "progress"):
             check_bool(name, getattr(self, name))
-        resolve_device(self.device, here=False)
         if self.threads is not None:
             check_int("threads", self.threads, low=1, why=" or None")
 
@@ -159,9 +143,7 @@ class TrainConfig:
         return TransformerConfig(vocab_size=vocab_size, **self.model)
 
     def schedule(self) -> Schedule:
-        return Schedule(
-            lr=self.lr, warmup_steps=self.warmup_steps, steps=self.steps, min_lr=self.min_lr
-        )
+        return Schedule(self.lr, self.warmup_steps, self.steps, self.min_lr)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -172,32 +154,23 @@ class TrainConfig:
         if not isinstance(d, dict):
             raise TypeError(f"a TrainConfig description must be a dict, got {type(d).__name__}")
         known = [f.name for f in fields(cls)]
-        unknown = sorted(set(d) - set(known), key=str)
-        if unknown:
+        if unknown := sorted(set(d) - set(known), key=str):
             raise ValueError(f"unknown train_config keys {unknown}; known: {known}")
         return cls(**d)
 
 
 def get_preset(name: str, **overrides) -> TrainConfig:
-    """The :class:`TrainConfig` of preset ``name`` (``"tiny"``, ``"cpu"``, ``"gpu"``).
-
-    ``overrides`` may name training fields (``steps=10``) or model fields
-    (``positional="alibi"``); ``None`` values are ignored.
-    """
+    """The :class:`TrainConfig` of preset ``name``; ``overrides`` may name training fields
+    (``steps=10``) or model fields (``positional="alibi"``); ``None`` values are ignored."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
     settings = {k: v for k, v in PRESETS[name].items() if k != "model"}
     model = dict(PRESETS[name]["model"])
     train_keys = {f.name for f in fields(TrainConfig)} - {"model", "preset"}
-    for k, v in overrides.items():
-        if v is None:
-            continue
-        if k in MODEL_KEYS:
-            model[k] = v
-        elif k in train_keys:
-            settings[k] = v
-        else:
+    for k, v in ((k, v) for k, v in overrides.items() if v is not None):
+        if k not in MODEL_KEYS and k not in train_keys:
             raise ValueError(f"unknown setting {k!r}")
+        (model if k in MODEL_KEYS else settings)[k] = v
     return TrainConfig(preset=name, model=model, **settings)
 
 
@@ -257,19 +230,10 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def configure_optimizer(model: TransformerLM, cfg: TrainConfig, fused: bool = False):
-    """AdamW with weight decay only on the weight matrices of linear layers.
-
-    Biases, LayerNorm gains and the embeddings (token and position; the tied LM head is
-    the token embedding) are not decayed.
-    """
-    no_decay = {
-        id(p)
-        for m in model.modules()
-        if isinstance(m, torch.nn.Embedding)
-        for p in m.parameters(recurse=False)
-    }
-    if model.pos_emb is not None:
-        no_decay |= {id(p) for p in model.pos_emb.parameters()}
+    """AdamW with weight decay only on the weight matrices of linear layers: not on biases,
+    LayerNorm gains and the embeddings (the tied LM head is the token embedding)."""
+    tables = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)] + [model.pos_emb]
+    no_decay = {id(p) for m in tables if m is not None for p in m.parameters()}
     decay, other = [], []
     for m in model.modules():
         for name, p in m.named_parameters(recurse=False):
@@ -282,16 +246,14 @@ def configure_optimizer(model: TransformerLM, cfg: TrainConfig, fused: bool = Fa
         {"params": decay, "weight_decay": cfg.weight_decay},
         {"params": other, "weight_decay": 0.0},
     ]
-    kwargs = {"fused": True} if fused else {}
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), **kwargs)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused or None)
 
 
 @torch.no_grad()
 def estimate_loss(
     model: TransformerLM, ids: torch.Tensor, *, n_batches: int | None, batch_size: int, seed
 ) -> float:
-    """Mean next-token loss (nats) of ``model`` on the token ids ``ids``; ``exp`` of it is the
-    perplexity. The loop's estimate, and chapter 6's.
+    """Mean next-token loss (nats) of ``model`` on the token ids ``ids`` (``exp``: perplexity).
 
     With a ``seed``: ``n_batches`` batches of ``batch_size`` random windows of the model's
     ``block_size``, drawn from ``torch.Generator().manual_seed(seed)`` (the same windows at
@@ -303,11 +265,9 @@ def estimate_loss(
     check_int("batch_size", batch_size, low=1)
     if n_batches is not None or seed is not None:
         check_int("n_batches", n_batches, low=1, why=" (None: every window, with seed=None)")
-    if seed is not None:
-        check_int("seed", seed, low=0, why=" or None")
     T, device = model.config.block_size, next(model.parameters()).device
     if seed is not None:
-        g = torch.Generator().manual_seed(seed)
+        g = torch.Generator().manual_seed(check_int("seed", seed, low=0, why=" or None"))
         batches = [get_batch(ids, batch_size, T, g, device) for _ in range(n_batches)]
     else:
         n_windows = (len(ids) - 1) // T
@@ -335,13 +295,9 @@ def train_step(
     grad_clip: float = 0.0,
     autocast: Callable[[], object] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One update on the batch ``(x, y)``: ``(loss, grad_norm)``, both detached and unread.
-
-    Any model with ``forward(idx, targets) -> (logits, loss)``: set ``lr``, clear the
-    gradients, forward (inside ``autocast()`` if given), backward, clip the global norm to
-    ``grad_clip`` (0: no clipping, ``grad_norm`` is ``None``), update. Nothing is read
-    (no ``.item()``), so a GPU never waits for the host; the caller reads when it logs.
-    """
+    """One update on the batch ``(x, y)`` of any model with ``forward(idx, targets) ->
+    (logits, loss)``: ``(loss, grad_norm)``, detached and unread (no ``.item()``), so a GPU
+    never waits for the host. ``grad_clip=0``: no clipping, ``grad_norm`` is ``None``."""
     lr = check_float("lr", lr, low=0)  # a NaN would silently poison every weight
     grad_clip = check_float("grad_clip", grad_clip, low=0)
     for group in optimizer.param_groups:

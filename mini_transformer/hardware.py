@@ -1,21 +1,13 @@
 r"""Where a run happens (chapter 6): the device, its number format, its threads and its peak.
 
-- **Device.** :func:`resolve_device` is the one parser of ``"auto"``, ``"cpu"``, ``"cuda"``
-  and ``"cuda:N"``.
 - **Precision.** ``"bf16"`` runs the forward pass under ``torch.autocast(dtype=bfloat16)``:
   products take bf16 inputs and accumulate in float32; weights, gradients, optimizer state
   and loss stay float32 (bf16 keeps float32's exponent, so no loss scaling). It pays only
-  where the hardware multiplies bf16 natively (CUDA Ampere and later; AVX-512 BF16 or AMX
-  on x86), so ``"auto"`` picks it only there, and on a CPU only from
-  :data:`CPU_BF16_MIN_D_MODEL` up.
-- **Threads.** The command line uses one thread per physical core (:func:`physical_cores`):
-  the hardware threads of a core share its vector units. The notebooks keep one thread,
-  because float32 reductions round differently with 1 and 2 threads.
-- **MFU** divides the achieved FLOP/s by a peak: a GPU's data sheet (:data:`GPU_PEAK_FLOPS`),
-  or on a CPU, which has no comparable number, a *measured* fp32 matmul ceiling
-  (:func:`measure_matmul_flops`).
-
-Every result file says where it ran in the same words (:func:`where_it_ran`).
+  where the hardware multiplies bf16 natively (CUDA Ampere+; AVX-512 BF16 or AMX on x86).
+- **Threads.** One per physical core on the command line: a core's hardware threads share
+  its vector units. The notebooks keep one, as float32 sums round differently with two.
+- **MFU** divides the achieved FLOP/s by a peak: a GPU's data sheet, or on a CPU, which has
+  no comparable number, a *measured* fp32 matmul ceiling.
 """
 
 from __future__ import annotations
@@ -45,11 +37,9 @@ __all__ = [
     "where_it_ran",
 ]
 
-#: Dense bf16 tensor-core peaks (FLOP/s, without sparsity) from the vendors' data sheets;
-#: ``"H100"`` is the SXM part the committed model trained on. A GPU takes the first entry whose
-#: words all occur in its name, so the most specific come first ("H100 PCIe" before "H100").
+#: Dense bf16 tensor-core peaks (FLOP/s) from the data sheets; ``"H100"`` is the SXM part. A
+#: GPU takes the first entry whose words all occur in its name: the most specific come first.
 GPU_PEAK_FLOPS = {
-    "GH200": 989e12,
     "H100 PCIe": 756e12,
     "H100 NVL": 835e12,
     "H100": 989e12,
@@ -59,7 +49,6 @@ GPU_PEAK_FLOPS = {
     "L40S": 362e12,
     "L40": 181e12,
     "L4": 121e12,
-    "A10": 125e12,
 }
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -75,11 +64,9 @@ CPU_BF16_MIN_D_MODEL = 128
 def resolve_device(
     device: str | torch.device, local_rank: int = 0, *, here: bool = True
 ) -> torch.device:
-    """``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` as a device.
-
-    ``here=False`` only parses (a config may name a GPU this machine lacks); ``here=True``
-    also requires CUDA to exist, and ``"cuda"`` becomes ``cuda:<local_rank>``.
-    """
+    """The one parser of ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``. ``here=False`` only
+    parses (a config may name a GPU this machine lacks); ``here=True`` also requires CUDA to
+    exist, and ``"cuda"`` becomes ``cuda:<local_rank>``."""
     if not isinstance(device, (str, torch.device)):
         raise TypeError(f"device must be a str, got {type(device).__name__}")
     name = device
@@ -109,18 +96,16 @@ def _cpuinfo() -> str:
 
 def cpu_name() -> str:
     """The CPU's model name, e.g. ``"AMD EPYC 9B45"``."""
-    lines = [ln for ln in _cpuinfo().splitlines() if ln.startswith("model name")]
-    return (
-        lines[0].split(":", 1)[1].strip() if lines else platform.processor() or platform.machine()
-    )
+    lines = _cpuinfo().splitlines()
+    names = [s.partition(":")[2].strip() for s in lines if s.startswith("model name")]
+    return names[0] if names else platform.processor() or platform.machine()
 
 
 def cpu_bf16_features() -> dict[str, bool]:
     """The CPU's native bf16 instructions as PyTorch detects them (False where it cannot ask)."""
 
-    def ask(name: str) -> bool:
-        fn = getattr(torch.cpu, name, None)
-        return bool(fn()) if callable(fn) else False
+    def ask(name: str) -> bool:  # a private function some torch versions lack
+        return bool(getattr(torch.cpu, name, lambda: False)())
 
     return {"avx512_bf16": ask("_is_avx512_bf16_supported"), "amx": ask("_is_amx_tile_supported")}
 
@@ -135,11 +120,9 @@ def native_bf16(device: str | torch.device) -> bool:
 def resolve_precision(
     precision: str, device: str | torch.device, d_model: int | None = None, native=None
 ) -> str:
-    """The precision a run uses, ``"fp32"`` or ``"bf16"``, for ``"auto"``, ``"fp32"``, ``"bf16"``.
-
-    Forced ``"bf16"`` runs even where a CPU emulates it (slowly); on a CUDA GPU without bf16
-    it is a ``ValueError``. ``native`` overrides the hardware detection (for tests).
-    """
+    """``"fp32"`` or ``"bf16"``. ``"auto"`` picks bf16 only where it is native, and on a CPU
+    only from :data:`CPU_BF16_MIN_D_MODEL` up. A forced ``"bf16"`` runs where a CPU emulates
+    it (slowly), not on a CUDA GPU without it. ``native`` overrides the detection (tests)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     if d_model is not None and (type(d_model) is not int or d_model < 1):
@@ -154,17 +137,17 @@ def resolve_precision(
     return "bf16" if native and not narrow else "fp32"
 
 
-def _resolved(precision: str) -> None:
+def _resolved(precision: str, device: str | torch.device) -> torch.device:
     if precision not in ("fp32", "bf16"):
         raise ValueError(
             f"precision must be a resolved precision, 'fp32' or 'bf16', got {precision!r}"
         )
+    return resolve_device(device, here=False)
 
 
 def autocast(precision: str, device: str | torch.device) -> contextlib.AbstractContextManager:
     """The context a forward pass runs in: bf16 autocast for ``"bf16"``, nothing for ``"fp32"``."""
-    _resolved(precision)
-    device = resolve_device(device, here=False)
+    device = _resolved(precision, device)
     if precision == "bf16":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
@@ -172,21 +155,15 @@ def autocast(precision: str, device: str | torch.device) -> contextlib.AbstractC
 
 def log_label(precision: str, device: str | torch.device) -> str:
     """The log's ``dtype``: ``"float32"``, ``"bfloat16 autocast (avx512_bf16)"``, ..."""
-    _resolved(precision)
-    if precision == "fp32":
-        return "float32"
-    if resolve_device(device, here=False).type == "cuda":
-        return "bfloat16 autocast"
+    if precision == "fp32" or _resolved(precision, device).type == "cuda":
+        return "float32" if precision == "fp32" else "bfloat16 autocast"
     features = [k for k, v in cpu_bf16_features().items() if v]
     return f"bfloat16 autocast ({', '.join(features) or 'emulated: no native bf16'})"
 
 
 def physical_cores(cpuinfo: str | None = None) -> int:
-    """Physical cores this process may run on (hardware threads of one core count once).
-
-    Reads the ``(physical id, core id)`` of each allowed logical CPU in ``/proc/cpuinfo`` (or
-    the text given); where that is missing, the number of logical CPUs.
-    """
+    """Physical cores this process may run on: distinct ``(physical id, core id)`` of the
+    allowed CPUs in ``/proc/cpuinfo`` (or ``cpuinfo``); without them, the logical CPUs."""
     try:
         allowed = sorted(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -225,14 +202,10 @@ def measure_matmul_flops(
     dtype: torch.dtype = torch.float32,
     clock=time.perf_counter,
 ) -> float:
-    """The machine's matmul ceiling: best FLOP/s of ``repeats`` timed ``n x n`` products.
-
-    A square matmul is the most efficient thing a CPU or GPU does, so its rate is a realistic
-    ceiling for a training step. A private generator leaves the global RNG (dropout) alone.
-    """
+    """Best FLOP/s of ``repeats`` timed ``n x n`` matmuls: the most efficient thing a CPU or
+    GPU does, so a realistic ceiling for a step. Its own generator leaves dropout's RNG alone."""
     g = torch.Generator(device=device).manual_seed(0)
-    a = torch.randn(n, n, device=device, dtype=dtype, generator=g)
-    b = torch.randn(n, n, device=device, dtype=dtype, generator=g)
+    a, b = torch.randn(2, n, n, device=device, dtype=dtype, generator=g)
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     inner = max(1, int(2e9 // (2 * n**3)))  # about 2 GFLOP per timing
     for _ in range(2):
@@ -262,19 +235,12 @@ def peak_flops(device: torch.device, given: float | None = None) -> tuple[float 
     )
 
 
-def device_name(device: torch.device | str = "cpu") -> str:
-    """``"NVIDIA H100 80GB HBM3"`` or ``"CPU (<model name>, <n> cores)"``."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"CPU ({cpu_name()}, {os.cpu_count()} cores)"
-
-
 def where_it_ran(device: torch.device | str = "cpu") -> dict:
     """The record every result file carries: device, threads, library versions, platform."""
     device = torch.device(device)
+    cpu = f"CPU ({cpu_name()}, {os.cpu_count()} cores)"
     return {
-        "device": device_name(device),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu,
         "device_type": device.type,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,

@@ -59,10 +59,8 @@ class TrainingDivergedError(RuntimeError):
 @contextlib.contextmanager
 def _stop_at_step_boundary() -> Iterator[types.SimpleNamespace]:
     """The first Ctrl-C only sets ``flag.requested``, read between steps; a second one stops now.
-
     A ``KeyboardInterrupt`` mid-step (some parameters updated, dropout's RNG advanced) would
-    leave a checkpoint that resumes differently. Outside the main thread Ctrl-C acts as usual.
-    """
+    leave a checkpoint that resumes differently. Outside the main thread Ctrl-C acts as usual."""
     flag = types.SimpleNamespace(requested=False)
     if threading.current_thread() is not threading.main_thread():
         yield flag
@@ -87,7 +85,7 @@ def _encoded_corpus() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
 
 
 def _seed_for(*keys: int) -> int:
-    """A 63-bit seed from a tuple of integers (one stream per rank and step)."""
+    """A 63-bit seed from integers (one stream per rank and step)."""
     return int(np.random.SeedSequence(list(keys)).generate_state(2, np.uint64)[0] >> np.uint64(1))
 
 
@@ -133,9 +131,8 @@ class Run:
         return hardware.autocast(self.precision, self.device)
 
     def estimate(self, ids: torch.Tensor, split: int) -> float:
-        """The loop's estimate on a split (1: training, 2: held out), its own seed for each."""
-        cfg = self.cfg
-        seed = _seed_for(cfg.seed, split)
+        """The loss on a split (1: training, 2: held out), its own seed for each."""
+        cfg, seed = self.cfg, _seed_for(self.cfg.seed, split)
         with self.autocast():
             return estimate_loss(
                 self.model, ids, n_batches=cfg.eval_batches, batch_size=cfg.batch_size, seed=seed
@@ -146,7 +143,7 @@ class Run:
 
 
 def _ddp_ranks() -> tuple[int, int, int]:
-    """(rank, local_rank, world_size) from torchrun's environment; (0, 0, 1) otherwise."""
+    """(rank, local_rank, world_size) from torchrun's environment."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return 0, 0, 1
@@ -156,12 +153,10 @@ def _ddp_ranks() -> tuple[int, int, int]:
 def _ddp_wrap(run: Run, resume: bool) -> None:
     """Each rank draws its own dropout masks; the model each step calls syncs gradients."""
     if run.world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
         if not resume:
             torch.manual_seed(_seed_for(run.cfg.seed, run.rank))
         ids = [run.device.index] if run.device.type == "cuda" else None
-        run.step_model = DDP(run.model, device_ids=ids)
+        run.step_model = torch.nn.parallel.DistributedDataParallel(run.model, device_ids=ids)
 
 
 def _ddp_stop(run: Run, flag) -> Callable[[], bool]:
@@ -190,7 +185,7 @@ def _ddp_group(cfg: TrainConfig, world: int):
 
 
 def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
-    """Step 1: device, data, model and optimizer (restored from ``last.pt`` on resume)."""
+    """Step 1: device, data, model and optimizer (restored on resume)."""
     rank, local_rank, world = _ddp_ranks()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
@@ -203,12 +198,7 @@ def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
     train_ids, val_ids = train_ids.to(device), val_ids.to(device)
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
     model = TransformerLM(cfg.model_config(tok.vocab_size))
-    # The ids are checked once, for the whole corpus, instead of in every forward pass
-    # (where reading a GPU tensor's min and max makes the host wait).
-    for ids in (train_ids, val_ids):
-        if int(ids.min()) < 0 or int(ids.max()) >= tok.vocab_size:
-            raise ValueError("the encoded corpus holds ids outside the tokenizer's vocabulary")
-    model.check_token_ids = False
+    model.check_token_ids = False  # encode() made them all < vocab_size; a check makes a GPU wait
     if is_cuda and not model.config.fused_attention:
         print("note: fused_attention=False; the fused kernel is faster on CUDA", file=sys.stderr)
     model.to(device)
@@ -250,7 +240,6 @@ def _restore(run: Run) -> None:
 
 def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
     """Step 2: the run's folder, its ``config.json`` and the first log record."""
-    run.out_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
         run.log_path.unlink(missing_ok=True)
     model, cfg = run.model, run.cfg
@@ -294,8 +283,7 @@ def _diverged(run: Run, what: str, value: float, step: int) -> TrainingDivergedE
 def _train_window(run: Run, end: int, bar) -> float | None:
     """Step 3: train up to step ``end`` (or a Ctrl-C); return tokens/s of the window."""
     cfg, first, schedule = run.cfg, run.step, run.cfg.schedule()
-    losses, norms = [], []
-    t0 = time.perf_counter()
+    losses, norms, t0 = [], [], time.perf_counter()
     while run.step < end and not run.stop():
         g = torch.Generator().manual_seed(_seed_for(cfg.seed, run.rank, run.step))
         x, y = get_batch(run.train_ids, cfg.batch_size, run.model.config.block_size, g, run.device)
@@ -311,8 +299,7 @@ def _train_window(run: Run, end: int, bar) -> float | None:
         return None
     values = torch.stack(losses).float().tolist()  # the window's one host sync
     for what, seq in (("loss", values), ("gradient norm", torch.stack(norms).tolist())):
-        bad = next((i for i, v in enumerate(seq) if not math.isfinite(v)), None)
-        if bad is not None:
+        if (bad := next((i for i, v in enumerate(seq) if not math.isfinite(v)), None)) is not None:
             raise _diverged(run, what, seq[bad], first + bad)
     run.losses.extend(values)
     rate = len(values) * run.tokens_per_step / (time.perf_counter() - t0)
@@ -344,8 +331,7 @@ def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
             "elapsed_s": run.elapsed(),
         },
     )
-    problem = _unsaveable(run, val_loss)
-    if problem is not None:
+    if (problem := _unsaveable(run, val_loss)) is not None:
         raise _diverged(run, *problem[:2], run.step)
     run.val_loss = val_loss
     if val_loss < run.best_val:  # best.pt first: last.pt must never claim a better best
@@ -359,11 +345,8 @@ def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
 
 
 def _unsaveable(run: Run, val_loss: float) -> tuple[str, float, float] | None:
-    """Why the weights must not be saved, ``(what, value, limit)``; ``None`` if they may.
-
-    The one test of both saving paths (evaluation and Ctrl-C): a finite held-out loss within
-    ``DIVERGED_LOSS_FACTOR * ln V``, and finite weights (one host sync).
-    """
+    """Why the weights must not be saved, ``(what, value, limit)``, or ``None``: the one test
+    of both saving paths (evaluation and Ctrl-C), one host sync."""
     limit = DIVERGED_LOSS_FACTOR * math.log(run.model.config.vocab_size)
     if not (math.isfinite(val_loss) and val_loss <= limit):
         return "held-out loss", val_loss, limit
@@ -374,31 +357,21 @@ def _unsaveable(run: Run, val_loss: float) -> tuple[str, float, float] | None:
 
 
 def _save(run: Run, path: Path) -> None:
-    save_checkpoint(
-        path,
-        run.model,
-        run.optimizer,
-        step=run.step,
-        train_config=run.cfg,
-        tokenizer=run.tok,
-        best_val_loss=run.best_val,
-        val_loss=run.val_loss,
-        elapsed_s=run.elapsed(),
-    )
+    items = {"step": run.step, "train_config": run.cfg, "tokenizer": run.tok}
+    items |= {"best_val_loss": run.best_val, "val_loss": run.val_loss, "elapsed_s": run.elapsed()}
+    save_checkpoint(path, run.model, run.optimizer, **items)
 
 
 def _save_on_interrupt(run: Run) -> None:
     """After Ctrl-C: ``last.pt`` if the weights pass the test of an evaluation, measured anew
-    (a run diverging since the last one must not leave diverged weights for ``--resume``).
-    """
+    (a run diverging since the last one must not leave diverged weights for ``--resume``)."""
     head = f"\ninterrupted at step {run.step};"
     kept = f"kept {run.last_path} (step {run.saved_step})" if run.saved_step is not None else None
     kept = kept or "nothing was saved"
     if run.step == run.saved_step:
         print(f"{head} {kept}", file=sys.stderr)
         return
-    problem = _unsaveable(run, run.estimate(run.val_ids, 2))
-    if problem is not None:
+    if (problem := _unsaveable(run, run.estimate(run.val_ids, 2))) is not None:
         what, value, limit = problem
         message = f"the {what} is {value:.4g} (limit {limit:.3g}, a diverging run)"
         print(f"{head} not saved: {message}; {kept}", file=sys.stderr)
@@ -430,16 +403,6 @@ def _loop(run: Run, resume: bool) -> None:
                 _evaluate_and_save(run, rate)
 
 
-def _remove_unfinished(out_dir: Path, created: bool) -> None:
-    """A fresh run that saved nothing leaves nothing: its logs, and its folder if it made it."""
-    for name in ("config.json", "metrics.jsonl"):
-        with contextlib.suppress(OSError):
-            (out_dir / name).unlink(missing_ok=True)
-    if created:
-        with contextlib.suppress(OSError):
-            out_dir.rmdir()  # only if empty
-
-
 def train(
     cfg: TrainConfig,
     out_dir: str | Path,
@@ -449,23 +412,18 @@ def train(
     argv: list[str] | None = None,
     setup_hook: Callable[[TransformerLM], None] | None = None,
 ) -> dict:
-    """Train a ``TransformerLM`` on the bundled corpus; write checkpoints and a log.
+    """Train a ``TransformerLM`` on the bundled corpus into ``out_dir`` (``last.pt``, ``best.pt``,
+    ``metrics.jsonl``, ``config.json``); ``resume`` continues up to ``cfg.steps``, bit-identical
+    to an uninterrupted run on the same machine and thread count.
 
-    ``out_dir`` receives ``last.pt``, ``best.pt``, ``metrics.jsonl`` and ``config.json``.
-    ``resume`` continues from ``out_dir/last.pt`` up to ``cfg.steps``, bit-identical to an
-    uninterrupted run on the same machine and thread count; ``setup_hook(model)`` runs once the
-    model is built (tests inject faults with it). Returns ``{"step", "losses" (this call's),
-    "val_loss", "best_val_loss", "reason", "wall_time_s", "out_dir"}``.
-
-    Raises ``TrainingDivergedError`` (nothing diverged was saved), ``KeyboardInterrupt`` after
-    saving ``last.pt`` at a step boundary, or ``OSError`` (disk full: the checkpoints written
-    stay intact; a fresh run that saved none leaves nothing).
+    ``setup_hook(model)`` runs once the model is built (tests inject faults with it). Raises
+    ``TrainingDivergedError`` (nothing diverged was saved), ``KeyboardInterrupt`` after saving
+    ``last.pt`` at a step boundary, or ``OSError`` (disk full: what was saved stays intact).
     """
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
-    out_dir = Path(out_dir)
-    created = not out_dir.exists()
-    check_output_dir(out_dir, resume=resume, overwrite=overwrite)
+    created = not Path(out_dir).exists()
+    out_dir = check_output_dir(out_dir, resume=resume, overwrite=overwrite)
     run, reason = None, "error"
     with _ddp_group(cfg, _ddp_ranks()[2]):
         try:
@@ -479,15 +437,17 @@ def train(
                 reason = "diverged" if isinstance(err, TrainingDivergedError) else "interrupted"
                 raise
             finally:
-                best = run.best_val if math.isfinite(run.best_val) else None
                 end = {"event": "end", "step": run.step, "reason": reason, "val_loss": run.val_loss}
-                write_record(
-                    run.log_path, end | {"best_val_loss": best, "wall_time_s": run.elapsed()}
-                )
+                end |= {"best_val_loss": run.best_val, "wall_time_s": run.elapsed()}  # inf: null
+                write_record(run.log_path, end)
         except BaseException as err:
             fresh = run is not None and run.rank == 0 and not resume and run.saved_step is None
-            if fresh and not isinstance(err, TrainingDivergedError):
-                _remove_unfinished(out_dir, created)  # a fresh run that saved nothing
+            if fresh and not isinstance(err, TrainingDivergedError):  # it leaves nothing
+                with contextlib.suppress(OSError):
+                    for name in ("config.json", "metrics.jsonl"):
+                        (out_dir / name).unlink(missing_ok=True)
+                    if created:
+                        out_dir.rmdir()  # only if empty
             raise
     return {
         "step": run.step,

@@ -1,9 +1,6 @@
-r"""Training the character-level Shakespeare model (chapter 6): the public names and the CLI.
-
-The recipe is in :mod:`~mini_transformer.core`, the run in :mod:`~mini_transformer.loop`,
-the files in :mod:`~mini_transformer.checkpoints`, the machine in
-:mod:`~mini_transformer.hardware`; this module gathers the names chapters import. Command
-line::
+r"""Training the character-level Shakespeare model (chapter 6): the names chapters import, from
+:mod:`~mini_transformer.core` (the recipe), :mod:`~mini_transformer.loop` (the run) and
+:mod:`~mini_transformer.checkpoints` (the files), and the command line::
 
     python -m mini_transformer.train --preset cpu --out runs/cpu           # train
     python -m mini_transformer.train --preset gpu --out runs/gpu --compile # on a GPU
@@ -12,10 +9,7 @@ line::
     python -m mini_transformer.train export --ckpt runs/cpu/best.pt --overwrite  # -> assets/
 
 Every command line here and in ``tools/`` checks its arguments and output path **before**
-any work (:func:`run_cli`): a bad one exits with status 2 and a usage message; a failure
-while running exits with 1 and one line; Ctrl-C saves ``last.pt`` at the next step boundary
-(if its held-out loss is within the divergence limit) and exits with 130. A committed
-result is replaced only with ``--overwrite``.
+any work (:func:`run_cli`); a committed result is replaced only with ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -30,7 +24,6 @@ import torch
 
 from .checkpoints import (
     PRETRAINED,
-    check_exportable,
     check_output_dir,
     config_diff,
     export_weights,
@@ -42,7 +35,6 @@ from .checkpoints import (
 )
 from .core import (
     COMPILE_MODES,
-    MODEL_KEYS,
     PRESETS,
     TrainConfig,
     configure_optimizer,
@@ -80,26 +72,20 @@ __all__ = [  # the contract names and what the chapters use
 ]
 
 
-# ---------------------------------------------------------------- the command-line rules
-
-
 def _number(text: str, kind: type, ok: Callable[[float], bool], what: str):
     try:
-        value = kind(text)
+        if ok(value := kind(text)):
+            return value
     except ValueError:
-        value = None
-    if value is None or not ok(value):
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-    return value
+        pass
+    raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
 
 
 def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
     return _number(text, int, lambda v: v >= 1, "a positive integer")
 
 
 def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0."""
     return _number(text, float, lambda v: v > 0 and math.isfinite(v), "a positive number")
 
 
@@ -120,13 +106,9 @@ def run_cli(
     check: Callable[[], object],
     work: Callable[[object], object] | None = None,
 ):
-    """Run a command with the package's exit codes: 2 bad input, 1 runtime failure, 130 Ctrl-C.
-
-    ``check()`` validates (and may prepare) the input without doing any work: a
-    ``ValueError``, ``TypeError`` or ``FileNotFoundError`` from it is a usage error (exit 2).
-    Any exception from ``work(checked)``, or an ``OSError`` from ``check``, is a runtime
-    failure: one line on stderr, exit 1. Returns what ``work`` (or ``check``) returns.
-    """
+    """Run a command with the package's exit codes: 2 (with the usage) for a ``ValueError``,
+    ``TypeError`` or ``FileNotFoundError`` from ``check()``; 1 (one line on stderr) for any
+    failure in ``work(checked)`` or an ``OSError`` from ``check``; 130 for Ctrl-C."""
     try:
         try:
             checked = check()
@@ -138,9 +120,7 @@ def run_cli(
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
-    except (SystemExit, GeneratorExit):
-        raise
-    except Exception as err:
+    except Exception as err:  # not SystemExit: parser.error's exit 2 passes through
         print(f"{parser.prog}: error: {_one_line(err)}", file=sys.stderr)
         raise SystemExit(1) from None
 
@@ -171,31 +151,24 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--positional", choices=POSITIONAL_SCHEMES)
     p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
     p.add_argument(
-        "--compile",
-        nargs="?",
-        const="default",
-        choices=COMPILE_MODES,
-        metavar="MODE",
-        help="torch.compile the model (MODE: %(choices)s; the CUDA-graph modes suit small models)",
+        "--compile", nargs="?", const="default", choices=COMPILE_MODES, help="torch.compile"
     )
     p.add_argument("--threads", type=positive_int, help="default: one per physical core")
     p.add_argument("--precision", choices=PRECISIONS, help="auto (default), fp32 or bf16")
     p.add_argument("--peak-tflops", type=positive_float, help="device peak for MFU (TFLOP/s)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_false", dest="progress", default=None)
     p.add_argument("--allow-cpu", action="store_true", help="train the gpu preset without CUDA")
     return p
 
 
 def _overrides(args: argparse.Namespace) -> dict:
     names = ("steps", "batch_size", "lr", "eval_interval", "eval_batches", "seed", "positional")
-    overrides = {k: getattr(args, k) for k in (*names, "device", "precision")}
+    overrides = {k: getattr(args, k) for k in (*names, "device", "precision", "progress")}
     cores = None if args.resume else max(1, physical_cores() // _ddp_ranks()[2])
     overrides["threads"] = args.threads or cores
     overrides["peak_flops"] = args.peak_tflops * 1e12 if args.peak_tflops else None
     if args.compile:
         overrides |= {"compile": True, "compile_mode": args.compile}
-    if args.no_progress:
-        overrides["progress"] = False
     return overrides
 
 
@@ -207,24 +180,20 @@ def _resume_config(parser, args, overrides: dict) -> TrainConfig:
         parser.error(f"cannot resume: {err}")
     stored = TrainConfig.from_dict(ckpt["train_config"])
     if args.preset is not None:
-        wanted = get_preset(args.preset, **overrides).model
-        if wanted != stored.model:
+        if (wanted := get_preset(args.preset, **overrides).model) != stored.model:
             parser.error(
                 f"{last} was trained with a different model config than preset "
                 f"{args.preset!r} ({config_diff(stored.model, wanted)})"
             )
-    if any(overrides.get(k) is not None for k in MODEL_KEYS):
+    if args.positional is not None:  # the one model setting the command line has
         parser.error("model settings (e.g. --positional) cannot change on --resume")
     run = {**stored.to_dict(), **{k: v for k, v in overrides.items() if v is not None}}
     return TrainConfig.from_dict(run)
 
 
 def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
-    """Why the ``gpu`` preset should not run here, with a time estimate; ``None`` if it may.
-
-    The run's FLOPs (6N + attention per token) over :data:`CPU_STEP_CEILING_SHARE` of a
-    matmul ceiling measured now on the CPU.
-    """
+    """Why the ``gpu`` preset should not run here, with a time estimate (the run's FLOPs over
+    :data:`CPU_STEP_CEILING_SHARE` of a matmul ceiling measured now); ``None`` if it may."""
     if cfg.preset != "gpu" or torch.cuda.is_available() or cfg.device.startswith("cuda"):
         return None
     model = TransformerLM(cfg.model_config(84))
@@ -237,8 +206,7 @@ def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
         f"about {hours:,.0f} hours (estimated at {rate / 1e9:.0f} GFLOP/s, half of the fp32 "
         "matmul rate this CPU reaches right now; a busy machine measures less). Instead: "
         "train '--preset cpu' (about a minute on 2 quiet cores), or sample the committed "
-        "H100 model: "
-        "python -m mini_transformer.train sample --ckpt gpu. "
+        "H100 model: python -m mini_transformer.train sample --ckpt gpu. "
         "Pass --allow-cpu to train the gpu preset here anyway."
     )
 
@@ -258,19 +226,13 @@ def _main_train(argv: list[str]) -> int:
             cfg = get_preset(args.preset, **overrides)
         device = resolve_device(cfg.device, _ddp_ranks()[1])
         resolve_precision(cfg.precision, device, d_model=cfg.model_config(2).d_model)
-        refusal = None if args.allow_cpu else gpu_preset_refusal(cfg)
-        if refusal:
+        if not args.allow_cpu and (refusal := gpu_preset_refusal(cfg)):
             raise ValueError(refusal)
         return cfg
 
-    def work(cfg: TrainConfig) -> int:
-        try:
-            command = ["python", "-m", "mini_transformer.train", *argv]
-            options = {"resume": args.resume, "overwrite": args.overwrite, "argv": command}
-            result = train(cfg, args.out, **options)
-        except TrainingDivergedError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 1
+    def work(cfg: TrainConfig) -> int:  # a diverged run: run_cli's one line and exit 1
+        command = ["python", "-m", "mini_transformer.train", *argv]
+        result = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite, argv=command)
         if _ddp_ranks()[0] == 0:
             print(
                 f"done: step {result['step']}, val loss {result['val_loss']:.4f}, "
@@ -304,8 +266,7 @@ def _main_sample(argv: list[str]) -> int:
     def work(checked) -> int:
         model, tok, idx = checked
         g = torch.Generator().manual_seed(args.seed)
-        options = {"temperature": args.temperature, "top_k": args.top_k, "generator": g}
-        out = model.generate(idx, args.tokens, **options)
+        out = model.generate(idx, args.tokens, args.temperature, args.top_k, generator=g)
         print(printable(tok.decode(out[0])))
         return 0
 
@@ -323,19 +284,16 @@ def _main_export(argv: list[str]) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace a committed model's files")
     args = p.parse_args(argv)
 
-    def check() -> Path | None:
+    def check() -> Path:  # export_weights checks everything before it writes
         if args.log is not None and not Path(args.log).is_file():
             raise FileNotFoundError(f"--log {args.log}: no such file")
-        check_exportable(args.ckpt, args.out, overwrite=args.overwrite)
         log = Path(args.log) if args.log else Path(args.ckpt).parent / "metrics.jsonl"
-        return log if log.is_file() else None
+        log = log if log.is_file() else None
+        return export_weights(args.ckpt, args.out, log, overwrite=args.overwrite)
 
-    def work(log: Path | None) -> int:
-        path = export_weights(args.ckpt, args.out, log, overwrite=args.overwrite)
-        print(printable(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)"))
-        return 0
-
-    return run_cli(p, check, work)
+    path = run_cli(p, check)
+    print(printable(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)"))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
