@@ -106,8 +106,7 @@ def scaled_dot_product_attention(
     before they multiply ``v`` (the returned weights are those before dropout).
 
     Returns ``out`` ``(..., T_q, d_v)``, or ``(out, weights)`` with ``return_weights``. Each
-    row of ``weights`` sums to 1, or is all zeros if all its keys are masked. float16 scores
-    and softmax are computed in float32 (``q k^T`` can exceed float16's range before scaling).
+    row of ``weights`` sums to 1, or is all zeros if all its keys are masked.
 
     Example:
         >>> q = k = v = torch.randn(2, 5, 8)
@@ -121,9 +120,9 @@ def scaled_dot_product_attention(
     check_tensor("v", v, shape=(..., T_k, None), dims=f"(..., T_k={T_k} of k, d_v)", **kw)
     dropout_p = check_probability("dropout_p", dropout_p)
     check_bool("return_weights", return_weights)
-    if scale is not None:
-        check_float("scale", scale, low=0, low_open=True)
-    scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)  # 1 / sqrt(d_k)
+    if scale is None:
+        scale = 1.0 / math.sqrt(d_k)  # 1 / sqrt(d_k)
+    scale = check_float("scale", scale, low=0, low_open=True)
     try:
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError:
@@ -233,8 +232,7 @@ class MultiHeadAttention(nn.Module):
         check_instance("rotary", rotary, (nn.Module, type(None)), "an nn.Module or None")
         if alibi is not None and not (isinstance(alibi, ALiBi) and alibi.n_heads == n_heads):
             raise ValueError(f"alibi must be None or an ALiBi with n_heads={n_heads}, got {alibi}")
-        self.d_model = d_model
-        self.n_heads = n_heads
+        self.d_model, self.n_heads = d_model, n_heads
         self._dims = f"(B, T, d_model={d_model})"
         self.dropout = check_probability("dropout", dropout)
         self.fused_attention = check_bool("fused_attention", fused_attention)

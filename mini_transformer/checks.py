@@ -188,7 +188,7 @@ def check_tensor(
     floating: bool = False,
     integer: bool = False,
     boolean: bool = False,
-    ndim: int | Sequence[int] | None = None,
+    ndim: int | None = None,
     min_ndim: int | None = None,
     shape: Sequence[int | None] | None = None,
     dims: str | None = None,
@@ -225,11 +225,8 @@ def check_tensor(
     elif shape is not None:
         ndim = len(shape)
     want = f" {dims}" if dims else ""
-    if ndim is not None:
-        allowed_ndim = (ndim,) if isinstance(ndim, int) else tuple(ndim)
-        if t.dim() not in allowed_ndim:
-            n = " or ".join(str(a) for a in allowed_ndim)
-            raise ValueError(f"{name} must have {n} dimensions{want}, got shape {got}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions{want}, got shape {got}")
     if min_ndim is not None and t.dim() < min_ndim:
         raise ValueError(f"{name} must have at least {min_ndim} dimensions{want}, got shape {got}")
     first = len(got) - len(shape or ())  # the dimension shape[0] describes

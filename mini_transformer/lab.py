@@ -14,8 +14,7 @@ steps back") at lengths ``L/2 .. L``, then evaluated on fresh sequences of lengt
   ``memn2n``, ``none``) had not finished, so a drop past ``L`` measured under-training as much
   as extrapolation.
 
-The sweep over schemes and seeds behind the chapter's results (18 runs, 37 CPU-minutes) is
-the repository tool ``tools/extrapolation_lab.py``, not part of this package.
+The sweep behind the chapter's results (18 runs, 37 CPU-minutes) is ``tools/extrapolation_lab.py``.
 """
 
 from __future__ import annotations
@@ -71,9 +70,7 @@ class LabConfig:
     curve_every: int = 100
     extra: dict = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        # What the task and the model would name otherwise is checked here, before training:
-        # the model's sizes are checked by TransformerConfig, steps by the Schedule.
+    def __post_init__(self) -> None:  # model sizes: TransformerConfig checks them; steps: Schedule
         check_choice("task", self.task, sorted(SYNTHETIC_TASKS))
         L = check_int("train_length", self.train_length, low=1)
         offset = check_int("offset", self.offset, low=1)
@@ -112,17 +109,9 @@ def make_model(scheme: str, cfg: LabConfig, seed: int = 0) -> TransformerLM:
     """The lab's model for ``scheme``: the same size and initial RNG state for every scheme."""
     check_choice("scheme", scheme, POSITIONAL_SCHEMES)
     torch.manual_seed(seed)
-    config = TransformerConfig(
-        vocab_size=cfg.vocab_size,
-        block_size=cfg.block_size,
-        d_model=cfg.d_model,
-        n_heads=cfg.n_heads,
-        n_layers=cfg.n_layers,
-        d_ff=cfg.d_ff,
-        dropout=0.0,
-        positional=scheme,
-    )
-    return TransformerLM(config)
+    sizes = ("vocab_size", "block_size", "d_model", "n_heads", "n_layers", "d_ff")
+    config = TransformerConfig(**{k: getattr(cfg, k) for k in sizes}, positional=scheme)
+    return TransformerLM(config)  # dropout 0 (the default)
 
 
 def train_model(model: TransformerLM, cfg: LabConfig, seed: int = 0) -> list[float]:

@@ -97,9 +97,8 @@ class TransformerConfig:
     """Hyper-parameters of :class:`TransformerLM`, checked on construction.
 
     ``d_ff=None`` means ``4 * d_model``; ``dropout`` applies to the embeddings, attention
-    weights, residuals and FFN; ``positional`` is one of :data:`POSITIONAL_SCHEMES`;
-    ``bias=False`` drops every Linear and LayerNorm bias; ``tie_weights``: the LM head shares
-    the token embedding's matrix.
+    weights, residuals and FFN; ``bias=False`` drops every Linear and LayerNorm bias;
+    ``tie_weights``: the LM head shares the token embedding's matrix.
     """
 
     vocab_size: int
@@ -250,14 +249,9 @@ class TransformerLM(nn.Module):
 
     @torch.no_grad()
     def attention_weights(self, idx: torch.Tensor) -> list[torch.Tensor]:
-        """Every layer's attention weights for ``idx``, ``n_layers`` x ``(B, n_heads, T, T)``.
-
-        One forward pass in eval mode with each attention layer's ``keep_weights`` on; row
-        ``t`` is query ``t``'s distribution over positions ``0..t`` (the upper triangle is
-        exactly zero). The model's mode is left as it was.
-        """
-        was_training = self.training
-        attns = [block.attn for block in self.blocks]
+        """Every layer's attention weights for ``idx``, ``n_layers`` x ``(B, n_heads, T, T)``, from
+        one eval-mode forward pass; row ``t`` is query ``t``'s distribution over ``0..t``."""
+        was_training, attns = self.training, [block.attn for block in self.blocks]
         self.eval()
         try:
             for attn in attns:
@@ -309,8 +303,7 @@ class TransformerLM(nn.Module):
                     if not torch.isfinite(scaled).all():  # a tiny temperature overflows:
                         # shift first (softmax ignores it) and divide in float64 (where the
                         # temperature is not 0), so the limit is greedy, not NaN
-                        shifted = (logits - logits.amax(dim=-1, keepdim=True)).double()
-                        scaled = shifted / temperature
+                        scaled = (logits - logits.amax(dim=-1, keepdim=True)).double() / temperature
                     logits = scaled
                     if top_k is not None:
                         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)

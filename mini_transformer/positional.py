@@ -134,10 +134,8 @@ def rotation_matrix(offset: float, d_model: int, base: float = 10000.0) -> np.nd
     c, s = np.cos(theta), np.sin(theta)
     R = np.zeros((d_model, d_model), dtype=np.float64)
     idx = np.arange(0, d_model, 2)
-    R[idx, idx] = c
-    R[idx, idx + 1] = s
-    R[idx + 1, idx] = -s
-    R[idx + 1, idx + 1] = c
+    R[idx, idx] = R[idx + 1, idx + 1] = c  # [[cos, sin],
+    R[idx, idx + 1], R[idx + 1, idx] = s, -s  # [-sin, cos]] per pair
     return R
 
 
@@ -194,9 +192,8 @@ def _add_rows(x: torch.Tensor, table: torch.Tensor, offset: int, hint: str) -> t
 class SinusoidalPositionalEncoding(nn.Module):
     r"""Adds the fixed sinusoidal encoding: ``x + PE[offset : offset + T]``.
 
-    The table of :func:`sinusoidal_encoding` is computed in float64 and kept as a float32
-    buffer ``(max_len, d_model)``, not saved in checkpoints (it is a function of the
-    arguments). No parameters.
+    The table of :func:`sinusoidal_encoding`, computed in float64, is a float32 buffer
+    ``(max_len, d_model)`` not saved in checkpoints (it is a function of the arguments).
     """
 
     def __init__(

@@ -38,11 +38,8 @@ SCORE_KINDS = ("additive", "unscaled", "scaled")  # in the order the sweep tool 
 def retrieval_batch(
     generator: torch.Generator, batch_size: int = 64, T: int = 16, d_in: int = 32, C: int = 16
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """One retrieval batch: query (B, 1, d_in), keys (B, T, d_in), values (B, T, C), targets (B,).
-
-    The values are the one-hot labels of the keys; the target is the label of the key the
-    query copies.
-    """
+    """One retrieval batch: query (B, 1, d_in), keys (B, T, d_in), values (B, T, C) (one-hot
+    labels of the keys), targets (B,) (the label of the key the query copies)."""
     x = torch.randn(batch_size, T, d_in, generator=generator)
     labels = torch.randint(0, C, (batch_size, T), generator=generator)
     j = torch.randint(0, T, (batch_size,), generator=generator)
@@ -105,12 +102,7 @@ def train_scores(kind: str, d_k: int, lr: float, seed: int = 0, steps: int = 200
         opt.step()
     with torch.no_grad():
         results = [_loss_and_accuracy(model, b) for b in held_out]
-    return {
-        "kind": kind,
-        "d_k": d_k,
-        "lr": lr,
-        "seed": seed,
-        "steps": steps,
+    return {"kind": kind, "d_k": d_k, "lr": lr, "seed": seed, "steps": steps} | {
         "loss": round(sum(r[0].item() for r in results) / len(results), 5),
         "accuracy": round(sum(r[1].item() for r in results) / len(results), 5),
         "init_score_std": round(init_std, 4),

@@ -4,9 +4,7 @@ Both experiments use :class:`TinyCausalLM`, a small causal LM of
 :class:`~mini_transformer.layers.TransformerBlock` s initialised as in Xiong et al.'s (2020)
 analysis, on a copy task: ``K`` random symbols, a separator, the same ``K`` symbols again. Only
 the copy is predictable, and the loss is its mean cross-entropy in nats: :math:`\\ln V` for a
-uniform guess, 0 for a perfect copier. :func:`grad_norms_at_init` measures the gradient of
-each layer's second FFN matrix at initialisation; :func:`train_run` trains with Adam at one
-learning rate, with or without warm-up. One CPU thread and fixed seeds make a notebook re-run
+uniform guess, 0 for a perfect copier. One CPU thread and fixed seeds make a notebook re-run
 give the numbers of the committed sweep, ``tools/stability_sweep.py`` (48 runs, ten minutes).
 """
 
@@ -54,10 +52,8 @@ class StabilityConfig:
     batch_size: int = 32
 
     def __post_init__(self) -> None:  # the sizes of the blocks are checked by the blocks
-        check_int("vocab_size", self.vocab_size, low=2)
-        check_int("copy_len", self.copy_len, low=1)
-        check_int("n_layers", self.n_layers, low=1)
-        check_int("batch_size", self.batch_size, low=1)
+        for name, low in (("vocab_size", 2), ("copy_len", 1), ("n_layers", 1), ("batch_size", 1)):
+            check_int(name, getattr(self, name), low=low)
 
     @property
     def block_size(self) -> int:
@@ -150,10 +146,8 @@ def grad_norms_at_init(
         model = TinyCausalLM(cfg, norm_position)
         idx, targets = copy_task_batch(cfg, torch.Generator().manual_seed(10_000 + seed))
         model(idx, targets)[1].backward()
-        total += torch.tensor(
-            [b.ffn.linear2.weight.grad.norm().item() for b in model.blocks],
-            dtype=torch.float64,
-        )
+        norms = [b.ffn.linear2.weight.grad.norm().item() for b in model.blocks]
+        total += torch.tensor(norms, dtype=torch.float64)
     return (total / len(seeds)).tolist()
 
 
@@ -175,9 +169,8 @@ def train_run(
     training loss every ``log_every`` steps (``losses``), the held-out copy loss on
     ``eval_batches`` fresh batches (``final_loss``), ``diverged`` and ``steps_run``.
     """
-    check_int("steps", steps, low=1)
-    check_int("seed", seed, low=0)
-    check_int("log_every", log_every, low=1)
+    for name, value, low in (("steps", steps, 1), ("seed", seed, 0), ("log_every", log_every, 1)):
+        check_int(name, value, low=low)
     check_int("eval_batches", eval_batches, low=1)
     schedule = Schedule(lr=lr, warmup_steps=warmup_steps, arithmetic="stability")  # checks both
     cfg = cfg or StabilityConfig()
@@ -199,10 +192,8 @@ def train_run(
     if not diverged:
         held_out = torch.Generator().manual_seed(999_999)
         with torch.no_grad():
-            final = (
-                sum(model(*copy_task_batch(cfg, held_out))[1].item() for _ in range(eval_batches))
-                / eval_batches
-            )
+            held = [model(*copy_task_batch(cfg, held_out))[1].item() for _ in range(eval_batches)]
+        final = sum(held) / eval_batches
         diverged = not math.isfinite(final)
     return {
         "norm_position": norm_position,
