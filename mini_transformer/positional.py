@@ -54,9 +54,7 @@ def normalized_index_encoding(n: int) -> np.ndarray:
     position gets a different value, and neighbours a different step $1/N$, in sentences of
     different length.
     """
-    n = check_int("n", n, low=1)
-    check_size("the encoding (n, 1)", (n, 1), np.float64)
-    return np.arange(n, dtype=np.float64)[:, None] / n
+    return index_encoding(n) / n  # pos / N
 
 
 def binary_encoding(n: int, n_bits: int) -> np.ndarray:
@@ -202,7 +200,6 @@ class SinusoidalPositionalEncoding(nn.Module):
         super().__init__()
         self.d_model = check_int("d_model", d_model, low=1)
         self.max_len = check_int("max_len", max_len, low=1)
-        check_size("the table (max_len, d_model)", (self.max_len, self.d_model), np.float64)
         pe = sinusoidal_encoding(self.max_len, self.d_model, base, layout)  # checks the rest
         self.base, self.layout = float(base), layout
         self.register_buffer("pe", torch.from_numpy(pe).float(), persistent=False)
