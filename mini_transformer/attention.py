@@ -148,9 +148,7 @@ class RotaryEmbedding(nn.Module):
     (RoFormer writes each 2x2 block as its transpose; our sign makes RoPE applied to
     $PE_0 = (0, 1, 0, 1, \dots)$ give exactly the sinusoidal $PE_{pos}$.)
 
-    cos/sin tables are cached (float64 angles, stored float32) and rebuilt longer when
-    ``offset + T`` passes the cache: RoPE has no length limit. float16/bfloat16 inputs are
-    rotated in float32; float64 inputs with exact float64 tables.
+    The cos/sin cache is rebuilt longer when ``offset + T`` passes it: RoPE has no length limit.
 
     Shape: ``forward(x, offset=0)``, ``x`` ``(..., T, d_head)`` (in attention
     ``(B, n_heads, T, d_head)``) -> the same; ``offset`` is the position of the first token.
@@ -206,11 +204,9 @@ class MultiHeadAttention(nn.Module):
     T, h, d_head)`` and transposed to ``(B, h, T, d_head)``.
 
     ``fused_attention`` uses PyTorch's ``F.scaled_dot_product_attention`` unless weights are
-    asked for (it agrees with the from-scratch path to rounding, tested). ``rotary`` and
-    ``alibi``, the schemes that act inside attention, are given once here and shared by a
-    model's layers. With ``keep_weights = True`` every call keeps its weights, detached, in
-    ``last_weights`` ``(B, n_heads, T_q, T_k)``: one forward pass of a model leaves every
-    layer's map behind.
+    asked for (it agrees with the from-scratch path to rounding). ``rotary`` and ``alibi`` act
+    inside attention, one instance shared by a model's layers. With ``keep_weights = True``
+    every call keeps its weights in ``last_weights``: one forward leaves every layer's map.
     """
 
     def __init__(

@@ -101,14 +101,7 @@ def check_float(
     what: str | None = None,
 ) -> float:
     """Return ``value`` as a ``float`` in ``low``..``high``; NaN is refused, ``inf`` unless
-    ``finite=False``. ``what`` replaces the generated words for the allowed values.
-
-    Example:
-        >>> check_float("eps", float("inf"), low=0, low_open=True)
-        Traceback (most recent call last):
-        ...
-        ValueError: eps must be a finite number > 0, got inf
-    """
+    ``finite=False``. ``what`` replaces the generated words for the allowed values."""
     if what is None:
         span = _interval(low, high, low_open, high_open)
         what = f"a {'finite ' if finite else ''}number {span}".rstrip()
@@ -161,11 +154,8 @@ def check_device(name: str, device: object) -> torch.device | None:
     without a GPU is a ``ValueError`` naming the argument, not a RuntimeError from torch)."""
     if device is None or isinstance(device, torch.device):  # fast path for forward calls
         return device
-    if not isinstance(device, str):
-        raise TypeError(
-            f"{name} must be None, a device string such as 'cpu' or 'cuda', or a torch.device, "
-            f"got {_given(device)}"
-        )
+    what = "None, a device string such as 'cpu' or 'cuda', or a torch.device"
+    check_instance(name, device, str, what)
     try:
         dev = torch.device(device)
     except RuntimeError:

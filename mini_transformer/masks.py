@@ -18,10 +18,8 @@ __all__ = ["causal_mask", "padding_mask", "combine_masks"]
 def causal_mask(
     T: int, T_k: int | None = None, device: torch.device | str | None = None
 ) -> torch.Tensor:
-    """The look-ahead mask ``(T, T_k)``: query ``i`` may attend to key ``j`` iff ``j <= i``.
-
-    ``T_k`` defaults to ``T``; the diagonal starts at the top left, as PyTorch's
-    ``is_causal=True``.
+    """The look-ahead mask ``(T, T_k)``: query ``i`` may attend to key ``j`` iff ``j <= i`` (the
+    diagonal starts at the top left, as PyTorch's ``is_causal=True``).
 
     Example:
         >>> causal_mask(3).int()

@@ -3,20 +3,17 @@ r"""Chapter 4's miniature of Vaswani et al.'s section 3.2.1: three score functio
 Vaswani et al. (2017) observe that "for small values of :math:`d_k` the two mechanisms perform
 similarly, additive attention outperforms dot product attention without scaling for larger
 values of :math:`d_k`", and *suspect* saturated softmax gradients. :func:`train_scores` trains
-one attention layer's score function (:class:`ScoreModel`) at width ``d_k`` on a retrieval
-task (:func:`retrieval_batch`): ``T`` random keys :math:`x_j \in \mathbb{R}^{d_{in}}` with
-random labels :math:`y_j` among ``C``, and a query :math:`x_{j^*} + 0.5\,\varepsilon`. The
-values are the labels' one-hot vectors, so the output :math:`o = \sum_j a_j e_{y_j}` is a
-distribution over labels and the loss :math:`-\ln o_{y_{j^*}}` reaches the scores only
-through the softmax, as in a real attention layer. The score functions, from :math:`d_{in}`
-to width ``d_k`` with PyTorch's default ``nn.Linear`` initialisation:
+one score function at width ``d_k`` to retrieve the label of the key a noisy query copies; the
+values are the labels' one-hot vectors, so the loss :math:`-\ln o_{y_{j^*}}` reaches the
+scores only through the softmax, as in a real attention layer. The score functions
+(PyTorch's default ``nn.Linear`` initialisation):
 
 - ``"scaled"``: :math:`q \cdot k / \sqrt{d_k}` with :math:`q = W^Q x_q`, :math:`k = W^K x_j`;
 - ``"unscaled"``: :math:`q \cdot k`;
 - ``"additive"``: :math:`w^\top \tanh(W_q x_q + W_k x_j + b)`
   (:class:`~mini_transformer.additive.AdditiveAttention`, hidden width ``d_k``).
 
-The sweep behind the chapter's results is the repository tool ``tools/score_functions.py``.
+The sweep behind the chapter's results is ``tools/score_functions.py``.
 """
 
 from __future__ import annotations
