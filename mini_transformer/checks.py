@@ -228,13 +228,9 @@ def check_tensor(
             )
     if nonempty and t.numel() == 0:
         raise ValueError(f"{name} must not be empty (every dimension >= 1), got shape {got}")
-    if broadcast_to is not None:
-        try:
-            ok = len(got) <= len(broadcast_to)
-            ok = ok and torch.broadcast_shapes(got, broadcast_to) == tuple(broadcast_to)
-        except RuntimeError:
-            ok = False
-        if not ok:
+    if broadcast_to is not None:  # to exactly broadcast_to: each size 1 or the target's
+        lead = len(broadcast_to) - len(got)  # got is right-aligned against the target
+        if lead < 0 or any(g not in (1, b) for g, b in zip(got, broadcast_to[lead:], strict=True)):
             raise ValueError(f"{name} of shape {got} does not broadcast to {dims} = {broadcast_to}")
     if dtype_of is not None and t.dtype != (want := dtype_of.dtype):
         if not torch.is_autocast_enabled(t.device.type):
@@ -246,10 +242,8 @@ def check_tensor(
 
 
 def check_ids(name: str, ids: torch.Tensor, vocab_size: int, ignore: int | None = None) -> None:
-    """Token ids in ``0..vocab_size-1`` (entries equal to ``ignore`` aside, but not all).
-
-    The one check that reads tensor *data*: on a GPU the host waits for the answer.
-    """
+    """Token ids in ``0..vocab_size-1`` (entries equal to ``ignore`` aside, but not all); the
+    one check that reads tensor *data*: on a GPU the host waits for the answer."""
     ids = ids if ignore is None else ids[ids != ignore]
     if ids.numel() == 0:
         raise ValueError(f"every entry of {name} is {ignore} (ignored): the loss would be NaN")
