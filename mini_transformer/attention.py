@@ -259,11 +259,9 @@ class MultiHeadAttention(nn.Module):
         return_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``x`` ``(B, T_q, d_model)`` to ``memory`` ``(B, T_k, d_model)`` (an
-        encoder's output), or to ``x`` itself when ``memory`` is ``None``.
-
-        ``mask`` (bool, ``True`` = may attend) and ``score_bias`` (float, added to the scaled
-        scores and to ALiBi's) broadcast to ``(B, n_heads, T_q, T_k)``; ``causal`` also
-        applies :func:`~mini_transformer.masks.causal_mask`.
+        encoder's output), or to ``x`` itself when ``memory`` is ``None``. ``mask`` (bool,
+        ``True`` = may attend) and ``score_bias`` (float, added to the scaled scores and to
+        ALiBi's) broadcast to ``(B, n_heads, T_q, T_k)``.
 
         Returns ``(out, weights)``: ``out`` ``(B, T_q, d_model)``; ``weights`` ``(B,
         n_heads, T_q, T_k)`` with ``return_weights``, else ``None``. A query whose keys are

@@ -41,11 +41,9 @@ __all__ = [
 
 @dataclass
 class LabConfig:
-    """One lab run: task, model, training budget and evaluation.
+    """One lab run: task, model, training budget and evaluation (``train_length`` is ``L``).
 
-    ``train_length`` is ``L``; training lengths are drawn from ``min_train_length .. L``
-    (default ``L // 2``) and the model is evaluated at ``eval_lengths`` (default ``L, 1.5 L,
-    2 L``). Training is AdamW without weight decay, a linear warm-up then a cosine to
+    Training is AdamW without weight decay, a linear warm-up then a cosine to
     ``lr / 10``, clipping at 1; ``scheme_lr`` replaces ``lr`` for the schemes it names (e.g.
     ``{"alibi": 1e-2}``). ``curve_every`` and ``extra`` are for the sweep tool's JSON: the loss
     curve is averaged over windows of ``curve_every`` steps, ``extra`` is copied as is.

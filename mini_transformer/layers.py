@@ -1,11 +1,8 @@
 """LayerNorm, the position-wise feed-forward block, and the Transformer block (chapter 5).
 
-Every module maps ``(B, T, d_model)`` to the same shape. A block is wired from the
-attention and feed-forward modules it is given, each in a residual connection, with
-LayerNorm after the residual sum (Post-LN, the original Transformer) or at the entrance of
-each sub-layer (Pre-LN, GPT-2 and most models since). Dropout as in the original: on each
-sub-layer's output before the residual sum, on the attention weights and on the
-feed-forward hidden activation; ``dropout=0.0`` (the default) is deterministic.
+Every module maps ``(B, T, d_model)`` to the same shape. Dropout as in the original: on each
+sub-layer's output before the residual sum, on the attention weights and on the feed-forward
+hidden activation; ``dropout=0.0`` (the default) is deterministic.
 """
 
 from __future__ import annotations

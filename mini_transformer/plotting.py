@@ -113,12 +113,10 @@ def _labels(name: str, labels: object, n: int, what: str) -> list[str] | None:
 
 def _cells(name: str, value: Any, m: np.ndarray, given: tuple, what: str) -> np.ndarray:
     """``value``, an array of the shape of ``matrices``, reshaped like the panels ``m``."""
-    cells = np.asarray(value.detach().cpu() if torch.is_tensor(value) else value)
-    if cells.shape not in (given, m.shape):
-        raise ValueError(
-            f"{name} must be {what} of the shape of matrices {given}, got {cells.shape}"
-        )
-    return cells.reshape(m.shape)
+    a = np.asarray(value.detach().cpu() if torch.is_tensor(value) else value)
+    if a.shape not in (given, m.shape):
+        raise ValueError(f"{name} must be {what} of the shape of matrices {given}, got {a.shape}")
+    return a.reshape(m.shape)
 
 
 def show_heatmaps(

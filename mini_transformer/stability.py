@@ -97,11 +97,8 @@ class TinyCausalLM(nn.Module):
             self.pos.weight.mul_(0.5)
 
     def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        """``idx`` (B, T) long -> ``(logits (B, T, V + 1), loss)``.
-
-        ``targets`` (B, K) are the tokens the *last* K positions must predict (the copy);
-        the loss is their mean cross-entropy in nats, or ``None`` without targets.
-        """
+        """``idx`` (B, T) -> ``(logits (B, T, V + 1), loss)``; ``targets`` (B, K) are the tokens
+        the *last* K positions must predict (the copy), the loss their mean cross-entropy."""
         T = idx.shape[1]
         x = self.tok(idx) + self.pos(torch.arange(T))  # (B, T, d_model)
         for block in self.blocks:
@@ -115,11 +112,8 @@ class TinyCausalLM(nn.Module):
 
 
 def copy_task_batch(cfg: StabilityConfig, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """One batch of the copy task: inputs ``(B, 2K)`` and targets ``(B, K)``.
-
-    The full sequence is ``s_1..s_K, SEP, s_1..s_K``; the model reads its first ``2K``
-    tokens and must predict the last ``K`` (each from the positions before it).
-    """
+    """Inputs ``(B, 2K)`` and targets ``(B, K)``: of ``s_1..s_K, SEP, s_1..s_K`` the model reads
+    the first ``2K`` tokens and must predict the last ``K``."""
     K, V, B = cfg.copy_len, cfg.vocab_size, cfg.batch_size
     s = torch.randint(0, V, (B, K), generator=generator)
     sep = torch.full((B, 1), V, dtype=torch.long)
@@ -135,9 +129,8 @@ def grad_norms_at_init(
 ) -> list[float]:
     """Mean over seeds of :math:`\\|\\partial L / \\partial W^{2,\\ell}\\|_F` for each layer.
 
-    ``W^{2,l}`` is the second matrix of layer ``l``'s FFN (``ffn.linear2.weight``). The
-    loss is the copy-task loss of a fresh model on one batch; seed ``s`` fixes both the
-    weights and the batch. Returns ``n_layers`` floats, input side first.
+    ``W^{2,l}`` is layer ``l``'s ``ffn.linear2.weight``; the loss is a fresh model's on one
+    batch, seed ``s`` fixing both. Returns ``n_layers`` floats, input side first.
     """
     cfg = replace(cfg or StabilityConfig(), n_layers=n_layers)
     total = torch.zeros(n_layers, dtype=torch.float64)
@@ -164,10 +157,8 @@ def train_run(
     """Train one TinyCausalLM with Adam (betas 0.9, 0.98, as Vaswani et al.) on the copy task.
 
     No gradient clipping: it would hide the instability we want to see. ``seed`` fixes the
-    model and the data stream, the same for every configuration, so runs differ only in
-    placement and schedule. Training stops at the first non-finite loss. Returns the
-    training loss every ``log_every`` steps (``losses``), the held-out copy loss on
-    ``eval_batches`` fresh batches (``final_loss``), ``diverged`` and ``steps_run``.
+    model and the data stream, so runs differ only in placement and schedule. Training stops
+    at the first non-finite loss; ``final_loss`` is the held-out copy loss.
     """
     for name, value, low in (("steps", steps, 1), ("seed", seed, 0), ("log_every", log_every, 1)):
         check_int(name, value, low=low)
