@@ -26,10 +26,8 @@ class AdditiveAttention(nn.Module):
         a_{ij} = \\operatorname{softmax}_j(e_{ij}), \\qquad o_i = \\sum_j a_{ij} v_j ,
 
     the "additive attention" of Vaswani et al. (section 3.2.1): a feed-forward network with
-    one hidden layer of width ``d_attn`` (the :math:`d_k` of the comparison), ``q_proj``
-    (``d_query -> d_attn``) and ``k_proj`` (``d_key -> d_attn``, with the hidden bias). The
-    values are used as given. Masks as in
-    :func:`~mini_transformer.attention.scaled_dot_product_attention`.
+    one hidden layer of width ``d_attn`` (the :math:`d_k` of the comparison). The values are
+    used as given; masks as in :func:`~mini_transformer.attention.scaled_dot_product_attention`.
     """
 
     def __init__(self, d_query: int, d_key: int, d_attn: int) -> None:

@@ -240,12 +240,10 @@ class TransformerLM(nn.Module):
             x = block(x)  # (B, T, d_model)
         x = self.ln_f(x)
         logits = self.lm_head(x)  # (B, T, vocab_size)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(
-                logits.reshape(B * T, -1).float(), targets.reshape(B * T), ignore_index=IGNORE_INDEX
-            )
-        return logits, loss
+        if targets is None:
+            return logits, None
+        flat = logits.reshape(B * T, -1).float()  # (B T, vocab_size), the loss in float32
+        return logits, F.cross_entropy(flat, targets.reshape(B * T), ignore_index=IGNORE_INDEX)
 
     @torch.no_grad()
     def attention_weights(self, idx: torch.Tensor) -> list[torch.Tensor]:
@@ -339,10 +337,8 @@ class TransformerLM(nn.Module):
         d_\text{model}$ per token per layer forward, times 3, over the full ``T x T`` scores
         (the causal half is not subtracted, as in PaLM). ``T`` defaults to ``block_size``.
         """
-        T = self.config.block_size if T is None else check_int("T", T, low=1)
-        parts = self.num_parameters(by_component=True)
-        n = parts["total"] - parts["positional"]
-        if not self.config.tie_weights:
-            n -= parts["embeddings"]
         c = self.config
+        T = c.block_size if T is None else check_int("T", T, low=1)
+        parts = self.num_parameters(by_component=True)
+        n = parts["total"] - parts["positional"] - (0 if c.tie_weights else parts["embeddings"])
         return float(6 * n + 12 * c.n_layers * c.d_model * T)
