@@ -71,10 +71,9 @@ class TinyCausalLM(nn.Module):
 
     def __init__(self, cfg: StabilityConfig, norm_position: str) -> None:
         super().__init__()
-        n_tokens = cfg.vocab_size + 1
-        self.tok = nn.Embedding(n_tokens, cfg.d_model)
-        self.pos = nn.Embedding(cfg.block_size, cfg.d_model)
-        d = cfg.d_model
+        d, n_tokens = cfg.d_model, cfg.vocab_size + 1  # V symbols and SEP
+        self.tok = nn.Embedding(n_tokens, d)
+        self.pos = nn.Embedding(cfg.block_size, d)
         self.blocks = nn.ModuleList(
             TransformerBlock(
                 MultiHeadAttention(d, cfg.n_heads),
@@ -86,7 +85,7 @@ class TinyCausalLM(nn.Module):
         )
         # Pre-LN's residual stream is never normalised inside the blocks: one final LN.
         self.ln_f = LayerNorm(d) if norm_position == "pre" else nn.Identity()
-        self.head = nn.Linear(cfg.d_model, n_tokens)
+        self.head = nn.Linear(d, n_tokens)
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.xavier_normal_(m.weight)
