@@ -164,10 +164,8 @@ def check_device(name: str, device: object) -> torch.device | None:
         ) from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"{name} is {device!r} but CUDA is not available on this machine")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ValueError(
-            f"{name} is {device!r} but this machine has {torch.cuda.device_count()} CUDA devices"
-        )
+    if dev.type == "cuda" and (dev.index or 0) >= (n := torch.cuda.device_count()):
+        raise ValueError(f"{name} is {device!r} but this machine has {n} CUDA devices")
     return dev
 
 

@@ -7,6 +7,7 @@ digits between one and two threads). matplotlib is imported only by the function
 
 from __future__ import annotations
 
+import contextlib
 import html
 import os
 import random
@@ -53,7 +54,7 @@ def setup(seed: int = 0, threads: int = 1) -> np.random.Generator:
             "image.cmap": "RdBu_r",
         }
     )
-    try:  # inside IPython: inline PNG figures, even if MPLBACKEND says otherwise
+    with contextlib.suppress(ImportError):  # in IPython: inline PNG, whatever MPLBACKEND says
         from IPython import get_ipython
 
         ip = get_ipython()
@@ -62,8 +63,6 @@ def setup(seed: int = 0, threads: int = 1) -> np.random.Generator:
 
             ip.run_line_magic("matplotlib", "inline")
             set_matplotlib_formats("png")
-    except ImportError:
-        pass
     return np.random.default_rng(seed)
 
 
