@@ -52,9 +52,7 @@ def _interval(low: float | None, high: float | None, low_open: bool, high_open: 
         return f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
     if low is not None:
         return f"{'>' if low_open else '>='} {low}"
-    if high is not None:
-        return f"{'<' if high_open else '<='} {high}"
-    return ""
+    return "" if high is None else f"{'<' if high_open else '<='} {high}"
 
 
 def check_int(
