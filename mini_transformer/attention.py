@@ -232,8 +232,7 @@ class MultiHeadAttention(nn.Module):
         self._dims = f"(B, T, d_model={d_model})"
         self.dropout = check_probability("dropout", dropout)
         self.fused_attention = check_bool("fused_attention", fused_attention)
-        self.keep_weights = False  # True: every call stores its weights in last_weights
-        self.last_weights: torch.Tensor | None = None
+        self.keep_weights, self.last_weights = False, None  # see the class docstring
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W^K
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W^V
