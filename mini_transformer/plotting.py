@@ -207,8 +207,7 @@ def show_heatmaps(
         ax.set_xlabel(xlabel if r == rows - 1 else "")
         ax.set_ylabel(ylabel if c == 0 else "")
         for (i, j), text in np.ndenumerate(texts[r, c] if texts is not None else []):
-            dark = m[r, c, i, j] - lo > 0.6 * (hi - lo)  # white text on the dark cells
-            color = "white" if dark else "black"
+            color = "white" if m[r, c, i, j] - lo > 0.6 * (hi - lo) else "black"  # on dark cells
             ax.text(j, i, text, ha="center", va="center", fontsize=fontsize, color=color)
     fig.colorbar(im, ax=axes, shrink=0.8)
     return fig, axes
