@@ -185,13 +185,6 @@ def train_run(
             held = [model(*copy_task_batch(cfg, held_out))[1].item() for _ in range(eval_batches)]
         final = sum(held) / eval_batches
         diverged = not math.isfinite(final)
-    return {
-        "norm_position": norm_position,
-        "lr": lr,
-        "warmup_steps": warmup_steps,
-        "seed": seed,
-        "losses": losses,
-        "final_loss": round(final, 5) if math.isfinite(final) else None,
-        "diverged": diverged,
-        "steps_run": step + 1,
-    }
+    run = {"norm_position": norm_position, "lr": lr, "warmup_steps": warmup_steps, "seed": seed}
+    run |= {"losses": losses, "final_loss": round(final, 5) if math.isfinite(final) else None}
+    return run | {"diverged": diverged, "steps_run": step + 1}
