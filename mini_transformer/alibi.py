@@ -69,7 +69,8 @@ class ALiBi(nn.Module):
         super().__init__()
         self.n_heads = check_int("n_heads", n_heads, low=1)
         self.max_len = check_int("max_len", max_len, low=1)
-        # alibi_bias refuses a table too big to allocate before building it
+        shape = (self.n_heads, self.max_len, self.max_len)
+        check_size("the ALiBi table (n_heads, max_len, max_len)", shape, torch.float32)
         self.register_buffer("bias", alibi_bias(n_heads, max_len), persistent=False)
 
     def forward(self, T_q: int, T_k: int | None = None) -> torch.Tensor:

@@ -78,12 +78,11 @@ class LayerNorm(nn.Module):
 
 
 class FeedForward(nn.Module):
-    r"""The position-wise feed-forward block, $\mathrm{FFN}(x) = \phi(x W_1 + b_1)\, W_2 + b_2$,
+    r"""The position-wise feed-forward block, $\mathrm{FFN}(x) = \phi(x W_1 + b_1)\, W_2 + b_2$.
 
-    with $W_1$ ``(d_model, d_ff)``, $\phi$ = GELU or ReLU (the original Transformer: ReLU,
-    ``d_ff = 4 d_model``).
-    The same weights act on every position separately, so permuting the positions permutes
-    the output. ``linear1``/``linear2`` are named as in :class:`torch.nn.TransformerEncoderLayer`.
+    $W_1$ is ``(d_model, d_ff)``, $\phi$ GELU or ReLU (the original Transformer: ReLU, ``d_ff =
+    4 d_model``). The same weights act on every position separately, so permuting the positions
+    permutes the output. ``linear1``/``linear2``: the names of ``nn.TransformerEncoderLayer``.
     """
 
     def __init__(

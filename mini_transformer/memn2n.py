@@ -48,8 +48,11 @@ class MemN2NPositionalEncoding(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = (None, None, self.d_model)
         check_tensor("x", x, floating=True, shape=shape, dims="(B, T, d_model)")
-        l = torch.from_numpy(memn2n_encoding(x.shape[1], self.d_model))  # (J = T, d): l_kj
-        return x * l.to(x.device, x.dtype)
+        J, d = x.shape[1], self.d_model
+        j = torch.arange(1, J + 1, dtype=torch.float64, device=x.device)[:, None]
+        k = torch.arange(1, d + 1, dtype=torch.float64, device=x.device)[None, :]
+        l = (1 - j / J) - (k / d) * (1 - 2 * j / J)  # (J, d), the paper's l_kj
+        return x * l.to(dtype=x.dtype)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}"

@@ -200,6 +200,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         super().__init__()
         self.d_model = check_int("d_model", d_model, low=1)
         self.max_len = check_int("max_len", max_len, low=1)
+        check_size("the table (max_len, d_model)", (self.max_len, self.d_model), np.float64)
         pe = sinusoidal_encoding(self.max_len, self.d_model, base, layout)  # checks the rest
         self.base, self.layout = float(base), layout
         self.register_buffer("pe", torch.from_numpy(pe).float(), persistent=False)
