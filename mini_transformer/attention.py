@@ -323,12 +323,9 @@ def _fused(q, k, v, mask, causal, score_bias, p):
             row_has_key = None
         else:  # let the kernel see a finite row, then zero it: same as the scratch path
             full = full | ~row_has_key
-    if score_bias is None:
-        attn_mask = full
-    else:
-        attn_mask = score_bias.to(q.dtype)
-        if full is not None:
-            attn_mask = torch.where(full, attn_mask, torch.finfo(q.dtype).min)
+    attn_mask = full if score_bias is None else score_bias.to(q.dtype)
+    if score_bias is not None and full is not None:  # the bias, finfo.min where masked
+        attn_mask = torch.where(full, attn_mask, torch.finfo(q.dtype).min)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
     if row_has_key is not None:
         out = out * row_has_key

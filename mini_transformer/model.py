@@ -206,9 +206,8 @@ class TransformerLM(nn.Module):
     def _check_idx(self, idx: torch.Tensor, name: str = "idx", shape=None, crop=False) -> None:
         dims = "(B, T) of token ids"
         check_tensor(name, idx, integer=True, ndim=2, shape=shape, dims=dims, nonempty=True)
-        c = self.config
-        T = min(idx.shape[1], c.block_size) if crop else idx.shape[1]  # what the model sees
-        if T > c.block_size and not SCHEMES[c.positional].extrapolates:
+        T, c = idx.shape[1], self.config  # crop: the model sees the last block_size tokens
+        if T > c.block_size and not crop and not SCHEMES[c.positional].extrapolates:
             raise ValueError(
                 f"sequence length T={T} exceeds block_size={c.block_size}: a learned position "
                 "embedding has no vector for unseen positions (crop the input, or use a scheme "

@@ -138,14 +138,9 @@ def rotation_matrix(offset: float, d_model: int, base: float = 10000.0) -> np.nd
 
 
 def encoding_properties(pe: np.ndarray, decimals: int = 12) -> dict:
-    r"""The numbers chapter 1 scores an encoding with, from its rows $p_0, \dots, p_{n-1}$.
-
-    ``norm_*`` of $\|p_{pos}\|$, ``neighbour_distance_*`` of $\|p_{pos+1} - p_{pos}\|$ and
-    ``neighbour_angle_*`` (radians, over pairs of non-zero rows; ``nan`` if none), each as
-    ``_min``, ``_max`` and ``_spread`` (0 means the same for every position); ``unique``
-    and ``n_unique`` (rows distinct after rounding to ``decimals``); ``value_min``,
-    ``value_max``, ``max_abs``; ``n_positions``, ``dim``. ``pe`` needs at least two rows.
-    """
+    r"""The numbers chapter 1 scores an encoding with, from its rows $p_0, \dots, p_{n-1}$ (two
+    or more): $\|p_{pos}\|$, $\|p_{pos+1} - p_{pos}\|$ and the neighbour angle (radians, over
+    non-zero rows), each as ``_min``, ``_max``, ``_spread`` (0: the same at every position)."""
     pe = check_array("pe", pe, nonempty=False)
     decimals = check_int("decimals", decimals)
     if pe.ndim != 2 or pe.shape[0] < 2 or pe.shape[1] < 1:
