@@ -71,11 +71,8 @@ def load_result(name: str) -> dict:
 def _read_archive() -> dict[str, str]:
     """``{title: text}`` of the 42 works in file-name order, read once per process."""
     with tarfile.open(CORPUS_ARCHIVE, "r:gz") as tar:
-        files = {
-            Path(m.name).name: tar.extractfile(m).read().decode("ascii")  # type: ignore[union-attr]
-            for m in tar.getmembers()
-            if m.isfile()
-        }
+        members = [m for m in tar.getmembers() if m.isfile()]
+        files = {Path(m.name).name: tar.extractfile(m).read().decode("ascii") for m in members}
     titles = dict(re.findall(r"^\[(\w+)\]\ntitle = (.+)$", files["metadata.txt"], re.M))
     stems = sorted(name[: -len(".txt")] for name in files if name.endswith("_gut.txt"))
     return {titles.get(stem, stem): files[f"{stem}.txt"] for stem in stems}
