@@ -17,17 +17,6 @@ from .checks import check_bool, check_int, check_size, check_tensor
 __all__ = ["AdditiveAttention"]
 
 
-def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Softmax over the last dim, masked as in :mod:`mini_transformer.attention`."""
-    if mask is None:
-        return torch.softmax(scores, dim=-1)
-    check_tensor(
-        "mask", mask, boolean=True, broadcast_to=tuple(scores.shape), dims="(..., T_q, T_k)"
-    )
-    filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    return torch.softmax(filled, dim=-1) * mask.any(dim=-1, keepdim=True)  # empty rows -> 0
-
-
 class AdditiveAttention(nn.Module):
     """Single-head additive (Bahdanau) attention.
 
@@ -37,10 +26,8 @@ class AdditiveAttention(nn.Module):
         a_{ij} = \\operatorname{softmax}_j(e_{ij}), \\qquad o_i = \\sum_j a_{ij} v_j ,
 
     the "additive attention" of Vaswani et al. (section 3.2.1): a feed-forward network with
-    one hidden layer of width ``d_attn`` (the :math:`d_k` of the comparison), ``q_proj``
-    (``d_query -> d_attn``) and ``k_proj`` (``d_key -> d_attn``, with the hidden bias). The
-    values are used as given. Masks as in
-    :func:`~mini_transformer.attention.scaled_dot_product_attention`.
+    one hidden layer of width ``d_attn`` (the :math:`d_k` of the comparison). The values are
+    used as given; masks as in :func:`~mini_transformer.attention.scaled_dot_product_attention`.
     """
 
     def __init__(self, d_query: int, d_key: int, d_attn: int) -> None:
@@ -90,7 +77,14 @@ class AdditiveAttention(nn.Module):
         value, T_k = context if value is None else value, context.shape[-2]
         dims = f"(..., T_k={T_k}, d_v)"
         check_tensor("value", value, floating=True, shape=(..., T_k, None), dims=dims)
-        weights = _masked_softmax(self.scores(x, context), mask)
+        scores = self.scores(x, context)  # (..., T_q, T_k)
+        if mask is None:
+            weights = torch.softmax(scores, dim=-1)
+        else:  # masked as in mini_transformer.attention
+            dims = "(..., T_q, T_k)"
+            check_tensor("mask", mask, boolean=True, broadcast_to=tuple(scores.shape), dims=dims)
+            filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            weights = torch.softmax(filled, dim=-1) * mask.any(dim=-1, keepdim=True)  # empty: 0
         out = weights @ value  # (..., T_q, d_v)
         return (out, weights) if return_weights else out
 

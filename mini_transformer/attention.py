@@ -106,8 +106,7 @@ def scaled_dot_product_attention(
     before they multiply ``v`` (the returned weights are those before dropout).
 
     Returns ``out`` ``(..., T_q, d_v)``, or ``(out, weights)`` with ``return_weights``. Each
-    row of ``weights`` sums to 1, or is all zeros if all its keys are masked. float16 scores
-    and softmax are computed in float32 (``q k^T`` can exceed float16's range before scaling).
+    row of ``weights`` sums to 1, or is all zeros if all its keys are masked.
 
     Example:
         >>> q = k = v = torch.randn(2, 5, 8)
@@ -121,9 +120,9 @@ def scaled_dot_product_attention(
     check_tensor("v", v, shape=(..., T_k, None), dims=f"(..., T_k={T_k} of k, d_v)", **kw)
     dropout_p = check_probability("dropout_p", dropout_p)
     check_bool("return_weights", return_weights)
-    if scale is not None:
-        check_float("scale", scale, low=0, low_open=True)
-    scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)  # 1 / sqrt(d_k)
+    if scale is None:
+        scale = 1.0 / math.sqrt(d_k)  # 1 / sqrt(d_k)
+    scale = check_float("scale", scale, low=0, low_open=True)
     try:
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError:
@@ -149,9 +148,7 @@ class RotaryEmbedding(nn.Module):
     (RoFormer writes each 2x2 block as its transpose; our sign makes RoPE applied to
     $PE_0 = (0, 1, 0, 1, \dots)$ give exactly the sinusoidal $PE_{pos}$.)
 
-    cos/sin tables are cached (float64 angles, stored float32) and rebuilt longer when
-    ``offset + T`` passes the cache: RoPE has no length limit. float16/bfloat16 inputs are
-    rotated in float32; float64 inputs with exact float64 tables.
+    The cos/sin cache is rebuilt longer when ``offset + T`` passes it: RoPE has no length limit.
 
     Shape: ``forward(x, offset=0)``, ``x`` ``(..., T, d_head)`` (in attention
     ``(B, n_heads, T, d_head)``) -> the same; ``offset`` is the position of the first token.
@@ -207,11 +204,9 @@ class MultiHeadAttention(nn.Module):
     T, h, d_head)`` and transposed to ``(B, h, T, d_head)``.
 
     ``fused_attention`` uses PyTorch's ``F.scaled_dot_product_attention`` unless weights are
-    asked for (it agrees with the from-scratch path to rounding, tested). ``rotary`` and
-    ``alibi``, the schemes that act inside attention, are given once here and shared by a
-    model's layers. With ``keep_weights = True`` every call keeps its weights, detached, in
-    ``last_weights`` ``(B, n_heads, T_q, T_k)``: one forward pass of a model leaves every
-    layer's map behind.
+    asked for (it agrees with the from-scratch path to rounding). ``rotary`` and ``alibi`` act
+    inside attention, one instance shared by a model's layers. With ``keep_weights = True``
+    every call keeps its weights in ``last_weights``: one forward leaves every layer's map.
     """
 
     def __init__(
@@ -233,13 +228,11 @@ class MultiHeadAttention(nn.Module):
         check_instance("rotary", rotary, (nn.Module, type(None)), "an nn.Module or None")
         if alibi is not None and not (isinstance(alibi, ALiBi) and alibi.n_heads == n_heads):
             raise ValueError(f"alibi must be None or an ALiBi with n_heads={n_heads}, got {alibi}")
-        self.d_model = d_model
-        self.n_heads = n_heads
+        self.d_model, self.n_heads = d_model, n_heads
         self._dims = f"(B, T, d_model={d_model})"
         self.dropout = check_probability("dropout", dropout)
         self.fused_attention = check_bool("fused_attention", fused_attention)
-        self.keep_weights = False  # True: every call stores its weights in last_weights
-        self.last_weights: torch.Tensor | None = None
+        self.keep_weights, self.last_weights = False, None  # see the class docstring
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W^K
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)  # W^V
@@ -265,11 +258,9 @@ class MultiHeadAttention(nn.Module):
         return_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``x`` ``(B, T_q, d_model)`` to ``memory`` ``(B, T_k, d_model)`` (an
-        encoder's output), or to ``x`` itself when ``memory`` is ``None``.
-
-        ``mask`` (bool, ``True`` = may attend) and ``score_bias`` (float, added to the scaled
-        scores and to ALiBi's) broadcast to ``(B, n_heads, T_q, T_k)``; ``causal`` also
-        applies :func:`~mini_transformer.masks.causal_mask`.
+        encoder's output), or to ``x`` itself when ``memory`` is ``None``. ``mask`` (bool,
+        ``True`` = may attend) and ``score_bias`` (float, added to the scaled scores and to
+        ALiBi's) broadcast to ``(B, n_heads, T_q, T_k)``.
 
         Returns ``(out, weights)``: ``out`` ``(B, T_q, d_model)``; ``weights`` ``(B,
         n_heads, T_q, T_k)`` with ``return_weights``, else ``None``. A query whose keys are
@@ -332,12 +323,9 @@ def _fused(q, k, v, mask, causal, score_bias, p):
             row_has_key = None
         else:  # let the kernel see a finite row, then zero it: same as the scratch path
             full = full | ~row_has_key
-    if score_bias is None:
-        attn_mask = full
-    else:
-        attn_mask = score_bias.to(q.dtype)
-        if full is not None:
-            attn_mask = torch.where(full, attn_mask, torch.finfo(q.dtype).min)
+    attn_mask = full if score_bias is None else score_bias.to(q.dtype)
+    if score_bias is not None and full is not None:  # the bias, finfo.min where masked
+        attn_mask = torch.where(full, attn_mask, torch.finfo(q.dtype).min)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
     if row_has_key is not None:
         out = out * row_has_key

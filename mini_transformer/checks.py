@@ -1,14 +1,9 @@
 """Argument checks: the one way the package says "this argument is wrong".
 
-``TypeError`` for the wrong *type* (a ``str`` or ``bool`` where a number is expected, a
-``float`` where an integer is, an integer tensor where a float one is: never silently cast);
-``ValueError`` for a wrong *value* (out of range, NaN, the wrong shape, too big to allocate).
-Every message names the argument, the allowed values and what was given::
-
-    ValueError: d_model must be a positive integer, got 0
-
-The checks read Python values and tensor *metadata* only (no data, so no GPU sync; the one
-exception, :func:`check_ids`, says so): each input is checked once, where it enters.
+``TypeError`` for the wrong *type* (a ``bool`` where a number is expected, a ``float`` where
+an integer is: never silently cast), ``ValueError`` for a wrong *value*; every message names the
+argument, the allowed values and what was given. The checks read metadata only (no GPU sync;
+:func:`check_ids` is the exception): each input is checked once, where it enters.
 """
 
 from __future__ import annotations
@@ -49,16 +44,7 @@ def _given(value: object) -> str:
     return f"{text} of type {type(value).__name__}"
 
 
-def _is_bool(value: object) -> bool:
-    return isinstance(value, (bool, np.bool_))
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, (int, np.integer)) and not _is_bool(value)
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not _is_bool(value)
+BOOLS = (bool, np.bool_)
 
 
 def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
@@ -66,9 +52,7 @@ def _interval(low: float | None, high: float | None, low_open: bool, high_open: 
         return f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
     if low is not None:
         return f"{'>' if low_open else '>='} {low}"
-    if high is not None:
-        return f"{'<' if high_open else '<='} {high}"
-    return ""
+    return "" if high is None else f"{'<' if high_open else '<='} {high}"
 
 
 def check_int(
@@ -81,9 +65,7 @@ def check_int(
     why: str = "",
 ) -> int:
     """Return ``value`` as an ``int`` in ``[low, high]``; ``why`` is appended to the message.
-
-    ``bool`` and ``float`` (even ``2.0``) are a ``TypeError``: a flag is not a size, and a
-    float is never truncated.
+    ``bool`` and ``float`` (even ``2.0``) are a ``TypeError``: a flag is not a size.
 
     Example:
         >>> check_int("n_heads", 0, low=1)
@@ -96,7 +78,7 @@ def check_int(
         kind = f"a {'positive' if low else 'non-negative'} {parity}integer"
     else:
         kind = f"an {parity}integer {_interval(low, high, False, False)}".rstrip()
-    if not _is_int(value):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, BOOLS):
         raise TypeError(f"{name} must be {kind}{why}, got {_given(value)}")
     value = int(value)  # type: ignore[arg-type]
     bad = (low is not None and value < low) or (high is not None and value > high)
@@ -116,21 +98,12 @@ def check_float(
     finite: bool = True,
     what: str | None = None,
 ) -> float:
-    """Return ``value`` as a ``float`` in the interval ``low``..``high`` (open ends optional).
-
-    Ints are fine (``eps=1``); NaN is always refused, ``inf`` unless ``finite=False``.
-    ``what`` replaces the generated words for the allowed values.
-
-    Example:
-        >>> check_float("eps", float("inf"), low=0, low_open=True)
-        Traceback (most recent call last):
-        ...
-        ValueError: eps must be a finite number > 0, got inf
-    """
+    """Return ``value`` as a ``float`` in ``low``..``high``; NaN is refused, ``inf`` unless
+    ``finite=False``. ``what`` replaces the generated words for the allowed values."""
     if what is None:
         span = _interval(low, high, low_open, high_open)
         what = f"a {'finite ' if finite else ''}number {span}".rstrip()
-    if not _is_real(value):
+    if not isinstance(value, numbers.Real) or isinstance(value, BOOLS):
         raise TypeError(f"{name} must be {what}, got {_given(value)}")
     x = float(value)  # type: ignore[arg-type]
     bad = math.isnan(x) or (finite and math.isinf(x))
@@ -152,7 +125,7 @@ def check_probability(name: str, value: object) -> float:
 
 def check_bool(name: str, value: object) -> bool:
     """``True`` or ``False`` (NumPy bools too); ``1`` is a TypeError."""
-    if not _is_bool(value):
+    if not isinstance(value, BOOLS):
         raise TypeError(f"{name} must be True or False, got {_given(value)}")
     return bool(value)
 
@@ -175,18 +148,12 @@ def check_instance(name: str, value: object, cls: type | tuple[type, ...], what:
 
 
 def check_device(name: str, device: object) -> torch.device | None:
-    """``None``, a ``torch.device``, or a device string that exists on this machine.
-
-    ``"tpu"``, or ``"cuda"`` without a GPU, is a ``ValueError`` naming the argument instead of
-    a RuntimeError from inside torch.
-    """
+    """``None``, a ``torch.device``, or a device string that exists on this machine (``"cuda"``
+    without a GPU is a ``ValueError`` naming the argument, not a RuntimeError from torch)."""
     if device is None or isinstance(device, torch.device):  # fast path for forward calls
         return device
-    if not isinstance(device, str):
-        raise TypeError(
-            f"{name} must be None, a device string such as 'cpu' or 'cuda', or a torch.device, "
-            f"got {_given(device)}"
-        )
+    what = "None, a device string such as 'cpu' or 'cuda', or a torch.device"
+    check_instance(name, device, str, what)
     try:
         dev = torch.device(device)
     except RuntimeError:
@@ -195,19 +162,9 @@ def check_device(name: str, device: object) -> torch.device | None:
         ) from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"{name} is {device!r} but CUDA is not available on this machine")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ValueError(
-            f"{name} is {device!r} but this machine has {torch.cuda.device_count()} CUDA devices"
-        )
+    if dev.type == "cuda" and (dev.index or 0) >= (n := torch.cuda.device_count()):
+        raise ValueError(f"{name} is {device!r} but this machine has {n} CUDA devices")
     return dev
-
-
-def _dtype_kind(dtype: torch.dtype) -> str:
-    if dtype == torch.bool:
-        return "bool"
-    if dtype.is_complex:
-        return "complex"
-    return "float" if dtype.is_floating_point else "int"
 
 
 def check_tensor(
@@ -217,7 +174,7 @@ def check_tensor(
     floating: bool = False,
     integer: bool = False,
     boolean: bool = False,
-    ndim: int | Sequence[int] | None = None,
+    ndim: int | None = None,
     min_ndim: int | None = None,
     shape: Sequence[int | None] | None = None,
     dims: str | None = None,
@@ -227,20 +184,18 @@ def check_tensor(
     of: str = "the layer's weights",
     why: str = "",
 ) -> torch.Tensor:
-    """Check a tensor's type, dtype and shape (metadata only: no sync, no data read); return it.
+    """Check a tensor's type, dtype and shape (metadata only); return it.
 
     ``floating`` refuses integer, bool and complex dtypes (they would be cast, or lose their
-    imaginary part). ``shape`` holds ``None`` for any size; ``dims`` is the shape in the
-    book's notation for the message, e.g. ``"(B, T, d_model)"``; ``shape=(..., d)`` checks
-    the last dimension only. ``broadcast_to``: ``t`` must broadcast to exactly this shape (a
-    mask or bias against the scores). ``dtype_of``: ``t`` must have the dtype of this tensor,
-    described as ``of`` (unless autocast is on): the error names the argument and the fix,
-    instead of torch's ``mat1 and mat2 must have the same dtype`` from inside a matmul.
-    ``why`` is appended to the ``boolean`` error.
+    imaginary part). ``shape`` holds ``None`` for any size, ``(..., d)`` any leading ones;
+    ``dims`` is the shape in the book's notation, e.g. ``"(B, T, d_model)"``. ``broadcast_to``:
+    a mask or bias against the scores. ``dtype_of``: the error names the argument and the fix,
+    not torch's ``mat1 and mat2 must have the same dtype`` from inside a matmul.
     """
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {_given(t)}")
-    kind = _dtype_kind(t.dtype)
+    kind = "float" if t.dtype.is_floating_point else "int"
+    kind = "bool" if t.dtype == torch.bool else "complex" if t.dtype.is_complex else kind
     if floating and kind != "float":
         raise TypeError(
             f"{name} must be a floating-point tensor (float16, bfloat16, float32 or float64), "
@@ -256,11 +211,8 @@ def check_tensor(
     elif shape is not None:
         ndim = len(shape)
     want = f" {dims}" if dims else ""
-    if ndim is not None:
-        allowed_ndim = (ndim,) if isinstance(ndim, int) else tuple(ndim)
-        if t.dim() not in allowed_ndim:
-            n = " or ".join(str(a) for a in allowed_ndim)
-            raise ValueError(f"{name} must have {n} dimensions{want}, got shape {got}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions{want}, got shape {got}")
     if min_ndim is not None and t.dim() < min_ndim:
         raise ValueError(f"{name} must have at least {min_ndim} dimensions{want}, got shape {got}")
     first = len(got) - len(shape or ())  # the dimension shape[0] describes
@@ -272,11 +224,12 @@ def check_tensor(
             )
     if nonempty and t.numel() == 0:
         raise ValueError(f"{name} must not be empty (every dimension >= 1), got shape {got}")
-    if broadcast_to is not None and not _broadcasts(got, broadcast_to):
-        raise ValueError(f"{name} of shape {got} does not broadcast to {dims} = {broadcast_to}")
-    if dtype_of is not None and t.dtype != dtype_of.dtype:
+    if broadcast_to is not None:  # to exactly broadcast_to: each size 1 or the target's
+        lead = len(broadcast_to) - len(got)  # got is right-aligned against the target
+        if lead < 0 or any(g not in (1, b) for g, b in zip(got, broadcast_to[lead:], strict=True)):
+            raise ValueError(f"{name} of shape {got} does not broadcast to {dims} = {broadcast_to}")
+    if dtype_of is not None and t.dtype != (want := dtype_of.dtype):
         if not torch.is_autocast_enabled(t.device.type):
-            want = dtype_of.dtype
             raise TypeError(
                 f"{name} must have the dtype of {of} ({want}), got dtype {t.dtype}; convert one "
                 f"of them first, e.g. {name}.to({want})"
@@ -284,18 +237,9 @@ def check_tensor(
     return t
 
 
-def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    try:
-        return len(shape) <= len(target) and torch.broadcast_shapes(shape, target) == target
-    except RuntimeError:
-        return False
-
-
 def check_ids(name: str, ids: torch.Tensor, vocab_size: int, ignore: int | None = None) -> None:
-    """Token ids in ``0..vocab_size-1`` (entries equal to ``ignore`` aside, but not all).
-
-    The one check that reads tensor *data*: on a GPU the host waits for the answer.
-    """
+    """Token ids in ``0..vocab_size-1`` (entries equal to ``ignore`` aside, but not all); the
+    one check that reads tensor *data*: on a GPU the host waits for the answer."""
     ids = ids if ignore is None else ids[ids != ignore]
     if ids.numel() == 0:
         raise ValueError(f"every entry of {name} is {ignore} (ignored): the loss would be NaN")
@@ -308,10 +252,8 @@ def check_ids(name: str, ids: torch.Tensor, vocab_size: int, ignore: int | None 
 def check_array(
     name: str, x: object, *, min_ndim: int = 0, dims: str | None = None, nonempty: bool = True
 ) -> np.ndarray:
-    """An array-like of real, finite numbers as a float64 NumPy array.
-
-    Bool, complex, string and object arrays are a ``TypeError`` (never parsed or truncated).
-    """
+    """An array-like of real, finite numbers as a float64 NumPy array (bool, complex, string
+    and object arrays are a ``TypeError``: never parsed or truncated)."""
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
     try:
@@ -333,12 +275,6 @@ def check_array(
     return arr
 
 
-def estimate_bytes(shape: Sequence[int], dtype: torch.dtype | type = torch.float32) -> int:
-    """Bytes of a dense array of ``shape`` and ``dtype`` (no allocation)."""
-    itemsize = dtype.itemsize if isinstance(dtype, torch.dtype) else np.dtype(dtype).itemsize
-    return math.prod([int(s) for s in shape]) * itemsize
-
-
 def format_bytes(n: float) -> str:
     """``1.5 GiB``-style text for a byte count."""
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
@@ -356,16 +292,15 @@ def check_size(
     max_bytes: int | None = None,
 ) -> int:
     """Refuse an allocation of ``shape`` x ``dtype`` over ``max_bytes`` (default
-    :data:`MAX_BYTES`) *before* making it; return its size in bytes.
-
-    ``name`` says what would be allocated, e.g. ``"the position table (max_len, d_model)"``.
+    :data:`MAX_BYTES`) *before* making it; return its size in bytes. ``name`` says what would be
+    allocated, e.g. ``"the position table (max_len, d_model)"``.
     """
     if torch.compiler.is_compiling():  # traced shapes were checked when the call ran eagerly
         return 0
     limit = MAX_BYTES if max_bytes is None else max_bytes
-    n = estimate_bytes(shape, dtype)
+    kind = dtype if isinstance(dtype, torch.dtype) else np.dtype(dtype)
+    n = math.prod([int(s) for s in shape]) * kind.itemsize
     if n > limit:
-        kind = dtype if isinstance(dtype, torch.dtype) else np.dtype(dtype).name
         raise ValueError(
             f"{name} of shape {tuple(int(s) for s in shape)} would need {format_bytes(n)} "
             f"({n} bytes of {kind}), over the limit of {format_bytes(limit)}; "

@@ -5,9 +5,6 @@ Gutenberg as packaged by the Open Knowledge Foundation, CC BY 2.5; see ``assets/
 so nothing is downloaded. It is split **by work**: the held-out plays of :data:`VAL_WORKS` are
 never trained on, so the validation loss measures how well the model predicts Shakespeare it
 has not read, not how well it remembers neighbouring lines of the same scene.
-
-The synthetic task of chapter 3 lives in :mod:`mini_transformer.tasks`; the book's API
-contract lists it here, so it is importable from here too.
 """
 
 from __future__ import annotations
@@ -59,10 +56,8 @@ RESULTS = (
 
 
 def load_result(name: str) -> dict:
-    """The committed result ``name``, one of ``RESULTS`` (e.g. ``"extrapolation"``).
-
-    Read through ``importlib.resources``, never a path into the repository, so that the
-    chapters run on Colab from an installed wheel.
+    """The committed result ``name``, one of ``RESULTS``, read through ``importlib.resources``
+    (never a path into the repository) so that the chapters run on Colab from a wheel.
 
     >>> load_result("extrapolation")["command"].startswith("python tools/extrapolation_lab.py")
     True
@@ -76,11 +71,8 @@ def load_result(name: str) -> dict:
 def _read_archive() -> dict[str, str]:
     """``{title: text}`` of the 42 works in file-name order, read once per process."""
     with tarfile.open(CORPUS_ARCHIVE, "r:gz") as tar:
-        files = {
-            Path(m.name).name: tar.extractfile(m).read().decode("ascii")  # type: ignore[union-attr]
-            for m in tar.getmembers()
-            if m.isfile()
-        }
+        members = [m for m in tar.getmembers() if m.isfile()]
+        files = {Path(m.name).name: tar.extractfile(m).read().decode("ascii") for m in members}
     titles = dict(re.findall(r"^\[(\w+)\]\ntitle = (.+)$", files["metadata.txt"], re.M))
     stems = sorted(name[: -len(".txt")] for name in files if name.endswith("_gut.txt"))
     return {titles.get(stem, stem): files[f"{stem}.txt"] for stem in stems}
@@ -93,11 +85,8 @@ def load_works() -> dict[str, str]:
 
 @functools.lru_cache(maxsize=3)
 def load_corpus(split: str = "train") -> str:
-    """The corpus as one string: ``"train"`` (38 works), ``"val"`` (:data:`VAL_WORKS`) or ``"all"``.
-
-    Works are joined by :data:`WORK_SEPARATOR` in :func:`load_works` order; a split never cuts
-    a work.
-    """
+    """The corpus as one string: ``"train"`` (38 works), ``"val"`` (:data:`VAL_WORKS`) or ``"all"``;
+    works joined by :data:`WORK_SEPARATOR` in :func:`load_works` order."""
     check_choice("split", split, ("train", "val", "all"))
     works = _read_archive()
     chosen = [t for t in works if split == "all" or (t in VAL_WORKS) == (split == "val")]
@@ -107,14 +96,11 @@ def load_corpus(split: str = "train") -> str:
 class CharTokenizer:
     """A character-level tokenizer: id ``i`` is ``chars[i]``, the sorted distinct characters.
 
-    :meth:`from_corpus` builds it from the whole corpus (84 characters), so the held-out plays
-    hold no unknown character.
-
-        >>> tok = CharTokenizer("abc")
-        >>> tok.encode("cab").tolist()
-        [2, 0, 1]
-        >>> tok.decode([2, 0, 1])
-        'cab'
+    >>> tok = CharTokenizer("abc")
+    >>> tok.encode("cab").tolist()
+    [2, 0, 1]
+    >>> tok.decode([2, 0, 1])
+    'cab'
     """
 
     def __init__(self, chars: str | Iterable[str]):
@@ -130,7 +116,7 @@ class CharTokenizer:
 
     @classmethod
     def from_corpus(cls) -> CharTokenizer:
-        """The tokenizer of the whole bundled corpus (train and held-out works): 84 characters."""
+        """The tokenizer of the whole corpus (84 characters): held-out plays hold no unknown one."""
         return cls(set(load_corpus("all")))
 
     @property
@@ -144,7 +130,7 @@ class CharTokenizer:
         return isinstance(other, CharTokenizer) and self.chars == other.chars
 
     def encode(self, text: str) -> torch.Tensor:
-        """The token ids of ``text``: a 1-D ``torch.long`` tensor of length ``len(text)``."""
+        """The token ids of ``text``, ``(len(text),)`` ``torch.long``."""
         check_instance("text", text, str, "a str")
         codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
         n = len(self._lut)
@@ -195,13 +181,9 @@ def get_batch(
     generator: torch.Generator | None = None,
     device: str | torch.device | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``batch_size`` random windows of ``block_size`` token ids and their next tokens.
-
-    Row ``b`` starts at a uniform random offset ``s`` (drawn with ``generator``, so a seeded
-    generator gives the same batch): ``x[b] = data[s : s+T]``, ``y[b] = data[s+1 : s+T+1]``.
-    The batch goes to ``device`` (default: ``data``'s), pinned and non-blocking from the CPU
-    to a GPU. Returns ``(x, y)``, two ``torch.long`` tensors of shape ``(B, T)``.
-    """
+    """``(x, y)``, ``(B, T)`` ``torch.long``: ``batch_size`` random windows of ``block_size`` ids
+    and their next tokens, ``x[b] = data[s : s+T]``, ``y[b] = data[s+1 : s+T+1]``, ``s`` uniform
+    (drawn with ``generator``); on ``device`` (default: ``data``'s), pinned from CPU to GPU."""
     check_tensor("data", data, integer=True, ndim=1, dims="(N,) of token ids")
     batch_size = check_int("batch_size", batch_size, low=1)
     block_size = check_int("block_size", block_size, low=1)

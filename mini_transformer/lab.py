@@ -14,8 +14,7 @@ steps back") at lengths ``L/2 .. L``, then evaluated on fresh sequences of lengt
   ``memn2n``, ``none``) had not finished, so a drop past ``L`` measured under-training as much
   as extrapolation.
 
-The sweep over schemes and seeds behind the chapter's results (18 runs, 37 CPU-minutes) is
-the repository tool ``tools/extrapolation_lab.py``, not part of this package.
+The sweep behind the chapter's results (18 runs, 37 CPU-minutes) is ``tools/extrapolation_lab.py``.
 """
 
 from __future__ import annotations
@@ -42,11 +41,9 @@ __all__ = [
 
 @dataclass
 class LabConfig:
-    """One lab run: task, model, training budget and evaluation.
+    """One lab run: task, model, training budget and evaluation (``train_length`` is ``L``).
 
-    ``train_length`` is ``L``; training lengths are drawn from ``min_train_length .. L``
-    (default ``L // 2``) and the model is evaluated at ``eval_lengths`` (default ``L, 1.5 L,
-    2 L``). Training is AdamW without weight decay, a linear warm-up then a cosine to
+    Training is AdamW without weight decay, a linear warm-up then a cosine to
     ``lr / 10``, clipping at 1; ``scheme_lr`` replaces ``lr`` for the schemes it names (e.g.
     ``{"alibi": 1e-2}``). ``curve_every`` and ``extra`` are for the sweep tool's JSON: the loss
     curve is averaged over windows of ``curve_every`` steps, ``extra`` is copied as is.
@@ -71,9 +68,7 @@ class LabConfig:
     curve_every: int = 100
     extra: dict = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        # What the task and the model would name otherwise is checked here, before training:
-        # the model's sizes are checked by TransformerConfig, steps by the Schedule.
+    def __post_init__(self) -> None:  # model sizes: TransformerConfig checks them; steps: Schedule
         check_choice("task", self.task, sorted(SYNTHETIC_TASKS))
         L = check_int("train_length", self.train_length, low=1)
         offset = check_int("offset", self.offset, low=1)
@@ -112,17 +107,9 @@ def make_model(scheme: str, cfg: LabConfig, seed: int = 0) -> TransformerLM:
     """The lab's model for ``scheme``: the same size and initial RNG state for every scheme."""
     check_choice("scheme", scheme, POSITIONAL_SCHEMES)
     torch.manual_seed(seed)
-    config = TransformerConfig(
-        vocab_size=cfg.vocab_size,
-        block_size=cfg.block_size,
-        d_model=cfg.d_model,
-        n_heads=cfg.n_heads,
-        n_layers=cfg.n_layers,
-        d_ff=cfg.d_ff,
-        dropout=0.0,
-        positional=scheme,
-    )
-    return TransformerLM(config)
+    sizes = ("vocab_size", "block_size", "d_model", "n_heads", "n_layers", "d_ff")
+    config = TransformerConfig(**{k: getattr(cfg, k) for k in sizes}, positional=scheme)
+    return TransformerLM(config)  # dropout 0 (the default)
 
 
 def train_model(model: TransformerLM, cfg: LabConfig, seed: int = 0) -> list[float]:
@@ -143,7 +130,7 @@ def train_model(model: TransformerLM, cfg: LabConfig, seed: int = 0) -> list[flo
         loss, _ = train_step(model, opt, idx, targets, schedule(step), grad_clip=1.0)
         losses.append(loss)
     model.eval()
-    return torch.stack(losses).tolist() if losses else []
+    return torch.stack(losses).tolist()  # steps >= 1: the Schedule checked it
 
 
 def _accuracy(logits: torch.Tensor, targets: torch.Tensor, start: int = 0) -> float:

@@ -1,11 +1,8 @@
 """LayerNorm, the position-wise feed-forward block, and the Transformer block (chapter 5).
 
-Every module maps ``(B, T, d_model)`` to the same shape. A block is wired from the
-attention and feed-forward modules it is given, each in a residual connection, with
-LayerNorm after the residual sum (Post-LN, the original Transformer) or at the entrance of
-each sub-layer (Pre-LN, GPT-2 and most models since). Dropout as in the original: on each
-sub-layer's output before the residual sum, on the attention weights and on the
-feed-forward hidden activation; ``dropout=0.0`` (the default) is deterministic.
+Every module maps ``(B, T, d_model)`` to the same shape. Dropout as in the original: on each
+sub-layer's output before the residual sum, on the attention weights and on the feed-forward
+hidden activation; ``dropout=0.0`` (the default) is deterministic.
 """
 
 from __future__ import annotations
@@ -81,12 +78,11 @@ class LayerNorm(nn.Module):
 
 
 class FeedForward(nn.Module):
-    r"""The position-wise feed-forward block, $\mathrm{FFN}(x) = \phi(x W_1 + b_1)\, W_2 + b_2$,
+    r"""The position-wise feed-forward block, $\mathrm{FFN}(x) = \phi(x W_1 + b_1)\, W_2 + b_2$.
 
-    with $W_1$ ``(d_model, d_ff)``, $\phi$ = GELU or ReLU (the original Transformer: ReLU,
-    ``d_ff = 4 d_model``).
-    The same weights act on every position separately, so permuting the positions permutes
-    the output. ``linear1``/``linear2`` are named as in :class:`torch.nn.TransformerEncoderLayer`.
+    $W_1$ is ``(d_model, d_ff)``, $\phi$ GELU or ReLU (the original Transformer: ReLU, ``d_ff =
+    4 d_model``). The same weights act on every position separately, so permuting the positions
+    permutes the output. ``linear1``/``linear2``: the names of ``nn.TransformerEncoderLayer``.
     """
 
     def __init__(

@@ -18,10 +18,8 @@ __all__ = ["causal_mask", "padding_mask", "combine_masks"]
 def causal_mask(
     T: int, T_k: int | None = None, device: torch.device | str | None = None
 ) -> torch.Tensor:
-    """The look-ahead mask ``(T, T_k)``: query ``i`` may attend to key ``j`` iff ``j <= i``.
-
-    ``T_k`` defaults to ``T``; the diagonal starts at the top left, as PyTorch's
-    ``is_causal=True``.
+    """The look-ahead mask ``(T, T_k)``: query ``i`` may attend to key ``j`` iff ``j <= i`` (the
+    diagonal starts at the top left, as PyTorch's ``is_causal=True``).
 
     Example:
         >>> causal_mask(3).int()
@@ -59,9 +57,8 @@ def padding_mask(
     values = [check_int(f"lengths[{b}]", n, low=0, high=T) for b, n in enumerate(lengths)]
     if not values:
         raise ValueError("lengths must be a non-empty 1-D sequence of B integers, got []")
-    lengths = torch.tensor(values, dtype=torch.long, device=device)
-    positions = torch.arange(T, device=lengths.device)
-    return (positions[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, T)
+    lengths = torch.tensor(values, dtype=torch.long, device=device)  # (B,)
+    return (torch.arange(T, device=device) < lengths[:, None])[:, None, None, :]  # (B, 1, 1, T)
 
 
 def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:

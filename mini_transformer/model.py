@@ -97,9 +97,8 @@ class TransformerConfig:
     """Hyper-parameters of :class:`TransformerLM`, checked on construction.
 
     ``d_ff=None`` means ``4 * d_model``; ``dropout`` applies to the embeddings, attention
-    weights, residuals and FFN; ``positional`` is one of :data:`POSITIONAL_SCHEMES`;
-    ``bias=False`` drops every Linear and LayerNorm bias; ``tie_weights``: the LM head shares
-    the token embedding's matrix.
+    weights, residuals and FFN; ``bias=False`` drops every Linear and LayerNorm bias;
+    ``tie_weights``: the LM head shares the token embedding's matrix.
     """
 
     vocab_size: int
@@ -207,9 +206,8 @@ class TransformerLM(nn.Module):
     def _check_idx(self, idx: torch.Tensor, name: str = "idx", shape=None, crop=False) -> None:
         dims = "(B, T) of token ids"
         check_tensor(name, idx, integer=True, ndim=2, shape=shape, dims=dims, nonempty=True)
-        c = self.config
-        T = min(idx.shape[1], c.block_size) if crop else idx.shape[1]  # what the model sees
-        if T > c.block_size and not SCHEMES[c.positional].extrapolates:
+        T, c = idx.shape[1], self.config  # crop: the model sees the last block_size tokens
+        if T > c.block_size and not crop and not SCHEMES[c.positional].extrapolates:
             raise ValueError(
                 f"sequence length T={T} exceeds block_size={c.block_size}: a learned position "
                 "embedding has no vector for unseen positions (crop the input, or use a scheme "
@@ -241,23 +239,16 @@ class TransformerLM(nn.Module):
             x = block(x)  # (B, T, d_model)
         x = self.ln_f(x)
         logits = self.lm_head(x)  # (B, T, vocab_size)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(
-                logits.reshape(B * T, -1).float(), targets.reshape(B * T), ignore_index=IGNORE_INDEX
-            )
-        return logits, loss
+        if targets is None:
+            return logits, None
+        flat = logits.reshape(B * T, -1).float()  # (B T, vocab_size), the loss in float32
+        return logits, F.cross_entropy(flat, targets.reshape(B * T), ignore_index=IGNORE_INDEX)
 
     @torch.no_grad()
     def attention_weights(self, idx: torch.Tensor) -> list[torch.Tensor]:
-        """Every layer's attention weights for ``idx``, ``n_layers`` x ``(B, n_heads, T, T)``.
-
-        One forward pass in eval mode with each attention layer's ``keep_weights`` on; row
-        ``t`` is query ``t``'s distribution over positions ``0..t`` (the upper triangle is
-        exactly zero). The model's mode is left as it was.
-        """
-        was_training = self.training
-        attns = [block.attn for block in self.blocks]
+        """Every layer's attention weights for ``idx``, ``n_layers`` x ``(B, n_heads, T, T)``, from
+        one eval-mode forward pass; row ``t`` is query ``t``'s distribution over ``0..t``."""
+        was_training, attns = self.training, [block.attn for block in self.blocks]
         self.eval()
         try:
             for attn in attns:
@@ -309,8 +300,7 @@ class TransformerLM(nn.Module):
                     if not torch.isfinite(scaled).all():  # a tiny temperature overflows:
                         # shift first (softmax ignores it) and divide in float64 (where the
                         # temperature is not 0), so the limit is greedy, not NaN
-                        shifted = (logits - logits.amax(dim=-1, keepdim=True)).double()
-                        scaled = shifted / temperature
+                        scaled = (logits - logits.amax(dim=-1, keepdim=True)).double() / temperature
                     logits = scaled
                     if top_k is not None:
                         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
@@ -346,10 +336,8 @@ class TransformerLM(nn.Module):
         d_\text{model}$ per token per layer forward, times 3, over the full ``T x T`` scores
         (the causal half is not subtracted, as in PaLM). ``T`` defaults to ``block_size``.
         """
-        T = self.config.block_size if T is None else check_int("T", T, low=1)
-        parts = self.num_parameters(by_component=True)
-        n = parts["total"] - parts["positional"]
-        if not self.config.tie_weights:
-            n -= parts["embeddings"]
         c = self.config
+        T = c.block_size if T is None else check_int("T", T, low=1)
+        parts = self.num_parameters(by_component=True)
+        n = parts["total"] - parts["positional"] - (0 if c.tie_weights else parts["embeddings"])
         return float(6 * n + 12 * c.n_layers * c.d_model * T)

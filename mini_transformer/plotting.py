@@ -1,14 +1,13 @@
 """What the chapters share around the model: set-up, tables and the attention heatmap.
 
-Why functions and not copy-pasted cells: nbval compares every stored output when CI re-executes
-the book, so each chapter must start from the same random state and number of threads (large
-float sums differ in the last digits between one and two threads); and chapters 4 and 6 draw
-their grids of attention (and gradient) maps with one :func:`show_heatmaps`. matplotlib is
-imported inside the functions that draw: the package itself does not need it.
+Why functions and not copy-pasted cells: nbval compares every stored output, so each chapter
+must start from the same random state and number of threads (float sums differ in the last
+digits between one and two threads). matplotlib is imported only by the functions that draw.
 """
 
 from __future__ import annotations
 
+import contextlib
 import html
 import os
 import random
@@ -25,11 +24,8 @@ __all__ = ["setup", "show_table", "show_heatmaps"]
 
 
 def setup(seed: int = 0, threads: int = 1) -> np.random.Generator:
-    """Make a notebook reproducible; return ``np.random.default_rng(seed)`` to draw from.
-
-    Seeds Python's ``random``, NumPy's global state and torch; sets ``threads`` torch threads
-    (one makes float sums bit-stable); and makes matplotlib draw PNG figures of a fixed size
-    (SVG output embeds a date, which would break nbval's comparison).
+    """Seed ``random``, NumPy and torch, set ``threads`` torch threads, make matplotlib draw
+    fixed-size PNG figures (SVG embeds a date, which breaks nbval); return ``default_rng(seed)``.
 
     >>> rng = setup(0)
     """
@@ -58,7 +54,7 @@ def setup(seed: int = 0, threads: int = 1) -> np.random.Generator:
             "image.cmap": "RdBu_r",
         }
     )
-    try:  # inside IPython: inline PNG figures, even if MPLBACKEND says otherwise
+    with contextlib.suppress(ImportError):  # in IPython: inline PNG, whatever MPLBACKEND says
         from IPython import get_ipython
 
         ip = get_ipython()
@@ -67,8 +63,6 @@ def setup(seed: int = 0, threads: int = 1) -> np.random.Generator:
 
             ip.run_line_magic("matplotlib", "inline")
             set_matplotlib_formats("png")
-    except ImportError:
-        pass
     return np.random.default_rng(seed)
 
 
@@ -78,10 +72,7 @@ _ALLOWED = re.compile(r"&lt;(/?(?:br|small|b|i|em|strong|sub|sup|code))&gt;")
 
 def html_table(header: Sequence[object], rows: Sequence[Sequence[object]]) -> str:
     """A small HTML table: the book renders it, nbval compares it as text (chapters 1 and 3).
-
-    Cells are shown with ``str`` and HTML-escaped, so a cell shows what it holds; only the bare
-    tags ``<br>``, ``<small>``, ``<b>``, ``<i>``, ``<em>``, ``<strong>``, ``<sub>``, ``<sup>``
-    and ``<code>`` pass as markup.
+    Cells are shown with ``str``, HTML-escaped; only the bare tags of ``_ALLOWED`` pass.
 
     >>> html_table(["a", "b"], [[1, 2]]).count("<td>")
     2
@@ -93,9 +84,8 @@ def html_table(header: Sequence[object], rows: Sequence[Sequence[object]]) -> st
             raise ValueError(f"rows[{i}] must be a sequence of {len(header)} cells, got {row!r}")
 
     def cell(tag: str, value: object) -> str:
-        return (
-            f"<{tag}>" + _ALLOWED.sub(r"<\1>", html.escape(str(value), quote=False)) + f"</{tag}>"
-        )
+        text = _ALLOWED.sub(r"<\1>", html.escape(str(value), quote=False))
+        return f"<{tag}>{text}</{tag}>"
 
     head = "".join(cell("th", h) for h in header)
     body = "".join("<tr>" + "".join(cell("td", c) for c in row) + "</tr>" for row in rows)
@@ -107,18 +97,6 @@ def show_table(header: Sequence[object], rows: Sequence[Sequence[object]]) -> No
     from IPython.display import HTML, display
 
     display(HTML(html_table(header, rows)))
-
-
-def _panels(matrices: Any) -> tuple[np.ndarray, tuple[int, ...]]:
-    """``matrices`` as a float array of shape (rows, cols, n_q, n_k), and the shape given."""
-    if isinstance(matrices, (list, tuple)):  # a list of tensors (that may require grad)
-        matrices = [t.detach().cpu().numpy() if torch.is_tensor(t) else t for t in matrices]
-    m = check_array("matrices", matrices, min_ndim=2, dims="(rows, cols, n_q, n_k)")
-    if m.ndim > 4:
-        raise ValueError(
-            f"matrices must have 2, 3 or 4 dimensions (rows, cols, n_q, n_k), got shape {m.shape}"
-        )
-    return m.reshape((1,) * (4 - m.ndim) + m.shape), m.shape
 
 
 def _labels(name: str, labels: object, n: int, what: str) -> list[str] | None:
@@ -134,12 +112,10 @@ def _labels(name: str, labels: object, n: int, what: str) -> list[str] | None:
 
 def _cells(name: str, value: Any, m: np.ndarray, given: tuple, what: str) -> np.ndarray:
     """``value``, an array of the shape of ``matrices``, reshaped like the panels ``m``."""
-    cells = np.asarray(value.detach().cpu() if torch.is_tensor(value) else value)
-    if cells.shape not in (given, m.shape):
-        raise ValueError(
-            f"{name} must be {what} of the shape of matrices {given}, got {cells.shape}"
-        )
-    return cells.reshape(m.shape)
+    a = np.asarray(value.detach().cpu() if torch.is_tensor(value) else value)
+    if a.shape not in (given, m.shape):
+        raise ValueError(f"{name} must be {what} of the shape of matrices {given}, got {a.shape}")
+    return a.reshape(m.shape)
 
 
 def show_heatmaps(
@@ -157,29 +133,20 @@ def show_heatmaps(
     fontsize: float | None = None,
     figsize: tuple[float, float] | None = None,
 ) -> tuple[Any, np.ndarray]:
-    """Draw a grid of matrices (attention weights, gradient norms) on one colour scale.
+    """Draw a grid of matrices (attention weights, gradient norms) on one colour scale
+    (chapters 4 and 6); return ``(fig, axes)``, ``axes`` of shape ``(rows, cols)``.
 
     Why one scale: panels are compared with each other ("the scaled rows are softer"), so a
     colour must mean the same number in every panel and the one colour bar must be true for all
     of them (d2l's ``show_heatmaps`` lets each panel scale itself and draws the last one's bar).
-    The scale runs from the smallest to the largest entry unless ``vmin``/``vmax`` are given
-    (attention weights: 0 and 1). Chapter 4 draws attention weights, gradient maps and
-    cross-attention heads with it, chapter 6 the heads of a trained model.
 
-    - ``matrices``: ``(rows, cols, n_q, n_k)``, ``(cols, n_q, n_k)`` or ``(n_q, n_k)``, as a
-      tensor, an array or a list of them; a matrix's rows are queries (y axis), its columns
-      keys (x axis).
-    - ``titles``: one per panel, row-major; ``xticklabels``: one per key (slanted when longer
-      than two characters); ``yticklabels``: one per query.
-    - ``annotate``: the text of every cell, a format string such as ``"{:.2f}"`` or strings of
-      the shape of ``matrices`` (e.g. ``"X"`` where masked).
+    - ``matrices``: ``(rows, cols, n_q, n_k)``, ``(cols, n_q, n_k)`` or ``(n_q, n_k)``, a
+      tensor, an array or a list of them; rows are queries (y axis), columns keys (x axis).
+    - ``annotate``: a format string such as ``"{:.2f}"``, or strings of the shape of
+      ``matrices`` (e.g. ``"X"`` where masked).
     - ``blank``: booleans of the shape of ``matrices``; True cells are drawn light grey, off the
-      scale (and out of the default limits). Why: the palest colour of a scale from 0 is hard
-      to tell from a small value's, so cells that are *exactly* zero (a masked key, a gradient
-      that cannot flow) are better set apart, e.g. ``blank=G == 0``.
-    - ``figsize``: inches (default: 2.6 per column and 2.4 per row, plus margins).
-
-    Returns ``(fig, axes)``, ``axes`` a NumPy array of shape ``(rows, cols)``.
+      scale. Why: the palest colour of a scale from 0 is hard to tell from a small value's, so
+      cells that are *exactly* zero (a masked key, a gradient that cannot flow) are set apart.
 
     >>> fig, axes = show_heatmaps(np.eye(3), xlabel="key", ylabel="query")
     >>> axes.shape, axes[0, 0].images[0].get_clim()
@@ -188,7 +155,12 @@ def show_heatmaps(
     import matplotlib as mpl
     import matplotlib.pyplot as plt
 
-    m, given = _panels(matrices)
+    if isinstance(matrices, (list, tuple)):  # a list of tensors (that may require grad)
+        matrices = [t.detach().cpu().numpy() if torch.is_tensor(t) else t for t in matrices]
+    m = check_array("matrices", matrices, min_ndim=2, dims="(rows, cols, n_q, n_k)")
+    if m.ndim > 4:
+        raise ValueError(f"matrices must have 2, 3 or 4 dimensions, got shape {m.shape}")
+    m, given = m.reshape((1,) * (4 - m.ndim) + m.shape), m.shape
     rows, cols, n_q, n_k = m.shape
     check_instance("xlabel", xlabel, str, "a string")
     check_instance("ylabel", ylabel, str, "a string")
@@ -235,8 +207,7 @@ def show_heatmaps(
         ax.set_xlabel(xlabel if r == rows - 1 else "")
         ax.set_ylabel(ylabel if c == 0 else "")
         for (i, j), text in np.ndenumerate(texts[r, c] if texts is not None else []):
-            dark = m[r, c, i, j] - lo > 0.6 * (hi - lo)  # white text on the dark cells
-            color = "white" if dark else "black"
+            color = "white" if m[r, c, i, j] - lo > 0.6 * (hi - lo) else "black"  # on dark cells
             ax.text(j, i, text, ha="center", va="center", fontsize=fontsize, color=color)
     fig.colorbar(im, ax=axes, shrink=0.8)
     return fig, axes

@@ -54,9 +54,7 @@ def normalized_index_encoding(n: int) -> np.ndarray:
     position gets a different value, and neighbours a different step $1/N$, in sentences of
     different length.
     """
-    n = check_int("n", n, low=1)
-    check_size("the encoding (n, 1)", (n, 1), np.float64)
-    return np.arange(n, dtype=np.float64)[:, None] / n
+    return index_encoding(n) / n  # pos / N
 
 
 def binary_encoding(n: int, n_bits: int) -> np.ndarray:
@@ -134,22 +132,15 @@ def rotation_matrix(offset: float, d_model: int, base: float = 10000.0) -> np.nd
     c, s = np.cos(theta), np.sin(theta)
     R = np.zeros((d_model, d_model), dtype=np.float64)
     idx = np.arange(0, d_model, 2)
-    R[idx, idx] = c
-    R[idx, idx + 1] = s
-    R[idx + 1, idx] = -s
-    R[idx + 1, idx + 1] = c
+    R[idx, idx] = R[idx + 1, idx + 1] = c  # [[cos, sin],
+    R[idx, idx + 1], R[idx + 1, idx] = s, -s  # [-sin, cos]] per pair
     return R
 
 
 def encoding_properties(pe: np.ndarray, decimals: int = 12) -> dict:
-    r"""The numbers chapter 1 scores an encoding with, from its rows $p_0, \dots, p_{n-1}$.
-
-    ``norm_*`` of $\|p_{pos}\|$, ``neighbour_distance_*`` of $\|p_{pos+1} - p_{pos}\|$ and
-    ``neighbour_angle_*`` (radians, over pairs of non-zero rows; ``nan`` if none), each as
-    ``_min``, ``_max`` and ``_spread`` (0 means the same for every position); ``unique``
-    and ``n_unique`` (rows distinct after rounding to ``decimals``); ``value_min``,
-    ``value_max``, ``max_abs``; ``n_positions``, ``dim``. ``pe`` needs at least two rows.
-    """
+    r"""The numbers chapter 1 scores an encoding with, from its rows $p_0, \dots, p_{n-1}$ (two
+    or more): $\|p_{pos}\|$, $\|p_{pos+1} - p_{pos}\|$ and the neighbour angle (radians, over
+    non-zero rows), each as ``_min``, ``_max``, ``_spread`` (0: the same at every position)."""
     pe = check_array("pe", pe, nonempty=False)
     decimals = check_int("decimals", decimals)
     if pe.ndim != 2 or pe.shape[0] < 2 or pe.shape[1] < 1:
@@ -194,9 +185,8 @@ def _add_rows(x: torch.Tensor, table: torch.Tensor, offset: int, hint: str) -> t
 class SinusoidalPositionalEncoding(nn.Module):
     r"""Adds the fixed sinusoidal encoding: ``x + PE[offset : offset + T]``.
 
-    The table of :func:`sinusoidal_encoding` is computed in float64 and kept as a float32
-    buffer ``(max_len, d_model)``, not saved in checkpoints (it is a function of the
-    arguments). No parameters.
+    The table of :func:`sinusoidal_encoding`, computed in float64, is a float32 buffer
+    ``(max_len, d_model)`` not saved in checkpoints (it is a function of the arguments).
     """
 
     def __init__(

@@ -3,20 +3,17 @@ r"""Chapter 4's miniature of Vaswani et al.'s section 3.2.1: three score functio
 Vaswani et al. (2017) observe that "for small values of :math:`d_k` the two mechanisms perform
 similarly, additive attention outperforms dot product attention without scaling for larger
 values of :math:`d_k`", and *suspect* saturated softmax gradients. :func:`train_scores` trains
-one attention layer's score function (:class:`ScoreModel`) at width ``d_k`` on a retrieval
-task (:func:`retrieval_batch`): ``T`` random keys :math:`x_j \in \mathbb{R}^{d_{in}}` with
-random labels :math:`y_j` among ``C``, and a query :math:`x_{j^*} + 0.5\,\varepsilon`. The
-values are the labels' one-hot vectors, so the output :math:`o = \sum_j a_j e_{y_j}` is a
-distribution over labels and the loss :math:`-\ln o_{y_{j^*}}` reaches the scores only
-through the softmax, as in a real attention layer. The score functions, from :math:`d_{in}`
-to width ``d_k`` with PyTorch's default ``nn.Linear`` initialisation:
+one score function at width ``d_k`` to retrieve the label of the key a noisy query copies; the
+values are the labels' one-hot vectors, so the loss :math:`-\ln o_{y_{j^*}}` reaches the
+scores only through the softmax, as in a real attention layer. The score functions
+(PyTorch's default ``nn.Linear`` initialisation):
 
 - ``"scaled"``: :math:`q \cdot k / \sqrt{d_k}` with :math:`q = W^Q x_q`, :math:`k = W^K x_j`;
 - ``"unscaled"``: :math:`q \cdot k`;
 - ``"additive"``: :math:`w^\top \tanh(W_q x_q + W_k x_j + b)`
   (:class:`~mini_transformer.additive.AdditiveAttention`, hidden width ``d_k``).
 
-The sweep behind the chapter's results is the repository tool ``tools/score_functions.py``.
+The sweep behind the chapter's results is ``tools/score_functions.py``.
 """
 
 from __future__ import annotations
@@ -38,11 +35,8 @@ SCORE_KINDS = ("additive", "unscaled", "scaled")  # in the order the sweep tool 
 def retrieval_batch(
     generator: torch.Generator, batch_size: int = 64, T: int = 16, d_in: int = 32, C: int = 16
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """One retrieval batch: query (B, 1, d_in), keys (B, T, d_in), values (B, T, C), targets (B,).
-
-    The values are the one-hot labels of the keys; the target is the label of the key the
-    query copies.
-    """
+    """One retrieval batch: query (B, 1, d_in), keys (B, T, d_in), values (B, T, C) (one-hot
+    labels of the keys), targets (B,) (the label of the key the query copies)."""
     x = torch.randn(batch_size, T, d_in, generator=generator)
     labels = torch.randint(0, C, (batch_size, T), generator=generator)
     j = torch.randint(0, T, (batch_size,), generator=generator)
@@ -105,12 +99,7 @@ def train_scores(kind: str, d_k: int, lr: float, seed: int = 0, steps: int = 200
         opt.step()
     with torch.no_grad():
         results = [_loss_and_accuracy(model, b) for b in held_out]
-    return {
-        "kind": kind,
-        "d_k": d_k,
-        "lr": lr,
-        "seed": seed,
-        "steps": steps,
+    return {"kind": kind, "d_k": d_k, "lr": lr, "seed": seed, "steps": steps} | {
         "loss": round(sum(r[0].item() for r in results) / len(results), 5),
         "accuracy": round(sum(r[1].item() for r in results) / len(results), 5),
         "init_score_std": round(init_std, 4),

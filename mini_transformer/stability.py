@@ -4,9 +4,7 @@ Both experiments use :class:`TinyCausalLM`, a small causal LM of
 :class:`~mini_transformer.layers.TransformerBlock` s initialised as in Xiong et al.'s (2020)
 analysis, on a copy task: ``K`` random symbols, a separator, the same ``K`` symbols again. Only
 the copy is predictable, and the loss is its mean cross-entropy in nats: :math:`\\ln V` for a
-uniform guess, 0 for a perfect copier. :func:`grad_norms_at_init` measures the gradient of
-each layer's second FFN matrix at initialisation; :func:`train_run` trains with Adam at one
-learning rate, with or without warm-up. One CPU thread and fixed seeds make a notebook re-run
+uniform guess, 0 for a perfect copier. One CPU thread and fixed seeds make a notebook re-run
 give the numbers of the committed sweep, ``tools/stability_sweep.py`` (48 runs, ten minutes).
 """
 
@@ -54,10 +52,8 @@ class StabilityConfig:
     batch_size: int = 32
 
     def __post_init__(self) -> None:  # the sizes of the blocks are checked by the blocks
-        check_int("vocab_size", self.vocab_size, low=2)
-        check_int("copy_len", self.copy_len, low=1)
-        check_int("n_layers", self.n_layers, low=1)
-        check_int("batch_size", self.batch_size, low=1)
+        for name, low in (("vocab_size", 2), ("copy_len", 1), ("n_layers", 1), ("batch_size", 1)):
+            check_int(name, getattr(self, name), low=low)
 
     @property
     def block_size(self) -> int:
@@ -75,10 +71,9 @@ class TinyCausalLM(nn.Module):
 
     def __init__(self, cfg: StabilityConfig, norm_position: str) -> None:
         super().__init__()
-        n_tokens = cfg.vocab_size + 1
-        self.tok = nn.Embedding(n_tokens, cfg.d_model)
-        self.pos = nn.Embedding(cfg.block_size, cfg.d_model)
-        d = cfg.d_model
+        d, n_tokens = cfg.d_model, cfg.vocab_size + 1  # V symbols and SEP
+        self.tok = nn.Embedding(n_tokens, d)
+        self.pos = nn.Embedding(cfg.block_size, d)
         self.blocks = nn.ModuleList(
             TransformerBlock(
                 MultiHeadAttention(d, cfg.n_heads),
@@ -90,7 +85,7 @@ class TinyCausalLM(nn.Module):
         )
         # Pre-LN's residual stream is never normalised inside the blocks: one final LN.
         self.ln_f = LayerNorm(d) if norm_position == "pre" else nn.Identity()
-        self.head = nn.Linear(cfg.d_model, n_tokens)
+        self.head = nn.Linear(d, n_tokens)
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.xavier_normal_(m.weight)
@@ -101,11 +96,8 @@ class TinyCausalLM(nn.Module):
             self.pos.weight.mul_(0.5)
 
     def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        """``idx`` (B, T) long -> ``(logits (B, T, V + 1), loss)``.
-
-        ``targets`` (B, K) are the tokens the *last* K positions must predict (the copy);
-        the loss is their mean cross-entropy in nats, or ``None`` without targets.
-        """
+        """``idx`` (B, T) -> ``(logits (B, T, V + 1), loss)``; ``targets`` (B, K) are the tokens
+        the *last* K positions must predict (the copy), the loss their mean cross-entropy."""
         T = idx.shape[1]
         x = self.tok(idx) + self.pos(torch.arange(T))  # (B, T, d_model)
         for block in self.blocks:
@@ -119,11 +111,8 @@ class TinyCausalLM(nn.Module):
 
 
 def copy_task_batch(cfg: StabilityConfig, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """One batch of the copy task: inputs ``(B, 2K)`` and targets ``(B, K)``.
-
-    The full sequence is ``s_1..s_K, SEP, s_1..s_K``; the model reads its first ``2K``
-    tokens and must predict the last ``K`` (each from the positions before it).
-    """
+    """Inputs ``(B, 2K)`` and targets ``(B, K)``: of ``s_1..s_K, SEP, s_1..s_K`` the model reads
+    the first ``2K`` tokens and must predict the last ``K``."""
     K, V, B = cfg.copy_len, cfg.vocab_size, cfg.batch_size
     s = torch.randint(0, V, (B, K), generator=generator)
     sep = torch.full((B, 1), V, dtype=torch.long)
@@ -139,9 +128,8 @@ def grad_norms_at_init(
 ) -> list[float]:
     """Mean over seeds of :math:`\\|\\partial L / \\partial W^{2,\\ell}\\|_F` for each layer.
 
-    ``W^{2,l}`` is the second matrix of layer ``l``'s FFN (``ffn.linear2.weight``). The
-    loss is the copy-task loss of a fresh model on one batch; seed ``s`` fixes both the
-    weights and the batch. Returns ``n_layers`` floats, input side first.
+    ``W^{2,l}`` is layer ``l``'s ``ffn.linear2.weight``; the loss is a fresh model's on one
+    batch, seed ``s`` fixing both. Returns ``n_layers`` floats, input side first.
     """
     cfg = replace(cfg or StabilityConfig(), n_layers=n_layers)
     total = torch.zeros(n_layers, dtype=torch.float64)
@@ -150,10 +138,8 @@ def grad_norms_at_init(
         model = TinyCausalLM(cfg, norm_position)
         idx, targets = copy_task_batch(cfg, torch.Generator().manual_seed(10_000 + seed))
         model(idx, targets)[1].backward()
-        total += torch.tensor(
-            [b.ffn.linear2.weight.grad.norm().item() for b in model.blocks],
-            dtype=torch.float64,
-        )
+        norms = [b.ffn.linear2.weight.grad.norm().item() for b in model.blocks]
+        total += torch.tensor(norms, dtype=torch.float64)
     return (total / len(seeds)).tolist()
 
 
@@ -170,14 +156,11 @@ def train_run(
     """Train one TinyCausalLM with Adam (betas 0.9, 0.98, as Vaswani et al.) on the copy task.
 
     No gradient clipping: it would hide the instability we want to see. ``seed`` fixes the
-    model and the data stream, the same for every configuration, so runs differ only in
-    placement and schedule. Training stops at the first non-finite loss. Returns the
-    training loss every ``log_every`` steps (``losses``), the held-out copy loss on
-    ``eval_batches`` fresh batches (``final_loss``), ``diverged`` and ``steps_run``.
+    model and the data stream, so runs differ only in placement and schedule. Training stops
+    at the first non-finite loss; ``final_loss`` is the held-out copy loss.
     """
-    check_int("steps", steps, low=1)
-    check_int("seed", seed, low=0)
-    check_int("log_every", log_every, low=1)
+    for name, value, low in (("steps", steps, 1), ("seed", seed, 0), ("log_every", log_every, 1)):
+        check_int(name, value, low=low)
     check_int("eval_batches", eval_batches, low=1)
     schedule = Schedule(lr=lr, warmup_steps=warmup_steps, arithmetic="stability")  # checks both
     cfg = cfg or StabilityConfig()
@@ -199,18 +182,9 @@ def train_run(
     if not diverged:
         held_out = torch.Generator().manual_seed(999_999)
         with torch.no_grad():
-            final = (
-                sum(model(*copy_task_batch(cfg, held_out))[1].item() for _ in range(eval_batches))
-                / eval_batches
-            )
+            held = [model(*copy_task_batch(cfg, held_out))[1].item() for _ in range(eval_batches)]
+        final = sum(held) / eval_batches
         diverged = not math.isfinite(final)
-    return {
-        "norm_position": norm_position,
-        "lr": lr,
-        "warmup_steps": warmup_steps,
-        "seed": seed,
-        "losses": losses,
-        "final_loss": round(final, 5) if math.isfinite(final) else None,
-        "diverged": diverged,
-        "steps_run": step + 1,
-    }
+    run = {"norm_position": norm_position, "lr": lr, "warmup_steps": warmup_steps, "seed": seed}
+    run |= {"losses": losses, "final_loss": round(final, 5) if math.isfinite(final) else None}
+    return run | {"diverged": diverged, "steps_run": step + 1}

@@ -1,10 +1,8 @@
 """The synthetic order-sensitive task of chapter 3's length-extrapolation lab.
 
-A task is a language-modelling problem in the shape ``TransformerLM.forward(idx, targets)``
-expects: ``idx`` and ``targets`` are ``(n_samples, length)`` LongTensors, and ``targets`` holds
-``IGNORE_INDEX`` wherever nothing is scored. The target at position ``t`` depends only on
-``idx[:, : t + 1]``, so a causal model is never asked for a token it has not been shown, and
-the same rule holds at every length: a model trained with ``length <= L`` can be tested at 2L.
+The target at position ``t`` depends only on ``idx[:, : t + 1]`` (``IGNORE_INDEX`` where
+nothing is scored), so a causal model is never asked for a token it has not been shown, and
+the rule is the same at every length: a model trained with ``length <= L`` can be tested at 2L.
 """
 
 from __future__ import annotations
@@ -33,10 +31,8 @@ def copy_offset_task(
     the position exactly ``offset`` before the current one. That rule is *relative*, the same
     at every ``t``: an encoding whose scores depend on ``i - j`` (RoPE, ALiBi) can apply it at
     positions never seen in training; an absolute one must have learned it per position.
-    The first ``offset`` positions have no answer and are ignored. ``generator`` is a
-    ``torch.Generator`` or an integer seed (``None``: seed 0), so the data are reproducible.
-
-    Returns ``(idx, targets)``, LongTensors of shape ``(n_samples, length)``.
+    The first ``offset`` positions have no answer and are ignored; ``generator``: a
+    ``torch.Generator`` or a seed (``None``: 0). Returns ``(idx, targets)`` ``(n_samples, length)``.
 
     >>> idx, targets = copy_offset_task(1, 6, vocab_size=10, offset=2, generator=0)
     >>> bool((targets[0, 2:] == idx[0, :-2]).all())

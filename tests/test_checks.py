@@ -179,8 +179,6 @@ def test_tensor_shape_messages():
         ValueError, match=r"x must have 3 dimensions \(B, T, d_model\), got shape \(2, 5\)"
     ):
         C.check_tensor("x", x, ndim=3, dims="(B, T, d_model)")
-    with pytest.raises(ValueError, match=r"x must have 3 or 4 dimensions, got shape \(2, 5\)"):
-        C.check_tensor("x", x, ndim=(3, 4))
     with pytest.raises(ValueError, match=r"x must have at least 3 dimensions"):
         C.check_tensor("x", x, min_ndim=3)
     with pytest.raises(
@@ -245,11 +243,11 @@ def test_array():
 
 
 # --------------------------------------------------------------------------- memory
-def test_estimate_bytes_against_a_real_allocation():
+def test_check_size_returns_the_bytes_of_a_real_allocation():
     for dtype in (torch.float32, torch.float16, torch.float64, torch.long):
         t = torch.empty(3, 5, 7, dtype=dtype)
-        assert C.estimate_bytes(t.shape, dtype) == t.numel() * t.element_size()
-    assert C.estimate_bytes((4, 6), np.float64) == np.empty((4, 6)).nbytes
+        assert C.check_size("t", t.shape, dtype) == t.numel() * t.element_size()
+    assert C.check_size("t", (4, 6), np.float64) == np.empty((4, 6)).nbytes
 
 
 def test_check_size_refuses_before_allocating_with_the_estimate():
