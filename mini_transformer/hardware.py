@@ -49,6 +49,7 @@ GPU_PEAK_FLOPS = {
     "L40S": 362e12,
     "L40": 181e12,
     "L4": 121e12,
+    "A10": 125e12,  # after A100, which contains "A10"
 }
 
 PRECISIONS = ("auto", "fp32", "bf16")
