@@ -4,9 +4,9 @@ r"""Checkpoints, exported weights, the committed models and their logs (chapter 
   file or the new one, never half of one.
 - **Safe to load**: plain types only, read with ``torch.load(weights_only=True)``.
 - **Corruption detected**: a SHA-256 over everything stored is checked on load (the committed
-  models predate it: their whole file is checked against :data:`PRETRAINED_SHA256`).
+  models predate it: their whole file is checked against ``PRETRAINED_SHA256``).
 - **Sizes checked before allocating**: a stored config must agree with the stored tensors,
-  and its tables fit in :data:`MAX_BUFFER_BYTES`, before a model is built from it.
+  and its tables fit in ``MAX_BUFFER_BYTES``, before a model is built from it.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ CHECKPOINT_FORMAT = "mini_transformer.checkpoint"
 WEIGHTS_FORMAT = "mini_transformer.weights"
 VERSION = 2  # 2: with a checksum; 1: without (still readable)
 
-#: The committed models: the ``cpu`` preset trained on a 2-core CPU and the ``gpu`` preset
+#: The committed models. The ``cpu`` preset trained on a 2-core CPU and the ``gpu`` preset
 #: on one H100, each with a ``.jsonl`` metrics log and a ``.json`` configuration beside it.
 PRETRAINED = {
     "cpu": ASSETS_DIR / "shakespeare_char.pt",

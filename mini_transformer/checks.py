@@ -292,7 +292,7 @@ def check_size(
     max_bytes: int | None = None,
 ) -> int:
     """Refuse an allocation of ``shape`` x ``dtype`` over ``max_bytes`` (default
-    :data:`MAX_BYTES`) *before* making it; return its size in bytes. ``name`` says what would be
+    ``MAX_BYTES``) *before* making it; return its size in bytes. ``name`` says what would be
     allocated, e.g. ``"the position table (max_len, d_model)"``.
     """
     if torch.compiler.is_compiling():  # traced shapes were checked when the call ran eagerly

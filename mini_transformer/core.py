@@ -225,7 +225,7 @@ class Schedule:
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Learning rate of update ``step`` of a run: ``cfg``'s :class:`Schedule`."""
+    """Learning rate of update ``step``: ``cfg``'s :class:`~mini_transformer.core.Schedule`."""
     return cfg.schedule()(step)
 
 

@@ -36,8 +36,8 @@ __all__ = [
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 CORPUS_ARCHIVE = ASSETS_DIR / "shakespeare.tar.gz"
 
-#: The held-out works (validation split): 490,684 of the corpus' 5,057,198 characters (9.7%).
-#: A tragedy, a Scottish tragedy, a romance and a comedy: the held-out set is not one genre.
+#: The held-out works, the validation split, hold 490,684 of the corpus' 5,057,198
+#: characters (9.7%). A tragedy, a Scottish tragedy, a romance and a comedy: not one genre.
 VAL_WORKS: tuple[str, ...] = ("Hamlet", "Macbeth", "The Tempest", "Twelfth Night")
 
 #: Works are joined with a blank line between them when a split is concatenated.

@@ -1,4 +1,4 @@
-r"""The training run (chapter 6): four named steps over one state object, :class:`Run`.
+r"""The training run (chapter 6): four named steps over one state object, ``Run``.
 
 1. ``_prepare``: device, data, model, optimizer (restored on resume), compile.
 2. ``_log_start``: the run's folder and the first log record (where it ran).

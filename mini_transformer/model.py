@@ -332,8 +332,8 @@ class TransformerLM(nn.Module):
         ``N`` counts the parameters in matrix multiplies: all but the position table (a
         lookup); the token embedding too when tied, since it is also the LM head (nanoGPT's
         convention). Each costs 2 FLOPs per token forward and 4 backward, hence 6N (Kaplan
-        et al. 2020). The second term is attention's ``QK^T`` and ``AV``, $2 \cdot 2 T
-        d_\text{model}$ per token per layer forward, times 3, over the full ``T x T`` scores
+        et al. 2020). The second term is attention's ``QK^T`` and ``AV``, :math:`2 \cdot 2 T
+        d_\text{model}` per token per layer forward, times 3, over the full ``T x T`` scores
         (the causal half is not subtracted, as in PaLM). ``T`` defaults to ``block_size``.
         """
         c = self.config

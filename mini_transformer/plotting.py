@@ -93,7 +93,7 @@ def html_table(header: Sequence[object], rows: Sequence[Sequence[object]]) -> st
 
 
 def show_table(header: Sequence[object], rows: Sequence[Sequence[object]]) -> None:
-    """Display :func:`html_table` in a notebook."""
+    """Display ``html_table`` in a notebook."""
     from IPython.display import HTML, display
 
     display(HTML(html_table(header, rows)))

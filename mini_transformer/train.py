@@ -9,7 +9,7 @@ r"""Training the character-level Shakespeare model (chapter 6): the names chapte
     python -m mini_transformer.train export --ckpt runs/cpu/best.pt --overwrite  # -> assets/
 
 Every command line here and in ``tools/`` checks its arguments and output path **before**
-any work (:func:`run_cli`); a committed result is replaced only with ``--overwrite``.
+any work (``run_cli``); a committed result is replaced only with ``--overwrite``.
 """
 
 from __future__ import annotations
