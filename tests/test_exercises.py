@@ -292,7 +292,7 @@ def test_ln_jacobian_reference_agrees_with_autograd():
 
 def test_first_return_is_333_because_333_radians_is_just_short_of_53_turns():
     assert -0.01 < 333 - 53 * 2 * np.pi < 0
-    assert ch1_position._first_return_answer() == 333
+    assert checking._get("first-return").reference() == 333
 
 
 def test_a_function_exercise_without_cases_is_refused():
