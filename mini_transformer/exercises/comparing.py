@@ -289,6 +289,43 @@ def _agrees(compare: Callable[[Any, Any], str | None], expected: Any, got: Any) 
         return None
 
 
+def explain(mistakes: dict, compare, expected: Any, got: Any, args: tuple | None = None) -> str:
+    """The words after a difference: the named mistake the answer reproduces, else (for a
+    function exercise, whose ``args`` are given) how its result relates to the expected one."""
+    named = _name_mistake(mistakes, compare, expected, got, args)
+    if named is not None:
+        mistake, exact = named
+        return f" {'This' if exact else 'Apart from the dtype, this'} looks like: {mistake}."
+    found = _diagnose(expected, got) if args is not None else None  # a value: no spoiler
+    return f" {found[0].upper()}{found[1:]}" + ("" if found.endswith("?") else ".") if found else ""
+
+
+def _name_mistake(mistakes: dict, compare, expected, got, args) -> tuple[str, bool] | None:
+    """The named mistake the answer reproduces (a mistake is a value, or a function run on
+    ``args``): (name, True) when it agrees with the mistake's output by the exercise's own
+    comparison (so dtype and shape too), else (name, False) when it agrees in values only
+    and the dtype differs. A mistake whose output agrees with the reference on this case
+    is never named: it cannot be the bug."""
+    values_only = None
+    for mistake, wrong in mistakes.items():
+        try:
+            out = wrong if args is None else wrong(*_copy(args))
+        except Exception:  # a mistake that cannot run on these inputs is not this one
+            continue
+        if _agrees(compare, expected, out) is not False:
+            continue  # indistinguishable from the right answer here (or not comparable)
+        if _agrees(compare, out, got):
+            return mistake, True
+        if (
+            values_only is None
+            and _dtype_name(out) != _dtype_name(got)
+            and _same(out, got)
+            and not _same(out, expected)  # a mistake of values, not itself of the dtype
+        ):
+            values_only = (mistake, False)
+    return values_only
+
+
 def _diagnose(expected: Any, got: Any) -> str | None:
     """How got relates to expected, for an unnamed mistake: transposed, normalised along
     another axis, sign flipped, a constant factor or offset, reversed or shifted along an
@@ -353,26 +390,3 @@ def _normalised(a: np.ndarray, axis: int) -> bool:
 
 def _copy(args: tuple) -> tuple:
     return tuple(a.clone() if isinstance(a, torch.Tensor) else copy.deepcopy(a) for a in args)
-
-
-def _unchanged(before: Any, after: Any) -> bool:
-    """The reader's copy of an argument (tensor, array, module) still equals the original."""
-    try:
-        if isinstance(before, torch.Tensor):
-            return (
-                isinstance(after, torch.Tensor)
-                and (before.dtype, before.shape) == (after.dtype, after.shape)
-                and torch.equal(before, after)
-            )
-        if isinstance(before, np.ndarray):
-            return (
-                isinstance(after, np.ndarray)
-                and before.dtype == after.dtype
-                and np.array_equal(before, after, equal_nan=before.dtype.kind in "fc")
-            )
-        if isinstance(before, nn.Module):
-            s1, s2 = before.state_dict(), after.state_dict()
-            return s1.keys() == s2.keys() and all(torch.equal(s1[k], s2[k]) for k in s1)
-        return True
-    except Exception:  # a dtype or device changed in place, say: not the same any more
-        return False
