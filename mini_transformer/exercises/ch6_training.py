@@ -28,13 +28,8 @@ def _lr_inputs(rng: np.random.Generator) -> tuple:
     lr = float(10 ** rng.uniform(-4, -2))
     warmup = int(rng.integers(0, 50))
     steps = warmup + int(rng.integers(1, 500))
-    return (
-        int(rng.integers(0, steps + 200)),
-        lr,
-        float(lr * rng.choice([0.0, 0.1, 0.5])),
-        warmup,
-        steps,
-    )
+    step, min_lr = int(rng.integers(0, steps + 200)), float(lr * rng.choice([0.0, 0.1, 0.5]))
+    return step, lr, min_lr, warmup, steps
 
 
 exercise(
@@ -61,9 +56,8 @@ exercise(
 def _ppl_inputs(rng: np.random.Generator) -> tuple:
     B, T, V = int(rng.integers(1, 4)), int(rng.integers(1, 9)), int(rng.integers(2, 30))
     logits = random_tensor(rng, B, T, V, scale=float(rng.uniform(0.5, 4.0)), dtype=torch.float32)
-    return logits + float(rng.choice([0.0, 50.0, -200.0])), torch.from_numpy(
-        rng.integers(0, V, size=(B, T))
-    )
+    offset, targets = float(rng.choice([0.0, 50.0, -200.0])), rng.integers(0, V, size=(B, T))
+    return logits + offset, torch.from_numpy(targets)
 
 
 def _ppl(z, t, per_token=False, no_exp=False, naive=False, log_of_softmax=False):
@@ -136,15 +130,10 @@ def _count(
 
 def _count_inputs(rng: np.random.Generator) -> tuple:
     d = 4 * int(rng.integers(1, 33))
-    return (
-        int(rng.integers(2, 300)),
-        int(rng.integers(1, 513)),
-        d,
-        int(rng.integers(1, 7)),
-        int(rng.integers(1, 5)) * d,
-        str(rng.choice(["learned", "rope", "sinusoidal"])),
-        bool(rng.integers(0, 2)),
-    )
+    V, block, L = int(rng.integers(2, 300)), int(rng.integers(1, 513)), int(rng.integers(1, 7))
+    d_ff = int(rng.integers(1, 5)) * d
+    positional, bias = str(rng.choice(["learned", "rope", "sinusoidal"])), bool(rng.integers(0, 2))
+    return V, block, d, L, d_ff, positional, bias
 
 
 exercise(
@@ -249,30 +238,27 @@ def _clip_inputs(rng: np.random.Generator) -> tuple:
 
 def _clip(grads, max_norm, per_tensor=False, norm_after=False, always=False):
     if per_tensor:
-        out = [
-            g * min(1.0, max_norm / float(g.norm())) if float(g.norm()) > 0 else g.clone()
-            for g in grads
-        ]
-        total = math.sqrt(sum(float(g.norm()) ** 2 for g in grads))
-        return out, total
+        out = [g * min(1.0, max_norm / max(float(g.norm()), 1e-300)) for g in grads]
+        return out, math.sqrt(sum(float(g.norm()) ** 2 for g in grads))
     total = math.sqrt(sum(float((g.double() ** 2).sum()) for g in grads))  # the global norm
     factor = max_norm / total if (always or total > max_norm) else 1.0
     out = [g * factor for g in grads]
     return out, (min(total, max_norm) if norm_after else total)
 
 
+_f64 = partial(torch.tensor, dtype=torch.float64)
+
+
 def _compare_clip(expected, got) -> str | None:
     if not (isinstance(got, (tuple, list)) and len(got) == 2):
         return f"expected an answer (clipped_grads, norm_before), got {type(got).__name__}"
-    grads, norm = got
-    if not isinstance(grads, (list, tuple)) or len(grads) != len(expected[0]):
-        return f"expected a list of {len(expected[0])} clipped gradients as the first item"
-    for i, (e, g) in enumerate(zip(expected[0], grads, strict=True)):
-        msg = close(rtol=1e-9, atol=1e-12)(e, g)
-        if msg is not None:
-            return f"gradient {i}: {msg}"
-    msg = close(rtol=1e-9, atol=1e-12)(expected[1], norm)
-    return None if msg is None else f"the norm: {msg}"
+    n = len(expected[0])
+    if not isinstance(got[0], (list, tuple)) or len(got[0]) != n:
+        return f"expected a list of {n} clipped gradients as the first item"
+    for i, (e, g) in enumerate([*zip(expected[0], got[0], strict=True), (expected[1], got[1])]):
+        if (msg := close(rtol=1e-9, atol=1e-12)(e, g)) is not None:
+            return f"gradient {i}: {msg}" if i < n else f"the norm: {msg}"
+    return None
 
 
 exercise(
@@ -282,15 +268,9 @@ exercise(
     "norm; otherwise they are returned unchanged. norm is the global norm before clipping.",
     inputs=_clip_inputs,
     edge_cases={
-        "norm below the threshold (nothing changes)": (
-            [torch.tensor([0.3, 0.4], dtype=torch.float64)],
-            1.0,
-        ),
+        "norm below the threshold (nothing changes)": ([_f64([0.3, 0.4])], 1.0),
         "two tensors, each under the threshold, together over it": (
-            [
-                torch.tensor([0.6, 0.0], dtype=torch.float64),
-                torch.tensor([[0.0], [0.8]], dtype=torch.float64),
-            ],
+            [_f64([0.6, 0.0]), _f64([[0.0], [0.8]])],
             0.9,
         ),
     },
@@ -307,7 +287,7 @@ exercise(
 )(_clip)
 
 
-@exercise(
+exercise(
     "se-prediction",
     "Predict, before running anything: the held-out loss is estimated from n random windows, "
     "with a standard error s. By what whole factor must n grow for the standard error to "
@@ -323,6 +303,4 @@ exercise(
         "(16,384 -> 65,536 characters). 2 would be right for an error falling like 1 / n. The "
         "whole held-out text has no sampling error at all, which is why section 6.5 reports it."
     ),
-)
-def _se_prediction():
-    return 4
+)(lambda: 4)
