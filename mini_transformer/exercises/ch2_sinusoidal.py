@@ -175,7 +175,7 @@ exercise(
 # --- checked predictions and the inverse problem (issue 25) ---------------------------
 
 
-@exercise(
+exercise(
     "pairs-that-wrap",
     "A prediction: for d_model = 128 and base 10000, how many of the 64 pairs complete a full "
     "turn within 512 positions (wavelength 2 pi / omega_i below 512)? An integer.",
@@ -191,9 +191,7 @@ exercise(
         "0.478 depends on i/d_model only, which is why section 2.2 found 48% of the 256 "
         "pairs wrapping at d_model = 512."
     ),
-)
-def _pairs_that_wrap() -> int:
-    return sum(1 for w in _omega(128) if 2 * math.pi / w < 512)
+)(lambda: sum(1 for w in _omega(128) if 2 * math.pi / w < 512))
 
 
 def _bool_answer(expected: bool, got) -> str | None:

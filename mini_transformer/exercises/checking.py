@@ -20,8 +20,6 @@ import torch
 from .comparing import _array, _copy, _describe, _describe_kind, _numeric, _small, close, explain
 from .running import in_child, run_limited
 
-__all__ = ["Exercise", "Verdict", "exercise", "check", "available", "task"]
-
 #: Run each check in a forked child process where the platform has ``fork`` (Linux). Set to
 #: False to check in-process (a debugger, a profiler).
 RUN_IN_CHILD = sys.platform.startswith("linux") and hasattr(os, "fork")
