@@ -135,9 +135,8 @@ def _small(x: Any) -> str | None:
 def _describe_kind(x: Any) -> str:
     """What kind of value x is, without its values (a value exercise's answer is secret)."""
     if isinstance(x, (np.ndarray, torch.Tensor)):
-        return (
-            f"{'an array' if isinstance(x, np.ndarray) else 'a tensor'} of shape {tuple(x.shape)}"
-        )
+        kind = "an array" if isinstance(x, np.ndarray) else "a tensor"
+        return f"{kind} of shape {tuple(x.shape)}"
     for kinds, text in (((bool, np.bool_), "a bool"), ((int, np.integer), "an integer")):
         if isinstance(x, kinds):
             return text
@@ -219,32 +218,24 @@ def close(rtol: float = 1e-5, atol: float = 1e-6, same_dtype: bool = False):
         if not _numeric(g):
             why = " (does your function return its result?)" if got is None else ""
             return f"expected {_describe_kind(expected)}, got {_describe(got)}{why}"
-        dtype_differs = isinstance(expected, (torch.Tensor, np.ndarray)) and (
-            _dtype_name(got) != _dtype_name(expected)
-        )
+        e_name, g_name = _dtype_name(expected), _dtype_name(got)
+        dtype_differs = isinstance(expected, (torch.Tensor, np.ndarray)) and g_name != e_name
         if e.shape != g.shape:
             msg = f"expected shape {e.shape}, got shape {g.shape}" + _shape_hint(e.shape, g.shape)
             if dtype_differs and same_dtype:
-                msg += f"; the dtype differs too ({_dtype_name(expected)} expected)"
+                msg += f"; the dtype differs too ({e_name} expected)"
             return msg
         values = _value_difference(e, g, *_tolerances(expected, rtol, atol))
         if same_dtype and dtype_differs:
             kind = "tensor" if isinstance(expected, torch.Tensor) else "array"
-            head = f"expected a {_dtype_name(expected)} {kind}, got {_dtype_name(got)}"
+            head = f"expected a {e_name} {kind}, got {g_name}"
             if values is None:
                 return f"{head}: only the dtype is wrong, the values agree"
             return f"{head} (the dtype is wrong), and the values differ too: {values}"
         low = ("float16", "bfloat16")
-        if (
-            values
-            and dtype_differs
-            and _dtype_name(got) in low
-            and _dtype_name(expected) not in low
-        ):
-            values += (
-                f" (your answer is {_dtype_name(got)}, which keeps about 3 significant "
-                f"digits; the expected result is {_dtype_name(expected)})"
-            )
+        if values and dtype_differs and g_name in low and e_name not in low:
+            values += f" (your answer is {g_name}, which keeps about 3 significant digits; the "
+            values += f"expected result is {e_name})"
         return values
 
     return compare
