@@ -160,11 +160,6 @@ exercise(
 )(_circles)
 
 
-def _phi(x: float) -> float:
-    """The standard normal CDF."""
-    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
-
-
 def scalar_readout_accuracy(n_positions: int) -> float:
     """The expected share of positions read back right from ``e + (pos/N) u_0`` by the
     nearest code, with ``e ~ N(0, I)``, whatever ``d_model`` is.
@@ -177,11 +172,10 @@ def scalar_readout_accuracy(n_positions: int) -> float:
     >>> round(scalar_readout_accuracy(10), 3)
     0.136
     """
-    half = 1.0 / (2 * n_positions)
-    inner = 2 * _phi(half) - 1
     if n_positions == 1:
         return 1.0
-    return ((n_positions - 2) * inner + 2 * _phi(half)) / n_positions
+    phi = 0.5 * (1.0 + math.erf(1.0 / (2 * n_positions) / math.sqrt(2.0)))  # Phi(1/(2N))
+    return ((n_positions - 2) * (2 * phi - 1) + 2 * phi) / n_positions
 
 
 exercise(

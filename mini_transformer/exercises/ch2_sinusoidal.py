@@ -133,16 +133,12 @@ exercise(
 
 def _rope_half(x, pos, base, sign=1, interleaved=False, exponent=2) -> np.ndarray:
     # (u, v) -> (u cos a - v sin a, u sin a + v cos a), a = pos * base^(-2i/d)
-    t, d = x.shape
-    h = d // 2
+    d = x.shape[1]
     ang = np.asarray(pos, dtype=np.float64)[:, None] * _omega(d, base, exponent)[None, :]
     c, s = np.cos(ang), sign * np.sin(ang)
+    u, v = (slice(0, d, 2), slice(1, d, 2)) if interleaved else (slice(0, d // 2), slice(d // 2, d))
     out = np.empty_like(x, dtype=np.float64)
-    a_idx, b_idx = (
-        (np.arange(0, d, 2), np.arange(1, d, 2)) if interleaved else (np.arange(h), np.arange(h, d))
-    )
-    out[:, a_idx] = x[:, a_idx] * c - x[:, b_idx] * s
-    out[:, b_idx] = x[:, a_idx] * s + x[:, b_idx] * c
+    out[:, u], out[:, v] = x[:, u] * c - x[:, v] * s, x[:, u] * s + x[:, v] * c
     return out
 
 

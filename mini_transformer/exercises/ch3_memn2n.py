@@ -15,13 +15,9 @@ from .comparing import close, int_list
 
 def _alibi(n_heads, t, first=1, sign=-1, signed=False) -> np.ndarray:
     # -m_h |i - j|, slopes m_h = 2^(-8h/n_heads), h = 1..n_heads
-    out = np.empty((n_heads, t, t))
-    for h in range(n_heads):
-        m = 2.0 ** (-8.0 * (h + first) / n_heads)
-        for i in range(t):
-            for j in range(t):
-                out[h, i, j] = sign * m * ((i - j) if signed else abs(i - j))
-    return out
+    m = 2.0 ** (-8.0 * np.arange(first, first + n_heads) / n_heads)
+    offset = np.arange(t)[:, None] - np.arange(t)[None, :]  # i - j
+    return sign * m[:, None, None] * (offset if signed else np.abs(offset))
 
 
 exercise(
@@ -40,12 +36,8 @@ exercise(
 
 def _memn2n(J, d):
     """MemN2N's l_kj = (1 - j/J) - (k/d)(1 - 2j/J), 1-based j, k; row j-1, column k-1."""
-    return np.array(
-        [
-            [(1 - j / J) - (k / d) * (1 - 2 * j / J) for k in range(1, d + 1)]
-            for j in range(1, J + 1)
-        ]
-    )
+    j, k = np.arange(1, J + 1)[:, None], np.arange(1, d + 1)[None, :]
+    return (1 - j / J) - (k / d) * (1 - 2 * j / J)
 
 
 @exercise(

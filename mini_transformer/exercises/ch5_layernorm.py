@@ -190,16 +190,10 @@ exercise(
 def _ln_jac(x, eps, drop_mean=False, drop_scale=False, unbiased=False):
     # J = (I - 1/d - y y^T / d) / sigma with y = (x - mean) / sigma, sigma = sqrt(var + eps):
     # the mean gives the -1/d term, the standard deviation the -y y^T / d term
-    d = x.shape[0]
-    z = x - x.mean()
-    sigma = torch.sqrt(z.var(unbiased=unbiased) + eps)
-    y = z / sigma
-    j = torch.eye(d, dtype=x.dtype)
-    if not drop_mean:
-        j = j - 1.0 / d
-    if not drop_scale:
-        j = j - torch.outer(y, y) / d
-    return j / sigma
+    d, sigma = x.shape[0], torch.sqrt(x.var(unbiased=unbiased) + eps)
+    y = (x - x.mean()) / sigma
+    j = torch.eye(d, dtype=x.dtype) - (0.0 if drop_mean else 1.0 / d)
+    return (j - (0.0 if drop_scale else torch.outer(y, y) / d)) / sigma
 
 
 exercise(

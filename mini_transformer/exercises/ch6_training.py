@@ -200,9 +200,7 @@ def _topk(z, k, fill=float("-inf"), plus=0, smallest=False):
     for row in out:
         order = sorted(row.tolist(), reverse=not smallest)
         kth = order[min(k + plus, len(order)) - 1]  # the k-th largest value: ties are kept
-        for c in range(len(row)):
-            if (row[c] > kth) if smallest else (row[c] < kth):
-                row[c] = fill
+        row[(row > kth) if smallest else (row < kth)] = fill
     return out
 
 

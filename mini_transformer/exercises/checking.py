@@ -224,11 +224,9 @@ def _run_check(ex: Exercise, answer: Any, seed: int | None, time_limit: float) -
 def _portable(x: Any, depth: int = 0) -> Any:
     """x made of builtin values, arrays and tensors only (it is sent back pickled; the
     parent never unpickles a reader's own class), or its description."""
-    if (
-        x is None
-        or type(x) in (bool, int, float, complex, str, bytes)
-        or isinstance(x, (np.number, np.bool_))
-    ):
+    if x is None or type(x) in (bool, int, float, complex, str, bytes, np.bool_):
+        return x
+    if isinstance(x, np.number):
         return x
     if isinstance(x, torch.Tensor) and x.layout == torch.strided and not x.is_meta:
         if x.numel() <= _MAX_ENTRIES:

@@ -87,9 +87,8 @@ def _describe(x: Any) -> str:
     if isinstance(x, nn.Module):
         return f"a {type(x).__name__} module"
     if isinstance(x, (torch.Tensor, np.ndarray)):
-        kind, shape, dtype = (
-            "tensor" if isinstance(x, torch.Tensor) else "array", tuple(x.shape), _dtype_name(x)
-        )  # fmt: skip
+        kind = "tensor" if isinstance(x, torch.Tensor) else "array"
+        shape, dtype = tuple(x.shape), _dtype_name(x)
         if isinstance(x, torch.Tensor) and x.is_meta:
             return f"a meta tensor of shape {shape} ({dtype}): a shape but no values"
         a = _array(x)
