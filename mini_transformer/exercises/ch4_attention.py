@@ -78,10 +78,6 @@ _FLOAT16 = (
 )
 
 
-def _softmax_fill_inf(s, m):
-    return s.masked_fill(~m, float("-inf")).softmax(-1)
-
-
 def _softmax_fill_2_30(s, m):
     """The blog post's TensorFlow recipe: add -2**30 where masked, then zero empty rows."""
     return (s + (~m) * -(2**30)).softmax(-1) * m.any(-1, keepdim=True)
@@ -101,7 +97,9 @@ exercise(
     mistakes={
         "the blog post's fill -2**30: in float16 it overflows to -inf, so a fully masked row "
         "is NaN again (use torch.finfo(scores.dtype).min)": _softmax_fill_2_30,
-        "masked scores filled with -inf: a fully masked row becomes 0/0 = NaN": _softmax_fill_inf,
+        "masked scores filled with -inf: a fully masked row becomes 0/0 = NaN": lambda s, m: (
+            s.masked_fill(~m, float("-inf")).softmax(-1)
+        ),
         "softmax over all keys, then zeroed (the row no longer sums to 1)": lambda s, m: (
             s.softmax(-1) * m
         ),
