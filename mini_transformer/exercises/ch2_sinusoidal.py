@@ -72,14 +72,14 @@ exercise(
 )(_dot)
 
 
-def _rotation(offset: int, d_model: int, sign: int = 1) -> np.ndarray:
+def _rotation(offset: int, d_model: int, sign: int = 1, reverse: bool = False) -> np.ndarray:
     # PE[pos + k] in block i from PE[pos]: sin(a + b) = sin a cos b + cos a sin b,
     # cos(a + b) = cos a cos b - sin a sin b.
     r = np.zeros((d_model, d_model))
     for i, w in enumerate(_omega(d_model)):
         c, s = math.cos(offset * w), sign * math.sin(offset * w)
         r[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = [[c, s], [-s, c]]
-    return r
+    return r[::-1, ::-1].copy() if reverse else r
 
 
 exercise(
@@ -92,9 +92,7 @@ exercise(
         "the transpose R(-offset): rotates the wrong way (PE[pos - offset])": partial(
             _rotation, sign=-1
         ),
-        "frequencies in reverse order (slowest pair first)": lambda k, d: _rotation(k, d)[
-            ::-1, ::-1
-        ].copy(),
+        "frequencies in reverse order (slowest pair first)": partial(_rotation, reverse=True),
     },
 )(_rotation)
 

@@ -62,22 +62,6 @@ def _masked_softmax_inputs(rng: np.random.Generator) -> tuple:
     return scores, mask
 
 
-_FULLY_MASKED = (
-    torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]]),
-    torch.tensor([[True, False, True], [False, False, False]]),
-)
-_LARGE = (
-    torch.tensor([[1000.0, 998.0, 990.0], [-1000.0, -1001.0, 5.0]]),
-    torch.tensor([[True, True, False], [True, True, False]]),
-)
-# float16: the blog post's fill -2**30 does not exist there (it becomes -inf), so with a fully
-# masked row it gives NaN again; finfo(float16).min = -65504 stays finite.
-_FLOAT16 = (
-    torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0], [-3.0, 4.0, 0.0]], dtype=torch.float16),
-    torch.tensor([[True, False, True], [False, False, False], [True, True, True]]),
-)
-
-
 def _softmax_fill_2_30(s, m):
     """The blog post's TensorFlow recipe: add -2**30 where masked, then zero empty rows."""
     return (s + (~m) * -(2**30)).softmax(-1) * m.any(-1, keepdim=True)
@@ -89,10 +73,23 @@ exercise(
     "where it is False, an all-zero row where a row is fully masked; same dtype as scores.",
     inputs=_masked_softmax_inputs,
     edge_cases={
-        "a fully masked row": _FULLY_MASKED,
-        "large scores in float32": _LARGE,
+        "a fully masked row": (
+            torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]]),
+            torch.tensor([[True, False, True], [False, False, False]]),
+        ),
+        "large scores in float32": (
+            torch.tensor([[1000.0, 998.0, 990.0], [-1000.0, -1001.0, 5.0]]),
+            torch.tensor([[True, True, False], [True, True, False]]),
+        ),
         "one allowed key": (torch.tensor([[3.0, 4.0]]), torch.tensor([[False, True]])),
-        "float16, with a fully masked row": _FLOAT16,
+        # float16: the blog post's fill -2**30 does not exist there (it becomes -inf), so with
+        # a fully masked row it gives NaN again; finfo(float16).min = -65504 stays finite.
+        "float16, with a fully masked row": (
+            torch.tensor(
+                [[1.0, 2.0, 3.0], [0.5, -1.0, 2.0], [-3.0, 4.0, 0.0]], dtype=torch.float16
+            ),
+            torch.tensor([[True, False, True], [False, False, False], [True, True, True]]),
+        ),
     },
     mistakes={
         "the blog post's fill -2**30: in float16 it overflows to -inf, so a fully masked row "
@@ -122,9 +119,11 @@ def _attention_inputs(rng: np.random.Generator) -> tuple:
     return q, k, v, mask
 
 
-def _attention(q, k, v, mask, scale: float | None = None):
+def _attention(q, k, v, mask, by: str = "sqrt(d_k)"):
     # weights = softmax(q k^T / sqrt(d_k)) over the allowed keys, out = weights v
-    w = _softmax_rows(q @ k.T * (1 / math.sqrt(q.shape[-1]) if scale is None else scale), mask)
+    d_k, d_v = q.shape[-1], v.shape[-1]
+    scale = {"sqrt(d_k)": 1 / math.sqrt(d_k), "d_k": 1 / d_k, "sqrt(d_v)": 1 / math.sqrt(d_v)}
+    w = _softmax_rows(q @ k.T * scale.get(by, 1.0), mask)
     return w @ v, w
 
 
@@ -142,13 +141,9 @@ exercise(
         )
     },
     mistakes={
-        "no 1/sqrt(d_k) scaling": partial(_attention, scale=1.0),
-        "divided by d_k instead of sqrt(d_k)": lambda q, k, v, m: _attention(
-            q, k, v, m, 1.0 / q.shape[-1]
-        ),
-        "divided by sqrt(d_v) instead of sqrt(d_k)": lambda q, k, v, m: _attention(
-            q, k, v, m, 1.0 / math.sqrt(v.shape[-1])
-        ),
+        "no 1/sqrt(d_k) scaling": partial(_attention, by="nothing"),
+        "divided by d_k instead of sqrt(d_k)": partial(_attention, by="d_k"),
+        "divided by sqrt(d_v) instead of sqrt(d_k)": partial(_attention, by="sqrt(d_v)"),
     },
 )(_attention)
 

@@ -34,14 +34,6 @@ def _ln(x, g, b, eps, unbiased=False, eps_outside=False, dims=(-1,), one_pass=Fa
     return g * (x - mu) / (var.sqrt() + eps if eps_outside else (var + eps).sqrt()) + b
 
 
-_OFFSET32 = (
-    torch.tensor([[[1000.0, 1001.0, 999.0, 1002.5], [-1000.5, -999.0, -1001.0, -998.0]]]),
-    torch.ones(4),
-    torch.zeros(4),
-    1e-5,
-)
-
-
 exercise(
     "layer-norm",
     "f(x, gamma, beta, eps) -> LayerNorm of x (B, T, d): each token vector normalised with its "
@@ -55,7 +47,12 @@ exercise(
             torch.zeros(3),
             1.0,
         ),
-        "float32 values near 1000 (E[x^2] - E[x]^2 cancels)": _OFFSET32,
+        "float32 values near 1000 (E[x^2] - E[x]^2 cancels)": (
+            torch.tensor([[[1000.0, 1001.0, 999.0, 1002.5], [-1000.5, -999.0, -1001.0, -998.0]]]),
+            torch.ones(4),
+            torch.zeros(4),
+            1e-5,
+        ),
         "a constant token": (torch.full((1, 1, 4), 3.0), torch.ones(4), torch.arange(4.0), 1e-5),
     },
     mistakes={
