@@ -10,6 +10,7 @@ from functools import partial
 
 import numpy as np
 
+from .ch1_position import _circles
 from .checking import exercise
 from .comparing import close, exact_int
 
@@ -19,11 +20,10 @@ def _omega(d_model: int, base: float = 10000.0, exponent: int = 2) -> np.ndarray
     return np.array([base ** (-exponent * i / d_model) for i in range(d_model // 2)])
 
 
-def _pe(n: int, d_model: int, base: float = 10000.0, exponent: int = 2) -> np.ndarray:
-    """The paper's encoding, interleaved layout: sin in column 2i, cos in column 2i+1."""
-    pe, ang = np.zeros((n, d_model)), np.arange(n)[:, None] * _omega(d_model, base, exponent)
-    pe[:, 0::2], pe[:, 1::2] = np.sin(ang), np.cos(ang)
-    return pe
+def _pe(n: int, d_model: int, base: float = 10000.0, exponent: int = 2, **flags) -> np.ndarray:
+    """The paper's encoding, interleaved layout: sin in column 2i, cos in column 2i+1 (chapter
+    1's circle code at the speeds omega_i; ``flags`` give its mistakes)."""
+    return _circles(n, _omega(d_model, base, exponent), **flags)
 
 
 def _even(rng: np.random.Generator, high: int = 17) -> int:
@@ -37,11 +37,9 @@ exercise(
     inputs=lambda rng: (int(rng.integers(1, 60)), _even(rng)),
     edge_cases={"one position": (1, 4), "two channels": (7, 2)},
     mistakes={
-        "the concat layout (all sines, then all cosines)": lambda n, d: np.concatenate(
-            [_pe(n, d)[:, 0::2], _pe(n, d)[:, 1::2]], axis=1
-        ),
-        "cos before sin in each pair (the paper puts sin in the even column 2i)": lambda n, d: (
-            _pe(n, d).reshape(n, d // 2, 2)[:, :, ::-1].reshape(n, d)
+        "the concat layout (all sines, then all cosines)": partial(_pe, concat=True),
+        "cos before sin in each pair (the paper puts sin in the even column 2i)": partial(
+            _pe, swap=True
         ),
         "exponent i/d_model instead of 2i/d_model (pair i's frequency is "
         "base^(-2i/d_model))": partial(_pe, exponent=1),
