@@ -20,7 +20,6 @@ import torch
 
 from mini_transformer import exercises
 from mini_transformer.exercises import (
-    ch1_position,
     ch5_layernorm,
     ch6_training,
     checking,
@@ -276,7 +275,7 @@ def test_param_count_reference_agrees_with_the_package_model():
             positional=positional,
             bias=bias,
         )
-        expected = ch6_training._param_count(11, 16, 16, 2, 48, positional, bias)
+        expected = ch6_training._count(11, 16, 16, 2, 48, positional, bias)
         assert TransformerLM(cfg).num_parameters() == expected
 
 
@@ -287,12 +286,12 @@ def test_ln_jacobian_reference_agrees_with_autograd():
         return (v - v.mean()) / torch.sqrt(v.var(unbiased=False) + 0.1)
 
     auto = torch.autograd.functional.jacobian(ln, x)
-    assert torch.allclose(ch5_layernorm._ln_jacobian(x, 0.1), auto, atol=1e-8)
+    assert torch.allclose(ch5_layernorm._ln_jac(x, 0.1), auto, atol=1e-8)
 
 
 def test_first_return_is_333_because_333_radians_is_just_short_of_53_turns():
     assert -0.01 < 333 - 53 * 2 * np.pi < 0
-    assert ch1_position._first_return_answer() == 333
+    assert checking._get("first-return").reference() == 333
 
 
 def test_a_function_exercise_without_cases_is_refused():

@@ -1,8 +1,8 @@
 """Every chapter checker accepts a right answer and rejects plausible wrong ones.
 
-For each exercise: one right answer written here (vectorised, as a reader would write it;
-the checker's reference is a plain loop) and at least two wrong answers, each named for
-the mistake it represents. A checker that accepts any wrong answer fails this file.
+For each exercise: one right answer written here (as a reader would write it, apart from
+the checker's reference) and at least two wrong answers, each named for the mistake it
+represents. A checker that accepts any wrong answer fails this file.
 Where the checker should recognise the mistake, the expected words of its message are
 given too. Each check runs with a fixed seed so a failure here is reproducible.
 """

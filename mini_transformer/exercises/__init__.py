@@ -1,13 +1,13 @@
 """Self-checking exercises: ``check(name, answer)`` tells a reader whether an answer is right.
 
 Each exercise has a *reference* (the answer, written from the formula, independently of the
-package's modules, as the package's own tests are), a function drawing random inputs, fixed
-*edge cases* chosen for the classic mistakes (a fully masked row, a step past the end of a
-schedule, large logits in float32, an input that must not be modified) and a few named
-*mistakes*. :func:`check` runs the reader's function on every edge case and on fresh random
-cases, and stops at the first disagreement with the reference. It prints the inputs, what
-differs, and the mistake's name when the reader's output equals a named mistake's output on a
-case where that mistake differs from the reference (otherwise it cannot be the bug); an
+package's modules), a function drawing random inputs, fixed *edge cases* chosen for the classic
+mistakes (a fully masked row, a step past the end of a schedule, large logits in float32, an
+input that must not be modified) and a few named *mistakes* (often the reference's own helper
+with one flag on). :func:`check` runs the reader's function on every edge case and on fresh
+random cases, and stops at the first disagreement with the reference. It prints the inputs,
+what differs, and the mistake's name when the reader's output equals a named mistake's output
+on a case where that mistake differs from the reference (otherwise it cannot be the bug); an
 unnamed mistake gets a generic diagnosis where one holds (transposed, sign flipped, ...).
 
 Fresh cases on every call, so an answer cannot pass by memorising inputs; a failure message

@@ -10,83 +10,77 @@ from functools import partial
 
 import numpy as np
 
+from .ch1_position import _circles
 from .checking import exercise
 from .comparing import close, exact_int
 
 
-def _omega(d_model: int, base: float = 10000.0) -> np.ndarray:
+def _omega(d_model: int, base: float = 10000.0, exponent: int = 2) -> np.ndarray:
     """The d_model/2 angular frequencies base^(-2i/d_model), i = 0..d_model/2 - 1."""
-    return np.array([base ** (-2 * i / d_model) for i in range(d_model // 2)])
+    return np.array([base ** (-exponent * i / d_model) for i in range(d_model // 2)])
 
 
-def _pe(n: int, d_model: int, base: float = 10000.0) -> np.ndarray:
-    """The paper's encoding, interleaved layout: sin in column 2i, cos in column 2i+1."""
-    pe = np.zeros((n, d_model))
-    for pos in range(n):
-        for i, w in enumerate(_omega(d_model, base)):
-            pe[pos, 2 * i], pe[pos, 2 * i + 1] = math.sin(pos * w), math.cos(pos * w)
-    return pe
+def _pe(n: int, d_model: int, base: float = 10000.0, exponent: int = 2, **flags) -> np.ndarray:
+    """The paper's encoding, interleaved layout: sin in column 2i, cos in column 2i+1 (chapter
+    1's circle code at the speeds omega_i; ``flags`` give its mistakes)."""
+    return _circles(n, _omega(d_model, base, exponent), **flags)
 
 
 def _even(rng: np.random.Generator, high: int = 17) -> int:
     return 2 * int(rng.integers(1, high))
 
 
-@exercise(
+exercise(
     "sinusoidal-encoding",
     "f(n_positions, d_model) -> the (n_positions, d_model) sinusoidal encoding, paper layout "
     "(sin in even columns, cos in odd columns, base 10000).",
     inputs=lambda rng: (int(rng.integers(1, 60)), _even(rng)),
     edge_cases={"one position": (1, 4), "two channels": (7, 2)},
     mistakes={
-        "the concat layout (all sines, then all cosines)": lambda n, d: np.concatenate(
-            [_pe(n, d)[:, 0::2], _pe(n, d)[:, 1::2]], axis=1
-        ),
-        "cos before sin in each pair (the paper puts sin in the even column 2i)": lambda n, d: (
-            _pe(n, d).reshape(n, d // 2, 2)[:, :, ::-1].reshape(n, d)
+        "the concat layout (all sines, then all cosines)": partial(_pe, concat=True),
+        "cos before sin in each pair (the paper puts sin in the even column 2i)": partial(
+            _pe, swap=True
         ),
         "exponent i/d_model instead of 2i/d_model (pair i's frequency is "
-        "base^(-2i/d_model))": lambda n, d: _pe(n, 2 * d)[:, :d],
+        "base^(-2i/d_model))": partial(_pe, exponent=1),
     },
-)
-def _sinusoidal_encoding(n_positions: int, d_model: int) -> np.ndarray:
-    return _pe(n_positions, d_model)
+)(_pe)
 
 
-@exercise(
+def _dot(k: int, d: int, sin=False, per_column=False, exponent=2, first=0) -> float:
+    # PE[pos] . PE[pos + k] = sum_i sin a sin(a + k w_i) + cos a cos(a + k w_i) = sum_i cos(k w_i)
+    n, f = (d if per_column else d // 2), (math.sin if sin else math.cos)
+    return float(sum(f(k * 10000.0 ** (-exponent * i / d)) for i in range(first, first + n)))
+
+
+exercise(
     "sinusoidal-dot-offset",
     "f(k, d_model) -> PE[pos] . PE[pos + k] (a float) for the paper's encoding, without "
     "building the encoding.",
     inputs=lambda rng: (int(rng.integers(-200, 201)), _even(rng)),
     edge_cases={"offset 0": (0, 8), "negative offset": (-5, 6), "two channels": (3, 2)},
     mistakes={
-        "sines instead of cosines": lambda k, d: float(np.sin(k * _omega(d)).sum()),
+        "sines instead of cosines": partial(_dot, sin=True),
         "one frequency per column (d_model terms with exponent 2i/d_model for every "
-        "column i)": lambda k, d: float(
-            sum(math.cos(k * 10000.0 ** (-2 * i / d)) for i in range(d))
-        ),
-        "exponent i/d_model instead of 2i/d_model": lambda k, d: float(
-            sum(math.cos(k * 10000.0 ** (-i / d)) for i in range(d // 2))
-        ),
+        "column i)": partial(_dot, per_column=True),
+        "exponent i/d_model instead of 2i/d_model": partial(_dot, exponent=1),
         "pair index counted from 1 (i = 1..d_model/2): the fastest pair, omega = 1, is "
-        "missing": lambda k, d: float(
-            sum(math.cos(k * 10000.0 ** (-2 * i / d)) for i in range(1, d // 2 + 1))
-        ),
+        "missing": partial(_dot, first=1),
     },
-)
-def _dot_offset(k: int, d_model: int) -> float:
-    return float(sum(math.cos(k * w) for w in _omega(d_model)))
+)(_dot)
 
 
-def _rotation(offset: int, d_model: int, sign: int = 1) -> np.ndarray:
+def _rotation(offset: int, d_model: int, sign: int = 1, reverse: bool = False) -> np.ndarray:
+    # PE[pos + k] in block i from PE[pos]: sin(a + b) = sin a cos b + cos a sin b,
+    # cos(a + b) = cos a cos b - sin a sin b.
     r = np.zeros((d_model, d_model))
     for i, w in enumerate(_omega(d_model)):
         c, s = math.cos(offset * w), sign * math.sin(offset * w)
         r[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = [[c, s], [-s, c]]
-    return r
+    return r[::-1, ::-1].copy() if reverse else r
 
 
-@exercise(
+exercise(
     "rotation-matrix",
     "f(offset, d_model) -> the (d_model, d_model) matrix R with PE[pos + offset] = R @ PE[pos] "
     "for every pos (paper layout, base 10000).",
@@ -96,39 +90,27 @@ def _rotation(offset: int, d_model: int, sign: int = 1) -> np.ndarray:
         "the transpose R(-offset): rotates the wrong way (PE[pos - offset])": partial(
             _rotation, sign=-1
         ),
-        "frequencies in reverse order (slowest pair first)": lambda k, d: _rotation(k, d)[
-            ::-1, ::-1
-        ].copy(),
+        "frequencies in reverse order (slowest pair first)": partial(_rotation, reverse=True),
     },
-)
-def _rotation_matrix(offset: int, d_model: int) -> np.ndarray:
-    # PE[pos + k] in block i from PE[pos]: sin(a + b) = sin a cos b + cos a sin b,
-    # cos(a + b) = cos a cos b - sin a sin b.
-    return _rotation(offset, d_model)
+)(_rotation)
 
 
-def _near_repeat(d_model, base, n, tol, shift=0, exponent=2):
-    pe = np.zeros((n, d_model))
-    w = np.array([base ** (-exponent * i / d_model) for i in range(d_model // 2)])
-    pe[:, 0::2], pe[:, 1::2] = np.sin(np.arange(n)[:, None] * w), np.cos(np.arange(n)[:, None] * w)
-    hits = np.flatnonzero(np.linalg.norm(pe[1:] - pe[0], axis=1) < tol)
+def _near_repeat(d_model, base, n, tol, shift=0, exponent=2) -> int | None:
+    pe = _pe(n, d_model, base, exponent)
+    hits = np.flatnonzero(np.linalg.norm(pe[1:] - pe[0], axis=1) < tol)  # positions 1..n-1
     return int(hits[0]) + 1 - shift if len(hits) else None
 
 
-def _near_repeat_inputs(rng: np.random.Generator) -> tuple:
-    return (
+exercise(
+    "near-repeat",
+    "f(d_model, base, n, tol) -> the smallest pos in 1..n-1 with ||PE[pos] - PE[0]|| < tol "
+    "for the sinusoidal encoding with that base, or None if there is none.",
+    inputs=lambda rng: (
         _even(rng, 5),
         float(10 ** rng.uniform(0.5, 4)),
         int(rng.integers(2, 3000)),
         float(rng.uniform(0.05, 0.6)),
-    )
-
-
-@exercise(
-    "near-repeat",
-    "f(d_model, base, n, tol) -> the smallest pos in 1..n-1 with ||PE[pos] - PE[0]|| < tol "
-    "for the sinusoidal encoding with that base, or None if there is none.",
-    inputs=_near_repeat_inputs,
+    ),
     edge_cases={
         "d_model 2, the first return": (2, 10000.0, 400, 0.01),
         "no repeat in range": (2, 10000.0, 300, 0.01),
@@ -142,36 +124,18 @@ def _near_repeat_inputs(rng: np.random.Generator) -> tuple:
         ),
     },
     compare=exact_int,
-)
-def _near_repeat_ref(d_model: int, base: float, n: int, tol: float) -> int | None:
-    pe = _pe(n, d_model, base)
-    for pos in range(1, n):
-        if math.dist(pe[pos], pe[0]) < tol:
-            return pos
-    return None
+)(_near_repeat)
 
 
-def _rope_half(x, pos, base, sign=1, interleaved=False, exponent=2):
-    t, d = x.shape
-    h = d // 2
-    ang = (
-        np.asarray(pos, dtype=np.float64)[:, None]
-        * np.array([base ** (-exponent * i / d) for i in range(h)])[None, :]
-    )
+def _rope_half(x, pos, base, sign=1, interleaved=False, exponent=2) -> np.ndarray:
+    # (u, v) -> (u cos a - v sin a, u sin a + v cos a), a = pos * base^(-2i/d)
+    d = x.shape[1]
+    ang = np.asarray(pos, dtype=np.float64)[:, None] * _omega(d, base, exponent)[None, :]
     c, s = np.cos(ang), sign * np.sin(ang)
+    u, v = (slice(0, d, 2), slice(1, d, 2)) if interleaved else (slice(0, d // 2), slice(d // 2, d))
     out = np.empty_like(x, dtype=np.float64)
-    a_idx, b_idx = (
-        (np.arange(0, d, 2), np.arange(1, d, 2)) if interleaved else (np.arange(h), np.arange(h, d))
-    )
-    out[:, a_idx] = x[:, a_idx] * c - x[:, b_idx] * s
-    out[:, b_idx] = x[:, a_idx] * s + x[:, b_idx] * c
+    out[:, u], out[:, v] = x[:, u] * c - x[:, v] * s, x[:, u] * s + x[:, v] * c
     return out
-
-
-_CLOCKWISE = (
-    "rotated clockwise (by -pos * theta): that is the book's R(pos), the sign of "
-    "P.RotaryEmbedding; this exercise asks for RoFormer's counter-clockwise sign"
-)
 
 
 def _rope_inputs(rng: np.random.Generator) -> tuple:
@@ -179,7 +143,7 @@ def _rope_inputs(rng: np.random.Generator) -> tuple:
     return (rng.normal(size=(t, d)), rng.integers(0, 500, size=t), float(rng.choice([100.0, 1e4])))
 
 
-@exercise(
+exercise(
     "rope-half",
     "f(x, pos, base) -> RoPE in the half-split (concat) layout: for x of shape (T, d), rotate "
     "each pair (x[:, i], x[:, i + d/2]) by the angle pos * base^(-2i/d), counter-clockwise.",
@@ -189,30 +153,21 @@ def _rope_inputs(rng: np.random.Generator) -> tuple:
         "adjacent pairs (2i, 2i+1): the interleaved layout, not half-split": partial(
             _rope_half, interleaved=True
         ),
-        _CLOCKWISE: partial(_rope_half, sign=-1),
+        "rotated clockwise (by -pos * theta): that is the book's R(pos), the sign of "
+        "P.RotaryEmbedding; this exercise asks for RoFormer's counter-clockwise sign": partial(
+            _rope_half, sign=-1
+        ),
         "exponent i/d instead of 2i/d: the frequencies fall too slowly": partial(
             _rope_half, exponent=1
         ),
     },
-)
-def _rope_half_ref(x: np.ndarray, pos: np.ndarray, base: float) -> np.ndarray:
-    t, d = x.shape
-    out = np.array(x, dtype=np.float64)
-    for row in range(t):
-        for i in range(d // 2):
-            a = pos[row] * base ** (-2 * i / d)
-            u, v = x[row, i], x[row, i + d // 2]
-            out[row, i], out[row, i + d // 2] = (
-                u * math.cos(a) - v * math.sin(a),
-                u * math.sin(a) + v * math.cos(a),
-            )
-    return out
+)(_rope_half)
 
 
 # --- checked predictions and the inverse problem (issue 25) ---------------------------
 
 
-@exercise(
+exercise(
     "pairs-that-wrap",
     "A prediction: for d_model = 128 and base 10000, how many of the 64 pairs complete a full "
     "turn within 512 positions (wavelength 2 pi / omega_i below 512)? An integer.",
@@ -228,9 +183,7 @@ def _rope_half_ref(x: np.ndarray, pos: np.ndarray, base: float) -> np.ndarray:
         "0.478 depends on i/d_model only, which is why section 2.2 found 48% of the 256 "
         "pairs wrapping at d_model = 512."
     ),
-)
-def _pairs_that_wrap() -> int:
-    return sum(1 for w in _omega(128) if 2 * math.pi / w < 512)
+)(lambda: sum(1 for w in _omega(128) if 2 * math.pi / w < 512))
 
 
 def _bool_answer(expected: bool, got) -> str | None:
@@ -239,7 +192,7 @@ def _bool_answer(expected: bool, got) -> str | None:
     return None if bool(got) == expected else "wrong"
 
 
-@exercise(
+exercise(
     "rope-same-token",
     "A prediction: with RoPE, W_Q = W_K and the same token at both positions (q = k before "
     "rotation), is the score of the key k positions after the query equal to the score of "
@@ -254,25 +207,23 @@ def _bool_answer(expected: bool, got) -> str | None:
         "in k. The same holds whenever q and k are parallel within every pair; RoPE tells "
         "before from after only for generic projections and content."
     ),
-)
-def _rope_same_token() -> bool:
-    return True
+)(lambda: True)
 
 
 def _infer_base_inputs(rng: np.random.Generator) -> tuple:
-    d = 2 * int(rng.integers(2, 17))
-    base = float(10 ** rng.uniform(1, 5))
+    d, base = 2 * int(rng.integers(2, 17)), float(10 ** rng.uniform(1, 5))
     return (_pe(int(rng.integers(2, 40)), d, base),)
 
 
 def _base_from(pe: np.ndarray, pair: int = 1, swap: bool = False, exponent: int = 2) -> float:
+    # position 1, pair 1: (sin w_1, cos w_1) with w_1 = base^(-2/d_model) < pi
     d = pe.shape[1]
     s, c = pe[1, 2 * pair], pe[1, 2 * pair + 1]
     w = math.atan2(c, s) if swap else math.atan2(s, c)
     return float(w ** (-d / (exponent * pair))) if pair else 1.0
 
 
-@exercise(
+exercise(
     "infer-base",
     "f(pe) -> the base of a sinusoidal encoding table pe of shape (n, d_model), paper layout "
     "(sin in column 2i, cos in 2i+1), n >= 2, d_model >= 4.",
@@ -283,16 +234,11 @@ def _base_from(pe: np.ndarray, pair: int = 1, swap: bool = False, exponent: int 
         "a large base, d_model 32": (_pe(3, 32, 1e6),),
     },
     mistakes={
-        "read from pair 0, whose frequency is 1 for every base": lambda pe: _base_from(pe, 0),
+        "read from pair 0, whose frequency is 1 for every base": partial(_base_from, pair=0),
         "atan2(cos, sin): the angle pi/2 - omega, not omega": partial(_base_from, swap=True),
         "exponent i/d_model instead of 2i/d_model: the base squared": partial(
             _base_from, exponent=1
         ),
     },
     compare=close(rtol=1e-6, atol=0.0),
-)
-def _infer_base_ref(pe: np.ndarray) -> float:
-    # position 1, pair 1: (sin w_1, cos w_1) with w_1 = base^(-2/d_model) < pi
-    d = pe.shape[1]
-    w1 = math.atan2(pe[1, 2], pe[1, 3])
-    return float(w1 ** (-d / 2))
+)(_base_from)

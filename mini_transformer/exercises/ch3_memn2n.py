@@ -13,17 +13,14 @@ from .checking import exercise
 from .comparing import close, int_list
 
 
-def _alibi(n_heads, t, first=1, sign=-1, signed=False):
-    out = np.empty((n_heads, t, t))
-    for h in range(n_heads):
-        m = 2.0 ** (-8.0 * (h + first) / n_heads)
-        for i in range(t):
-            for j in range(t):
-                out[h, i, j] = sign * m * ((i - j) if signed else abs(i - j))
-    return out
+def _alibi(n_heads, t, first=1, sign=-1, signed=False) -> np.ndarray:
+    # -m_h |i - j|, slopes m_h = 2^(-8h/n_heads), h = 1..n_heads
+    m = 2.0 ** (-8.0 * np.arange(first, first + n_heads) / n_heads)
+    offset = np.arange(t)[:, None] - np.arange(t)[None, :]  # i - j
+    return sign * m[:, None, None] * (offset if signed else np.abs(offset))
 
 
-@exercise(
+exercise(
     "alibi-bias",
     "f(n_heads, T) -> the (n_heads, T, T) ALiBi bias -m_h |i - j| with slopes "
     "m_h = 2^(-8h/n_heads) for h = 1..n_heads (n_heads a power of two).",
@@ -34,19 +31,13 @@ def _alibi(n_heads, t, first=1, sign=-1, signed=False):
         "a positive bias (+m|i - j| rewards distant keys)": partial(_alibi, sign=1),
         "signed distance i - j instead of |i - j|": partial(_alibi, signed=True),
     },
-)
-def _alibi_ref(n_heads: int, T: int) -> np.ndarray:
-    return _alibi(n_heads, T)
+)(_alibi)
 
 
 def _memn2n(J, d):
     """MemN2N's l_kj = (1 - j/J) - (k/d)(1 - 2j/J), 1-based j, k; row j-1, column k-1."""
-    return np.array(
-        [
-            [(1 - j / J) - (k / d) * (1 - 2 * j / J) for k in range(1, d + 1)]
-            for j in range(1, J + 1)
-        ]
-    )
+    j, k = np.arange(1, J + 1)[:, None], np.arange(1, d + 1)[None, :]
+    return (1 - j / J) - (k / d) * (1 - 2 * j / J)
 
 
 @exercise(
@@ -66,13 +57,14 @@ def _memn2n_blind(J: int, d: int) -> list[int]:
     return [k + 1 for k in range(d) if np.ptp(l_[:, k]) < 1e-12]  # l_kj the same for every j
 
 
-def _unseen(T, L, causal=True, strict=False):
+def _unseen(T, L, causal=True, strict=False) -> float:
+    # the longest offset i - j seen in training is L - 1: offsets >= L are unseen
     pairs = [(i, j) for i in range(T) for j in range(T) if (j <= i or not causal)]
     bad = [1 for i, j in pairs if (abs(i - j) > L if strict else abs(i - j) >= L)]
     return len(bad) / len(pairs)
 
 
-@exercise(
+exercise(
     "unseen-offsets",
     "f(T, L) -> the share of causal (query i, key j <= i) pairs in a sequence of length T whose "
     "offset i - j was never seen when training on sequences of length L.",
@@ -85,11 +77,7 @@ def _unseen(T, L, causal=True, strict=False):
         ),
         "share of unseen query positions (i >= L) instead of pairs": lambda T, L: max(0, T - L) / T,
     },
-)
-def _unseen_offsets(T: int, L: int) -> float:
-    pairs = T * (T + 1) // 2  # offsets r = 0..T-1, T - r pairs each
-    unseen = sum(T - r for r in range(L, T))  # offsets r >= L
-    return unseen / pairs
+)(_unseen)
 
 
 def _window_inputs(rng: np.random.Generator) -> tuple:
@@ -97,13 +85,14 @@ def _window_inputs(rng: np.random.Generator) -> tuple:
     return float(2.0 ** -rng.integers(1, 9)), T, int(rng.integers(1, T + 1))
 
 
-def _window(m, T, w, base2=False, plus=0, infinite=False, sign=-1):
+def _window(m, T, w, base2=False, plus=0, infinite=False, sign=-1) -> float:
+    # equal content scores: the softmax weights of offsets r = 0..T-1 are e^(-m r) (bias -m r)
     wts = np.array([(2.0 if base2 else math.e) ** (sign * m * r) for r in range(T)])
     z = 1.0 / (1.0 - math.exp(-m)) if infinite else wts.sum()  # a geometric series to infinity
     return float(wts[: w + plus].sum() / z)
 
 
-@exercise(
+exercise(
     "alibi-window",
     "f(slope, T, w) -> the attention mass the last query of a causal ALiBi head with equal "
     "content scores puts on its w nearest keys (offsets 0..w-1) out of T keys.",
@@ -120,31 +109,24 @@ def _window(m, T, w, base2=False, plus=0, infinite=False, sign=-1):
             _window, sign=1
         ),
     },
-)
-def _alibi_window(slope: float, T: int, w: int) -> float:
-    scores = [-slope * r for r in range(T)]  # bias -m * offset
-    z = sum(math.exp(s) for s in scores)
-    return sum(math.exp(s) for s in scores[:w]) / z
+)(_window)
 
 
-def _slopes_power_of_two(n: int) -> list[float]:
-    """ALiBi's slopes for a power of two: the geometric sequence 2^(-8/n), 2^(-16/n), ..."""
-    start = 2.0 ** (-8.0 / n)
-    return [start ** (h + 1) for h in range(n)]
+def _slopes(n_heads: int, how: str = "odd") -> list[float]:
+    """ALiBi's slopes: for a power of two the geometric sequence 2^(-8/n), 2^(-16/n), ...;
+    otherwise those of the closest smaller power of two p, then the odd-numbered slopes of
+    2p. ``how`` other than "odd" gives a named mistake."""
+    p = 2 ** int(math.floor(math.log2(n_heads)))
+    if p == n_heads or how == "formula":
+        start = 2.0 ** (-8.0 / n_heads)
+        return [start ** (h + 1) for h in range(n_heads)]
+    if how == "sorted":
+        return sorted(_slopes(n_heads), reverse=True)
+    extra = {"odd": slice(0, None, 2), "first": slice(None), "even": slice(1, None, 2)}[how]
+    return _slopes(p) + _slopes(2 * p)[extra][: n_heads - p]
 
 
-def _slopes_wrong(n, how):
-    p = 2 ** int(math.floor(math.log2(n)))
-    if how == "formula":
-        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
-    if how == "first":
-        return _slopes_power_of_two(p) + _slopes_power_of_two(2 * p)[: n - p]
-    if how == "even":
-        return _slopes_power_of_two(p) + _slopes_power_of_two(2 * p)[1::2][: n - p]
-    return sorted(_alibi_slopes_ref(n), reverse=True)  # "sorted"
-
-
-@exercise(
+exercise(
     "alibi-slopes",
     "f(n_heads) -> ALiBi's n_heads slopes for any head count: for a power of two the "
     "geometric sequence 2^(-8h/n), h = 1..n; otherwise the slopes of the closest smaller "
@@ -152,26 +134,21 @@ def _slopes_wrong(n, how):
     inputs=lambda rng: (int(rng.integers(1, 33)),),
     edge_cases={"6 heads (the paper's example)": (6,), "3 heads": (3,), "8 heads": (8,)},
     mistakes={
-        "the power-of-two formula 2^(-8h/n) used for a head count that is not one": (
-            lambda n: _slopes_wrong(n, "formula")
+        "the power-of-two formula 2^(-8h/n) used for a head count that is not one": partial(
+            _slopes, how="formula"
         ),
-        "the first n - p slopes of 2p instead of its odd-numbered ones": lambda n: _slopes_wrong(
-            n, "first"
+        "the first n - p slopes of 2p instead of its odd-numbered ones": partial(
+            _slopes, how="first"
         ),
         "sorted from steep to shallow: the paper appends the extra slopes after the first p": (
-            lambda n: _slopes_wrong(n, "sorted")
+            partial(_slopes, how="sorted")
         ),
         "the even-numbered slopes of 2p ([1::2]: 2^-2, 2^-4, ... repeat the first p slopes); "
-        "take every other slope starting with the first (h = 1, 3, 5, ...)": (
-            lambda n: _slopes_wrong(n, "even")
+        "take every other slope starting with the first (h = 1, 3, 5, ...)": partial(
+            _slopes, how="even"
         ),
     },
-)
-def _alibi_slopes_ref(n_heads: int) -> list[float]:
-    p = 2 ** int(math.floor(math.log2(n_heads)))
-    if p == n_heads:
-        return _slopes_power_of_two(n_heads)
-    return _slopes_power_of_two(p) + _slopes_power_of_two(2 * p)[0::2][: n_heads - p]
+)(_slopes)
 
 
 @exercise(

@@ -15,7 +15,14 @@ from .checking import exercise, random_tensor
 from .comparing import close, exact_int
 
 
-@exercise(
+def _bool_mask(T: int, allowed) -> torch.Tensor:
+    """The (T, T) bool mask with ``allowed(i, j)`` at query i, key j (written out, no torch ops)."""
+    return torch.tensor(
+        [[bool(allowed(i, j)) for j in range(T)] for i in range(T)], dtype=torch.bool
+    ).reshape(T, T)
+
+
+exercise(
     "causal-mask",
     "f(T) -> a (T, T) bool tensor, True where query i may attend to key j (j <= i).",
     inputs=lambda rng: (int(rng.integers(1, 13)),),
@@ -30,11 +37,7 @@ from .comparing import close, exact_int
         ).tril(),
     },
     compare=close(same_dtype=True),
-)
-def _causal_mask(T: int) -> torch.Tensor:
-    return torch.tensor([[j <= i for j in range(T)] for i in range(T)], dtype=torch.bool).reshape(
-        T, T
-    )
+)(lambda T: _bool_mask(T, lambda i, j: j <= i))
 
 
 def _softmax_rows(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -59,57 +62,41 @@ def _masked_softmax_inputs(rng: np.random.Generator) -> tuple:
     return scores, mask
 
 
-_FULLY_MASKED = (
-    torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]]),
-    torch.tensor([[True, False, True], [False, False, False]]),
-)
-_LARGE = (
-    torch.tensor([[1000.0, 998.0, 990.0], [-1000.0, -1001.0, 5.0]]),
-    torch.tensor([[True, True, False], [True, True, False]]),
-)
-# float16: the blog post's fill -2**30 does not exist there (it becomes -inf), so with a fully
-# masked row it gives NaN again; finfo(float16).min = -65504 stays finite.
-_FLOAT16 = (
-    torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0], [-3.0, 4.0, 0.0]], dtype=torch.float16),
-    torch.tensor([[True, False, True], [False, False, False], [True, True, True]]),
-)
-
-
-def _softmax_fill_inf(s, m):
-    return s.masked_fill(~m, float("-inf")).softmax(-1)
-
-
 def _softmax_fill_2_30(s, m):
     """The blog post's TensorFlow recipe: add -2**30 where masked, then zero empty rows."""
     return (s + (~m) * -(2**30)).softmax(-1) * m.any(-1, keepdim=True)
 
 
-_CLOSE = close(rtol=1e-5, atol=1e-6, same_dtype=True)
-_CLOSE_HALF = close(rtol=2e-3, atol=1e-3, same_dtype=True)  # float16 has 11 significant bits
-
-
-def _close_for_dtype(expected, got):
-    """float32/64 to 1e-5; float16 and bfloat16 to their own precision."""
-    if isinstance(expected, torch.Tensor) and expected.dtype in (torch.float16, torch.bfloat16):
-        return _CLOSE_HALF(expected, got)
-    return _CLOSE(expected, got)
-
-
-@exercise(
+exercise(
     "masked-softmax",
     "f(scores, mask) -> softmax over the last axis of scores where mask is True, exactly 0 "
     "where it is False, an all-zero row where a row is fully masked; same dtype as scores.",
     inputs=_masked_softmax_inputs,
     edge_cases={
-        "a fully masked row": _FULLY_MASKED,
-        "large scores in float32": _LARGE,
+        "a fully masked row": (
+            torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]]),
+            torch.tensor([[True, False, True], [False, False, False]]),
+        ),
+        "large scores in float32": (
+            torch.tensor([[1000.0, 998.0, 990.0], [-1000.0, -1001.0, 5.0]]),
+            torch.tensor([[True, True, False], [True, True, False]]),
+        ),
         "one allowed key": (torch.tensor([[3.0, 4.0]]), torch.tensor([[False, True]])),
-        "float16, with a fully masked row": _FLOAT16,
+        # float16: the blog post's fill -2**30 does not exist there (it becomes -inf), so with
+        # a fully masked row it gives NaN again; finfo(float16).min = -65504 stays finite.
+        "float16, with a fully masked row": (
+            torch.tensor(
+                [[1.0, 2.0, 3.0], [0.5, -1.0, 2.0], [-3.0, 4.0, 0.0]], dtype=torch.float16
+            ),
+            torch.tensor([[True, False, True], [False, False, False], [True, True, True]]),
+        ),
     },
     mistakes={
         "the blog post's fill -2**30: in float16 it overflows to -inf, so a fully masked row "
         "is NaN again (use torch.finfo(scores.dtype).min)": _softmax_fill_2_30,
-        "masked scores filled with -inf: a fully masked row becomes 0/0 = NaN": _softmax_fill_inf,
+        "masked scores filled with -inf: a fully masked row becomes 0/0 = NaN": lambda s, m: (
+            s.masked_fill(~m, float("-inf")).softmax(-1)
+        ),
         "softmax over all keys, then zeroed (the row no longer sums to 1)": lambda s, m: (
             s.softmax(-1) * m
         ),
@@ -117,10 +104,8 @@ def _close_for_dtype(expected, got):
             (s.exp() * m) / (s.exp() * m).sum(-1, keepdim=True).clamp_min(1e-300)
         ),
     },
-    compare=_close_for_dtype,
-)
-def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return _softmax_rows(scores, mask)
+    compare=close(same_dtype=True),  # float16 and bfloat16: to their own precision
+)(_softmax_rows)
 
 
 def _attention_inputs(rng: np.random.Generator) -> tuple:
@@ -134,12 +119,15 @@ def _attention_inputs(rng: np.random.Generator) -> tuple:
     return q, k, v, mask
 
 
-def _attention_scaled(q, k, v, mask, scale):
-    w = _softmax_rows(q @ k.T * scale, mask)
+def _attention(q, k, v, mask, by: str = "sqrt(d_k)"):
+    # weights = softmax(q k^T / sqrt(d_k)) over the allowed keys, out = weights v
+    d_k, d_v = q.shape[-1], v.shape[-1]
+    scale = {"sqrt(d_k)": 1 / math.sqrt(d_k), "d_k": 1 / d_k, "sqrt(d_v)": 1 / math.sqrt(d_v)}
+    w = _softmax_rows(q @ k.T * scale.get(by, 1.0), mask)
     return w @ v, w
 
 
-@exercise(
+exercise(
     "attention-weights",
     "f(q, k, v, mask) -> (out, weights) of masked scaled dot-product attention: weights = "
     "softmax(q k^T / sqrt(d_k)) with masked keys at 0, out = weights v.",
@@ -153,40 +141,18 @@ def _attention_scaled(q, k, v, mask, scale):
         )
     },
     mistakes={
-        "no 1/sqrt(d_k) scaling": lambda q, k, v, m: _attention_scaled(q, k, v, m, 1.0),
-        "divided by d_k instead of sqrt(d_k)": lambda q, k, v, m: _attention_scaled(
-            q, k, v, m, 1.0 / q.shape[-1]
-        ),
-        "divided by sqrt(d_v) instead of sqrt(d_k)": lambda q, k, v, m: _attention_scaled(
-            q, k, v, m, 1.0 / math.sqrt(v.shape[-1])
-        ),
+        "no 1/sqrt(d_k) scaling": partial(_attention, by="nothing"),
+        "divided by d_k instead of sqrt(d_k)": partial(_attention, by="d_k"),
+        "divided by sqrt(d_v) instead of sqrt(d_k)": partial(_attention, by="sqrt(d_v)"),
     },
-)
-def _attention(q, k, v, mask):
-    d_k = q.shape[-1]
-    scores = torch.tensor(
-        [
-            [float((q[i] * k[j]).sum()) / math.sqrt(d_k) for j in range(k.shape[0])]
-            for i in range(q.shape[0])
-        ],
-        dtype=q.dtype,
-    ).reshape(q.shape[0], k.shape[0])
-    weights = _softmax_rows(scores, mask)
-    return weights @ v, weights
-
-
-def _bool_mask(T: int, allowed) -> torch.Tensor:
-    """The (T, T) bool mask with ``allowed(i, j)`` at query i, key j (written out, no torch ops)."""
-    return torch.tensor(
-        [[bool(allowed(i, j)) for j in range(T)] for i in range(T)], dtype=torch.bool
-    ).reshape(T, T)
+)(_attention)
 
 
 def _prefix(T, P, plus=0, prefix_sees_all=False):
     return _bool_mask(T, lambda i, j: j <= i or j < P + plus or (prefix_sees_all and i < P))
 
 
-@exercise(
+exercise(
     "prefix-lm-mask",
     "f(T, n_prefix) -> the (T, T) bool mask of a prefix-LM: the first n_prefix tokens (the "
     "prompt) are seen by every query, the rest causally (key j visible from i when j <= i).",
@@ -204,21 +170,23 @@ def _prefix(T, P, plus=0, prefix_sees_all=False):
         "the transpose (queries in columns)": lambda T, P: _prefix(T, P).T.contiguous(),
     },
     compare=close(same_dtype=True),
-)
-def _prefix_lm_mask(T: int, n_prefix: int) -> torch.Tensor:
-    return _prefix(T, n_prefix)
+)(_prefix)
 
 
 def _jacobian_inputs(rng: np.random.Generator) -> tuple:
     return (random_tensor(rng, int(rng.integers(1, 9)), scale=float(rng.choice([0.5, 3.0, 10.0]))),)
 
 
-def _jacobian_unstable(s):
-    p = s.exp() / s.exp().sum()
-    return torch.diag(p) - torch.outer(p, p)
+def _jacobian(s, unstable=False, sign=1, outer=True, diagonal_only=False) -> torch.Tensor:
+    # J[i, j] = d p_i / d s_j = p_i (delta_ij - p_j): J = diag(p) - p p^T
+    e = s.exp() if unstable else (s - s.max()).exp()  # exp(800) overflows without the shift
+    p = e / e.sum()
+    if diagonal_only:
+        return torch.diag(p * (1 - p))
+    return sign * (torch.diag(p) - (torch.outer(p, p) if outer else 0))
 
 
-@exercise(
+exercise(
     "softmax-jacobian",
     "f(s) -> the (n, n) Jacobian J[i, j] = d p_i / d s_j of p = softmax(s) for a score vector "
     "s of shape (n,).",
@@ -232,29 +200,20 @@ def _jacobian_unstable(s):
     },
     mistakes={
         "softmax without subtracting the maximum: exp overflows to inf, inf / inf = NaN": (
-            _jacobian_unstable
+            partial(_jacobian, unstable=True)
         ),
-        "sign flipped: p p^T - diag(p)": lambda s: (
-            torch.outer(s.softmax(0), s.softmax(0)) - torch.diag(s.softmax(0))
-        ),
-        "diagonal only: diag(p (1 - p))": lambda s: torch.diag(s.softmax(0) * (1 - s.softmax(0))),
-        "diag(p) alone (the -p p^T term forgotten)": lambda s: torch.diag(s.softmax(0)),
+        "sign flipped: p p^T - diag(p)": partial(_jacobian, sign=-1),
+        "diagonal only: diag(p (1 - p))": partial(_jacobian, diagonal_only=True),
+        "diag(p) alone (the -p p^T term forgotten)": partial(_jacobian, outer=False),
     },
-)
-def _softmax_jacobian(s: torch.Tensor) -> torch.Tensor:
-    e = [math.exp(v - float(s.max())) for v in s.tolist()]
-    p = [x / sum(e) for x in e]
-    n = len(p)
-    return torch.tensor(
-        [[p[i] * ((i == j) - p[j]) for j in range(n)] for i in range(n)], dtype=s.dtype
-    ).reshape(n, n)
+)(_jacobian)
 
 
 def _window(T: int, w: int, lo: int = 0, future: bool = False) -> torch.Tensor:
     return _bool_mask(T, lambda i, j: (i - w - lo < j <= i) or (future and 0 <= j - i < w))
 
 
-@exercise(
+exercise(
     "window-mask",
     "f(T, w) -> the (T, T) bool mask of causal sliding-window attention: query i may attend to "
     "key j when i - w < j <= i (itself and the w - 1 tokens before it); w >= 1.",
@@ -270,15 +229,13 @@ def _window(T: int, w: int, lo: int = 0, future: bool = False) -> torch.Tensor:
         "the transpose (j >= i): every query sees the future": lambda T, w: _window(T, w).T,
     },
     compare=close(same_dtype=True),
-)
-def _window_mask(T: int, w: int) -> torch.Tensor:
-    return _window(T, w)
+)(_window)
 
 
 _ZEROS_T, _ZEROS_PREFIX = 10, 4
 
 
-@exercise(
+exercise(
     "prefix-lm-zeros",
     f"a prediction: one prefix-LM attention layer with T = {_ZEROS_T} and n_prefix = "
     f"{_ZEROS_PREFIX}: how many of the T^2 blocks d out_t / d x_t' of its Jacobian are exactly "
@@ -300,6 +257,4 @@ _ZEROS_T, _ZEROS_PREFIX = 10, 4
         "makes the n_prefix(n_prefix - 1)/2 = 6 prompt pairs above the diagonal visible, so "
         "45 - 6 = 39 blocks are zero."
     ),
-)
-def _prefix_lm_zeros() -> int:
-    return int((~_prefix(_ZEROS_T, _ZEROS_PREFIX)).sum())
+)(lambda: int((~_prefix(_ZEROS_T, _ZEROS_PREFIX)).sum()))

@@ -5,7 +5,6 @@ Adam's first step (a checked prediction).
 
 from __future__ import annotations
 
-import math
 from functools import partial
 
 import numpy as np
@@ -19,33 +18,23 @@ from .comparing import close
 def _ln_inputs(rng: np.random.Generator) -> tuple:
     B, T, d = int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(2, 9))
     dtype = torch.float32 if rng.random() < 0.5 else torch.float64
-    x = random_tensor(rng, B, T, d, scale=float(rng.uniform(0.1, 5)), dtype=dtype) + float(
-        rng.normal(0, 3)
-    )
+    x = random_tensor(rng, B, T, d, scale=float(rng.uniform(0.1, 5)), dtype=dtype)
+    x += float(rng.normal(0, 3))
     gamma = (1.0 + random_tensor(rng, d, scale=0.5)).to(dtype)
     beta = random_tensor(rng, d, scale=0.5, dtype=dtype)
     return x, gamma, beta, float(rng.choice([1e-5, 1e-3, 0.1, 1.0]))
 
 
 def _ln(x, g, b, eps, unbiased=False, eps_outside=False, dims=(-1,), one_pass=False):
+    # each token's own mean and biased variance (divide by d), eps inside the root
     mu = x.mean(dims, keepdim=True)
-    var = (
-        (x * x).mean(dims, keepdim=True) - mu * mu
-        if one_pass
-        else x.var(dims, keepdim=True, unbiased=unbiased)
-    )
+    var = x.var(dims, keepdim=True, unbiased=unbiased)
+    if one_pass:  # E[x^2] - E[x]^2: cancels when the mean is large against the spread
+        var = (x * x).mean(dims, keepdim=True) - mu * mu
     return g * (x - mu) / (var.sqrt() + eps if eps_outside else (var + eps).sqrt()) + b
 
 
-_OFFSET32 = (
-    torch.tensor([[[1000.0, 1001.0, 999.0, 1002.5], [-1000.5, -999.0, -1001.0, -998.0]]]),
-    torch.ones(4),
-    torch.zeros(4),
-    1e-5,
-)
-
-
-@exercise(
+exercise(
     "layer-norm",
     "f(x, gamma, beta, eps) -> LayerNorm of x (B, T, d): each token vector normalised with its "
     "own mean and biased variance (eps inside the root), scaled by gamma, shifted by beta; "
@@ -58,7 +47,12 @@ _OFFSET32 = (
             torch.zeros(3),
             1.0,
         ),
-        "float32 values near 1000 (E[x^2] - E[x]^2 cancels)": _OFFSET32,
+        "float32 values near 1000 (E[x^2] - E[x]^2 cancels)": (
+            torch.tensor([[[1000.0, 1001.0, 999.0, 1002.5], [-1000.5, -999.0, -1001.0, -998.0]]]),
+            torch.ones(4),
+            torch.zeros(4),
+            1e-5,
+        ),
         "a constant token": (torch.full((1, 1, 4), 3.0), torch.ones(4), torch.arange(4.0), 1e-5),
     },
     mistakes={
@@ -70,13 +64,7 @@ _OFFSET32 = (
         "one-pass variance E[x^2] - E[x]^2: cancels in float32": partial(_ln, one_pass=True),
     },
     compare=close(rtol=1e-4, atol=1e-4, same_dtype=True),
-)
-def _layer_norm(x, gamma, beta, eps):
-    z = x.double()
-    d = z.shape[-1]
-    mu = z.sum(-1, keepdim=True) / d
-    var = ((z - mu) ** 2).sum(-1, keepdim=True) / d  # biased: divide by d
-    return (gamma.double() * (z - mu) / torch.sqrt(var + eps) + beta.double()).to(x.dtype)
+)(lambda x, g, b, eps: _ln(x.double(), g.double(), b.double(), eps).to(x.dtype))  # in float64
 
 
 def _bn_inputs(rng: np.random.Generator) -> tuple:
@@ -84,28 +72,25 @@ def _bn_inputs(rng: np.random.Generator) -> tuple:
     return (random_tensor(rng, B, T, d, scale=2.0) + random_tensor(rng, d, scale=2.0),)
 
 
-@exercise(
+def _bn_stats(x, dims=(0, 1), unbiased=False):
+    # every token is a sample: per-feature statistics over the batch and position axes
+    return x.mean(dims), x.var(dims, unbiased=unbiased)
+
+
+exercise(
     "batch-norm-stats",
     "f(x) for x of shape (B, T, d) -> (mean, var): BatchNorm's per-feature statistics over the "
     "batch and position axes, each of shape (d,), var biased.",
     inputs=_bn_inputs,
     edge_cases={"one position": (torch.arange(6.0).reshape(3, 1, 2).double(),)},
     mistakes={
-        "unbiased variance": lambda x: (x.mean((0, 1)), x.var((0, 1), unbiased=True)),
-        "statistics over the batch axis only (one per position and feature)": lambda x: (
-            x.mean(0),
-            x.var(0, unbiased=False),
+        "unbiased variance": partial(_bn_stats, unbiased=True),
+        "statistics over the batch axis only (one per position and feature)": partial(
+            _bn_stats, dims=0
         ),
-        "statistics over the features (LayerNorm's axis)": lambda x: (
-            x.mean(-1),
-            x.var(-1, unbiased=False),
-        ),
+        "statistics over the features (LayerNorm's axis)": partial(_bn_stats, dims=-1),
     },
-)
-def _batch_norm_stats(x):
-    rows = x.reshape(-1, x.shape[-1]).double()  # (B*T, d): every token is a sample
-    mean = rows.sum(0) / len(rows)
-    return mean.to(x.dtype), (((rows - mean) ** 2).sum(0) / len(rows)).to(x.dtype)
+)(_bn_stats)
 
 
 class CausalSelfAttention(nn.Module):
@@ -136,43 +121,32 @@ def _block_inputs(rng: np.random.Generator) -> tuple:
     return x, attn, ffn, ln1, ln2
 
 
-def _no_grad(fn):
-    def run(*args):
-        with torch.no_grad():
-            return fn(*args)
-
-    return run
-
-
 @exercise(
     "pre-ln-block",
     "f(x, attn, ffn, ln1, ln2) -> one Pre-LN block: h = x + attn(ln1(x)), then h + ffn(ln2(h)); "
     "attn(h) is causal self-attention returning a tensor like h.",
     inputs=_block_inputs,
     mistakes={
-        "Post-LN instead of Pre-LN: ln1(x + attn(x)), then ln2(h + ffn(h))": _no_grad(
-            lambda x, a, f, l1, l2: (lambda h: l2(h + f(h)))(l1(x + a(x)))
+        "Post-LN instead of Pre-LN: ln1(x + attn(x)), then "
+        "ln2(h + ffn(h))": lambda x, a, f, l1, l2: (lambda h: l2(h + f(h)))(l1(x + a(x))),
+        "no residual connections: ffn(ln2(attn(ln1(x))))": lambda x, a, f, l1, l2: f(l2(a(l1(x)))),
+        "ln1 used for both sub-layers": lambda x, a, f, l1, l2: (lambda h: h + f(l1(h)))(
+            x + a(l1(x))
         ),
-        "no residual connections: ffn(ln2(attn(ln1(x))))": _no_grad(
-            lambda x, a, f, l1, l2: f(l2(a(l1(x))))
-        ),
-        "ln1 used for both sub-layers": _no_grad(
-            lambda x, a, f, l1, l2: (lambda h: h + f(l1(h)))(x + a(l1(x)))
-        ),
-        "residual added after the norm: x' = ln1(x) + attn(ln1(x))": _no_grad(
-            lambda x, a, f, l1, l2: (lambda h: l2(h) + f(l2(h)))(l1(x) + a(l1(x)))
-        ),
+        "residual added after the norm: x' = ln1(x) + attn(ln1(x))": lambda x, a, f, l1, l2: (
+            lambda h: l2(h) + f(l2(h))
+        )(l1(x) + a(l1(x))),
     },
     compare=close(rtol=1e-4, atol=1e-5),
     n_random=6,
 )
 def _pre_ln_block(x, attn, ffn, ln1, ln2):
-    with torch.no_grad():
-        h = x + attn(ln1(x))  # x + Attn(LN1(x))
-        return h + ffn(ln2(h))  # h + FFN(LN2(h))
+    h = x + attn(ln1(x))  # x + Attn(LN1(x))
+    return h + ffn(ln2(h))  # h + FFN(LN2(h))
 
 
 def _rms(x, g, eps, center=False, l2=False, eps_outside=False):
+    # x / sqrt(mean x^2 + eps) * gain: no mean subtracted, no shift
     if center:
         x = x - x.mean(-1, keepdim=True)
     ms = (x * x).sum(-1, keepdim=True) if l2 else (x * x).mean(-1, keepdim=True)
@@ -185,7 +159,7 @@ def _rms_inputs(rng: np.random.Generator) -> tuple:
     return x, 1.0 + random_tensor(rng, d, scale=0.5), float(rng.choice([1e-6, 1e-2, 0.5]))
 
 
-@exercise(
+exercise(
     "rms-norm",
     "f(x, gain, eps) -> RMSNorm of x (..., d): x / sqrt(mean(x^2 over d) + eps) * gain, "
     "with no mean subtraction and no shift.",
@@ -207,27 +181,19 @@ def _rms_inputs(rng: np.random.Generator) -> tuple:
         "divided by the L2 norm (the 1/d inside the root is missing)": partial(_rms, l2=True),
         "eps added outside the square root": partial(_rms, eps_outside=True),
     },
-)
-def _rms_norm(x, gain, eps):
-    d = x.shape[-1]
-    rms = torch.sqrt((x.double() ** 2).sum(-1, keepdim=True) / d + eps)  # sqrt(mean x^2 + eps)
-    return (gain.double() * x.double() / rms).to(x.dtype)
+)(_rms)
 
 
 def _ln_jac(x, eps, drop_mean=False, drop_scale=False, unbiased=False):
-    d = x.shape[0]
-    z = x - x.mean()
-    sigma = torch.sqrt(z.var(unbiased=unbiased) + eps)
-    y = z / sigma
-    j = torch.eye(d, dtype=x.dtype)
-    if not drop_mean:
-        j = j - 1.0 / d
-    if not drop_scale:
-        j = j - torch.outer(y, y) / d
-    return j / sigma
+    # J = (I - 1/d - y y^T / d) / sigma with y = (x - mean) / sigma, sigma = sqrt(var + eps):
+    # the mean gives the -1/d term, the standard deviation the -y y^T / d term
+    d, sigma = x.shape[0], torch.sqrt(x.var(unbiased=unbiased) + eps)
+    y = (x - x.mean()) / sigma
+    j = torch.eye(d, dtype=x.dtype) - (0.0 if drop_mean else 1.0 / d)
+    return (j - (0.0 if drop_scale else torch.outer(y, y) / d)) / sigma
 
 
-@exercise(
+exercise(
     "ln-jacobian",
     "f(x, eps) -> the (d, d) Jacobian J[i, j] = d y_i / d x_j of y = (x - mean(x)) / "
     "sqrt(var(x) + eps) (biased variance, no gain or shift) for a vector x of shape (d,).",
@@ -246,27 +212,7 @@ def _ln_jac(x, eps, drop_mean=False, drop_scale=False, unbiased=False):
         "-1/d and -y y^T / d terms are missing)": partial(_ln_jac, drop_mean=True, drop_scale=True),
         "eps left out of sigma = sqrt(var + eps)": lambda x, e: _ln_jac(x, 0.0),
     },
-)
-def _ln_jacobian(x, eps):
-    # Central differences of the plain formula, in float64: an independent numerical statement.
-    def ln(v):
-        mu = sum(v) / len(v)
-        var = sum((a - mu) ** 2 for a in v) / len(v)
-        return [(a - mu) / math.sqrt(var + eps) for a in v]
-
-    def shifted(j, step):
-        w = list(v)
-        w[j] += step
-        return ln(w)
-
-    # Five-point differences: error O(h^4), so the reference is symmetric to ~1e-12 (J is).
-    v, d, h = x.tolist(), len(x), 1e-3
-    cols = []
-    for j in range(d):
-        p1, m1, p2, m2 = shifted(j, h), shifted(j, -h), shifted(j, 2 * h), shifted(j, -2 * h)
-        steps = zip(p1, m1, p2, m2, strict=True)
-        cols.append([(8 * (a - b) - (c - e)) / (12 * h) for a, b, c, e in steps])
-    return torch.tensor(cols, dtype=torch.float64).T.to(x.dtype)
+)(_ln_jac)
 
 
 # --- Beyond the text: a parallel block, a DeepNorm block, Adam's first step ------------------
@@ -278,24 +224,19 @@ def _ln_jacobian(x, eps):
     "the same normalised input, x + attn(ln(x)) + ffn(ln(x)); attn(h) returns a tensor like h.",
     inputs=lambda rng: _block_inputs(rng)[:4],
     mistakes={
-        "sequential Pre-LN: the FFN read h = x + attn(ln(x)), not x": _no_grad(
-            lambda x, a, f, ln: (lambda h: h + f(ln(h)))(x + a(ln(x)))
-        ),
-        "no residual connection: attn(ln(x)) + ffn(ln(x))": _no_grad(
-            lambda x, a, f, ln: a(ln(x)) + f(ln(x))
-        ),
-        "the FFN read x, not ln(x)": _no_grad(lambda x, a, f, ln: x + a(ln(x)) + f(x)),
-        "Post-LN style: ln(x + attn(x) + ffn(x))": _no_grad(
-            lambda x, a, f, ln: ln(x + a(x) + f(x))
-        ),
+        "sequential Pre-LN: the FFN read h = x + attn(ln(x)), not x": lambda x, a, f, ln: (
+            lambda h: h + f(ln(h))
+        )(x + a(ln(x))),
+        "no residual connection: attn(ln(x)) + ffn(ln(x))": lambda x, a, f, ln: a(ln(x)) + f(ln(x)),
+        "the FFN read x, not ln(x)": lambda x, a, f, ln: x + a(ln(x)) + f(x),
+        "Post-LN style: ln(x + attn(x) + ffn(x))": lambda x, a, f, ln: ln(x + a(x) + f(x)),
     },
     compare=close(rtol=1e-4, atol=1e-5),
     n_random=6,
 )
 def _parallel_block(x, attn, ffn, ln):
-    with torch.no_grad():
-        h = ln(x)  # one LayerNorm, read by both sub-layers
-        return x + attn(h) + ffn(h)
+    h = ln(x)  # one LayerNorm, read by both sub-layers
+    return x + attn(h) + ffn(h)
 
 
 def _deepnorm_inputs(rng: np.random.Generator) -> tuple:
@@ -309,26 +250,24 @@ def _deepnorm_inputs(rng: np.random.Generator) -> tuple:
     "shortcut): h = ln1(alpha * x + attn(x)), then ln2(alpha * h + ffn(h)).",
     inputs=_deepnorm_inputs,
     mistakes={
-        "alpha on the sub-layer instead of the shortcut: ln(x + alpha * G(x))": _no_grad(
-            lambda x, a, f, l1, l2, al: (lambda h: l2(h + al * f(h)))(l1(x + al * a(x)))
-        ),
-        "alpha outside the LayerNorm: alpha * ln(x + G(x))": _no_grad(
-            lambda x, a, f, l1, l2, al: (lambda h: al * l2(h + f(h)))(al * l1(x + a(x)))
-        ),
-        "alpha forgotten: a plain Post-LN block": _no_grad(
-            lambda x, a, f, l1, l2, al: (lambda h: l2(h + f(h)))(l1(x + a(x)))
-        ),
-        "alpha only in the first sub-layer": _no_grad(
-            lambda x, a, f, l1, l2, al: (lambda h: l2(h + f(h)))(l1(al * x + a(x)))
+        "alpha on the sub-layer instead of the shortcut: ln(x + alpha * "
+        "G(x))": lambda x, a, f, l1, l2, al: (lambda h: l2(h + al * f(h)))(l1(x + al * a(x))),
+        "alpha outside the LayerNorm: alpha * ln(x + G(x))": lambda x, a, f, l1, l2, al: (
+            lambda h: al * l2(h + f(h))
+        )(al * l1(x + a(x))),
+        "alpha forgotten: a plain Post-LN block": lambda x, a, f, l1, l2, al: (
+            lambda h: l2(h + f(h))
+        )(l1(x + a(x))),
+        "alpha only in the first sub-layer": lambda x, a, f, l1, l2, al: (lambda h: l2(h + f(h)))(
+            l1(al * x + a(x))
         ),
     },
     compare=close(rtol=1e-4, atol=1e-5),
     n_random=6,
 )
 def _deepnorm_block(x, attn, ffn, ln1, ln2, alpha):
-    with torch.no_grad():
-        h = ln1(alpha * x + attn(x))  # LN(alpha x + G(x)), Wang et al. 2022
-        return ln2(alpha * h + ffn(h))
+    h = ln1(alpha * x + attn(x))  # LN(alpha x + G(x)), Wang et al. 2022
+    return ln2(alpha * h + ffn(h))
 
 
 _ADAM_SHAPE, _ADAM_GRAD_NORM, _ADAM_LR = (32, 32), 1e-3, 3e-3

@@ -17,9 +17,9 @@ from .comparing import close, exact_int
 
 def _lr(step, lr, min_lr, warmup, steps, cap=True, from_zero=False, to_zero=False):
     if step < warmup:
-        return lr * (step if from_zero else step + 1) / warmup
-    progress = (step - warmup) / max(1, steps - warmup)
-    progress = min(1.0, progress) if cap else progress
+        return lr * (step if from_zero else step + 1) / warmup  # linear warm-up
+    progress = (step - warmup) / max(1, steps - warmup)  # 0 -> 1 over the decay
+    progress = min(1.0, progress) if cap else progress  # min_lr after the schedule
     low = 0.0 if to_zero else min_lr
     return low + 0.5 * (lr - low) * (1 + math.cos(math.pi * progress))
 
@@ -28,16 +28,11 @@ def _lr_inputs(rng: np.random.Generator) -> tuple:
     lr = float(10 ** rng.uniform(-4, -2))
     warmup = int(rng.integers(0, 50))
     steps = warmup + int(rng.integers(1, 500))
-    return (
-        int(rng.integers(0, steps + 200)),
-        lr,
-        float(lr * rng.choice([0.0, 0.1, 0.5])),
-        warmup,
-        steps,
-    )
+    step, min_lr = int(rng.integers(0, steps + 200)), float(lr * rng.choice([0.0, 0.1, 0.5]))
+    return step, lr, min_lr, warmup, steps
 
 
-@exercise(
+exercise(
     "lr-schedule",
     "f(step, lr, min_lr, warmup_steps, steps) -> the rate of update step (0-based): lr * (step "
     "+ 1) / warmup_steps during warm-up, then half a cosine from lr to min_lr at step = steps, "
@@ -55,36 +50,30 @@ def _lr_inputs(rng: np.random.Generator) -> tuple:
         "cosine down to 0 instead of min_lr": partial(_lr, to_zero=True),
     },
     compare=close(rtol=1e-9, atol=1e-15),
-)
-def _lr_schedule(step, lr, min_lr, warmup_steps, steps):
-    if step < warmup_steps:
-        return lr * (step + 1) / warmup_steps  # linear warm-up
-    if step >= steps:
-        return min_lr  # after the schedule
-    t = (step - warmup_steps) / (steps - warmup_steps)  # 0 -> 1 over the decay
-    return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * t)) / 2
+)(_lr)
 
 
 def _ppl_inputs(rng: np.random.Generator) -> tuple:
     B, T, V = int(rng.integers(1, 4)), int(rng.integers(1, 9)), int(rng.integers(2, 30))
     logits = random_tensor(rng, B, T, V, scale=float(rng.uniform(0.5, 4.0)), dtype=torch.float32)
-    return logits + float(rng.choice([0.0, 50.0, -200.0])), torch.from_numpy(
-        rng.integers(0, V, size=(B, T))
-    )
+    offset, targets = float(rng.choice([0.0, 50.0, -200.0])), rng.integers(0, V, size=(B, T))
+    return logits + offset, torch.from_numpy(targets)
 
 
-def _naive_ppl(z, t, per_token=False, no_exp=False, stable=False, log_of_softmax=False):
+def _ppl(z, t, per_token=False, no_exp=False, naive=False, log_of_softmax=False):
     if log_of_softmax:  # softmax in the logits' own dtype, then log: exp(-200) is 0 in float32
-        p = z.softmax(-1).double()
-    else:
-        p = z.double().softmax(-1) if stable else z.exp() / z.exp().sum(-1, keepdim=True)
-    nll = -p.gather(-1, t[..., None]).squeeze(-1).log()
+        logp = z.softmax(-1).double().log()
+    elif naive:  # exp without subtracting the maximum
+        logp = (z.exp() / z.exp().sum(-1, keepdim=True)).log()
+    else:  # log p = logits - logsumexp(logits), in float64
+        logp = z.double().log_softmax(-1)
+    nll = -logp.gather(-1, t[..., None]).squeeze(-1)  # -log p(target)
     if no_exp:
         return float(nll.mean())
     return float(nll.exp().mean()) if per_token else float(nll.mean().exp())
 
 
-@exercise(
+exercise(
     "perplexity",
     "f(logits, targets) for logits (B, T, V) and targets (B, T) -> exp of the mean cross-entropy "
     "(natural log) of the targets, a Python float, computed stably.",
@@ -110,36 +99,28 @@ def _naive_ppl(z, t, per_token=False, no_exp=False, stable=False, log_of_softmax
     },
     mistakes={
         "log of the softmax (a probability that underflows to 0 gives log 0 = -inf); "
-        "use logits - logsumexp(logits)": partial(_naive_ppl, log_of_softmax=True),
-        "exp without subtracting the maximum (overflows or underflows in float32)": _naive_ppl,
+        "use logits - logsumexp(logits)": partial(_ppl, log_of_softmax=True),
+        "exp without subtracting the maximum (overflows or underflows in float32)": partial(
+            _ppl, naive=True
+        ),
         "2 ** loss with the loss in nats: mixing the bases (e ** nats = 2 ** bits)": lambda z, t: (
-            2.0 ** _naive_ppl(z, t, no_exp=True, stable=True)
+            2.0 ** _ppl(z, t, no_exp=True)
         ),
         "mean of per-token perplexities instead of exp of the mean loss": partial(
-            _naive_ppl, per_token=True, stable=True
+            _ppl, per_token=True
         ),
-        "the cross-entropy itself, not its exponential": partial(
-            _naive_ppl, no_exp=True, stable=True
-        ),
+        "the cross-entropy itself, not its exponential": partial(_ppl, no_exp=True),
     },
     compare=close(rtol=1e-4, atol=0.0),  # float32 logits near 200: log-sum-exp error ~1e-5
-)
-def _perplexity(logits, targets):
-    total, count = 0.0, 0
-    for row, tgt in zip(
-        logits.double().reshape(-1, logits.shape[-1]), targets.reshape(-1), strict=True
-    ):
-        m = float(row.max())
-        log_z = m + math.log(sum(math.exp(float(v) - m) for v in row))  # logsumexp
-        total += log_z - float(row[int(tgt)])  # -log p(target)
-        count += 1
-    return math.exp(total / count)
+)(_ppl)
 
 
 def _count(
     V, block, d, L, d_ff, positional, bias, head=False, final_ln=True, learned_always=False,
     no_table=False, ln_shift=False,
 ):  # fmt: skip
+    # Pre-LN layers (4 attention and 2 feed-forward linears, 2 LayerNorms), a final LayerNorm,
+    # the head tied to the token embedding; bias=False: no linear biases, LayerNorms without beta
     b, ln = int(bias), int(bias or ln_shift)  # ln_shift: LayerNorm betas counted without biases
     per_layer = 4 * (d * d + b * d) + d * d_ff + b * d_ff + d_ff * d + b * d + 2 * (1 + ln) * d
     learned = (positional == "learned" and not no_table) or learned_always
@@ -149,18 +130,13 @@ def _count(
 
 def _count_inputs(rng: np.random.Generator) -> tuple:
     d = 4 * int(rng.integers(1, 33))
-    return (
-        int(rng.integers(2, 300)),
-        int(rng.integers(1, 513)),
-        d,
-        int(rng.integers(1, 7)),
-        int(rng.integers(1, 5)) * d,
-        str(rng.choice(["learned", "rope", "sinusoidal"])),
-        bool(rng.integers(0, 2)),
-    )
+    V, block, L = int(rng.integers(2, 300)), int(rng.integers(1, 513)), int(rng.integers(1, 7))
+    d_ff = int(rng.integers(1, 5)) * d
+    positional, bias = str(rng.choice(["learned", "rope", "sinusoidal"])), bool(rng.integers(0, 2))
+    return V, block, d, L, d_ff, positional, bias
 
 
-@exercise(
+exercise(
     "param-count",
     "f(vocab_size, block_size, d_model, n_layers, d_ff, positional, bias) -> the number of "
     "trainable parameters of the chapter's decoder-only LM (Pre-LN, final LayerNorm, head tied "
@@ -182,16 +158,12 @@ def _count_inputs(rng: np.random.Generator) -> tuple:
         ),
     },
     compare=exact_int,
-)
-def _param_count(vocab_size, block_size, d_model, n_layers, d_ff, positional, bias):
-    linear = lambda n_in, n_out: n_in * n_out + (n_out if bias else 0)  # noqa: E731
-    norm = d_model * (2 if bias else 1)  # gain (+ shift)
-    block = 4 * linear(d_model, d_model) + linear(d_model, d_ff) + linear(d_ff, d_model) + 2 * norm
-    table = block_size * d_model if positional == "learned" else 0
-    return vocab_size * d_model + table + n_layers * block + norm
+)(_count)
 
 
 def _flops(N, L, d, T, tokens, fwd=False, attn=True, seq=False):
+    # forward: 2 N (a multiply and an add per weight) + 4 L d T (q k^T and weights @ v);
+    # the backward pass costs twice the forward
     per_token = (2 if fwd else 6) * N + ((12 * L * d * (T * T if seq else T)) if attn else 0)
     return per_token * tokens
 
@@ -202,7 +174,7 @@ def _flops_inputs(rng: np.random.Generator) -> tuple:
     return N, L, d, int(2 ** rng.integers(6, 14)), int(rng.integers(10**6, 10**12))
 
 
-@exercise(
+exercise(
     "train-flops",
     "f(n_params, n_layers, d_model, T, n_tokens) -> the floating-point operations of training "
     "on n_tokens tokens: (6 N + 12 L d T) per token (forward and backward, attention scores "
@@ -215,11 +187,7 @@ def _flops_inputs(rng: np.random.Generator) -> tuple:
         "attention counted per sequence (T^2) for every token": partial(_flops, seq=True),
     },
     compare=close(rtol=1e-9, atol=0.0),
-)
-def _train_flops(n_params, n_layers, d_model, T, n_tokens):
-    matmuls = 2 * n_params  # a multiply and an add per weight, forward
-    attention = 2 * n_layers * T * d_model * 2  # q k^T and weights @ v, forward, per token
-    return 3 * (matmuls + attention) * n_tokens  # backward costs twice the forward
+)(_flops)
 
 
 def _top_k_inputs(rng: np.random.Generator) -> tuple:
@@ -231,14 +199,12 @@ def _topk(z, k, fill=float("-inf"), plus=0, smallest=False):
     out = z.clone()
     for row in out:
         order = sorted(row.tolist(), reverse=not smallest)
-        kth = order[min(k + plus, len(order)) - 1]
-        for c in range(len(row)):
-            if (row[c] > kth) if smallest else (row[c] < kth):
-                row[c] = fill
+        kth = order[min(k + plus, len(order)) - 1]  # the k-th largest value: ties are kept
+        row[(row > kth) if smallest else (row < kth)] = fill
     return out
 
 
-@exercise(
+exercise(
     "top-k",
     "f(logits, k) for logits (B, V) -> a new tensor in which every logit smaller than the k-th "
     "largest of its row is -inf (ties with the k-th are kept; k >= V keeps all); logits unchanged.",
@@ -256,13 +222,7 @@ def _topk(z, k, fill=float("-inf"), plus=0, smallest=False):
         "the k smallest kept": partial(_topk, smallest=True),
     },
     compare=close(rtol=0.0, atol=0.0, same_dtype=True),
-)
-def _top_k(logits, k):
-    out = logits.clone()
-    for row in out:
-        kth = sorted(row.tolist(), reverse=True)[min(k, len(row)) - 1]  # k-th largest value
-        row[row < kth] = float("-inf")
-    return out
+)(_topk)
 
 
 def _clip_inputs(rng: np.random.Generator) -> tuple:
@@ -276,88 +236,56 @@ def _clip_inputs(rng: np.random.Generator) -> tuple:
 
 def _clip(grads, max_norm, per_tensor=False, norm_after=False, always=False):
     if per_tensor:
-        out = [
-            g * min(1.0, max_norm / float(g.norm())) if float(g.norm()) > 0 else g.clone()
-            for g in grads
-        ]
-        total = math.sqrt(sum(float(g.norm()) ** 2 for g in grads))
-        return out, total
-    total = math.sqrt(sum(float((g.double() ** 2).sum()) for g in grads))
+        out = [g * min(1.0, max_norm / max(float(g.norm()), 1e-300)) for g in grads]
+        return out, math.sqrt(sum(float(g.norm()) ** 2 for g in grads))
+    total = math.sqrt(sum(float((g.double() ** 2).sum()) for g in grads))  # the global norm
     factor = max_norm / total if (always or total > max_norm) else 1.0
     out = [g * factor for g in grads]
     return out, (min(total, max_norm) if norm_after else total)
 
 
-class _Clipped(tuple):
-    """The reference's (clipped, norm), carrying its inputs so a mismatch can be named."""
-
-    grads: list
-    max_norm: float
-
-
-_CLIP_MISTAKES = {
-    "each tensor clipped by its own norm, not by the global norm": dict(per_tensor=True),
-    "the norm returned after clipping, not before (clip_grad_norm_ returns it before)": dict(
-        norm_after=True
-    ),
-    "gradients scaled up to max_norm when their norm is below it": dict(always=True),
-}
-
-
-def _clip_diff(expected, got) -> str | None:
-    if not (isinstance(got, (tuple, list)) and len(got) == 2):
-        return f"expected an answer (clipped_grads, norm_before), got {type(got).__name__}"
-    grads, norm = got
-    if not isinstance(grads, (list, tuple)) or len(grads) != len(expected[0]):
-        return f"expected a list of {len(expected[0])} clipped gradients as the first item"
-    for i, (e, g) in enumerate(zip(expected[0], grads, strict=True)):
-        msg = close(rtol=1e-9, atol=1e-12)(e, g)
-        if msg is not None:
-            return f"gradient {i}: {msg}"
-    msg = close(rtol=1e-9, atol=1e-12)(expected[1], norm)
-    return None if msg is None else f"the norm: {msg}"
+_f64 = partial(torch.tensor, dtype=torch.float64)
 
 
 def _compare_clip(expected, got) -> str | None:
-    msg = _clip_diff(expected, got)
-    if msg is None or not isinstance(expected, _Clipped):
-        return msg
-    for mistake, how in _CLIP_MISTAKES.items():
-        if _clip_diff(_clip(expected.grads, expected.max_norm, **how), got) is None:
-            return f"{msg}; this looks like: {mistake}"
-    return msg
+    if not (isinstance(got, (tuple, list)) and len(got) == 2):
+        return f"expected an answer (clipped_grads, norm_before), got {type(got).__name__}"
+    n = len(expected[0])
+    if not isinstance(got[0], (list, tuple)) or len(got[0]) != n:
+        return f"expected a list of {n} clipped gradients as the first item"
+    for i, (e, g) in enumerate([*zip(expected[0], got[0], strict=True), (expected[1], got[1])]):
+        if (msg := close(rtol=1e-9, atol=1e-12)(e, g)) is not None:
+            return f"gradient {i}: {msg}" if i < n else f"the norm: {msg}"
+    return None
 
 
-@exercise(
+exercise(
     "grad-clip",
     "f(grads, max_norm) for a list of gradient tensors -> (clipped, norm): if the global norm "
     "sqrt(sum of all squared entries) exceeds max_norm, every gradient is scaled by max_norm / "
     "norm; otherwise they are returned unchanged. norm is the global norm before clipping.",
     inputs=_clip_inputs,
     edge_cases={
-        "norm below the threshold (nothing changes)": (
-            [torch.tensor([0.3, 0.4], dtype=torch.float64)],
-            1.0,
-        ),
+        "norm below the threshold (nothing changes)": ([_f64([0.3, 0.4])], 1.0),
         "two tensors, each under the threshold, together over it": (
-            [
-                torch.tensor([0.6, 0.0], dtype=torch.float64),
-                torch.tensor([[0.0], [0.8]], dtype=torch.float64),
-            ],
+            [_f64([0.6, 0.0]), _f64([[0.0], [0.8]])],
             0.9,
         ),
     },
+    mistakes={
+        "each tensor clipped by its own norm, not by the global norm": partial(
+            _clip, per_tensor=True
+        ),
+        "the norm returned after clipping, not before (clip_grad_norm_ returns it before)": (
+            partial(_clip, norm_after=True)
+        ),
+        "gradients scaled up to max_norm when their norm is below it": partial(_clip, always=True),
+    },
     compare=_compare_clip,
-)
-def _grad_clip(grads, max_norm):
-    total = math.sqrt(sum(float(v) ** 2 for g in grads for v in g.flatten()))
-    factor = max_norm / total if total > max_norm else 1.0
-    out = _Clipped(([g * factor for g in grads], total))
-    out.grads, out.max_norm = [g.clone() for g in grads], max_norm
-    return out
+)(_clip)
 
 
-@exercise(
+exercise(
     "se-prediction",
     "Predict, before running anything: the held-out loss is estimated from n random windows, "
     "with a standard error s. By what whole factor must n grow for the standard error to "
@@ -373,6 +301,4 @@ def _grad_clip(grads, max_norm):
         "(16,384 -> 65,536 characters). 2 would be right for an error falling like 1 / n. The "
         "whole held-out text has no sampling error at all, which is why section 6.5 reports it."
     ),
-)
-def _se_prediction():
-    return 4
+)(lambda: 4)

@@ -17,23 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .comparing import (
-    _agrees,
-    _array,
-    _copy,
-    _describe,
-    _describe_kind,
-    _diagnose,
-    _dtype_name,
-    _numeric,
-    _same,
-    _small,
-    _unchanged,
-    close,
-)
+from .comparing import _array, _copy, _describe, _describe_kind, _numeric, _small, close, explain
 from .running import in_child, run_limited
-
-__all__ = ["Exercise", "Verdict", "exercise", "check", "available", "task"]
 
 #: Run each check in a forked child process where the platform has ``fork`` (Linux). Set to
 #: False to check in-process (a debugger, a profiler).
@@ -202,11 +187,8 @@ def check(name: str, answer: Any, *, seed: int | None = None, time_limit: float 
     outcome = _run_check(ex, answer, seed, time_limit)
     sys.stdout.write(outcome.stdout)
     sys.stderr.write(outcome.stderr)
-    msg, case, inputs = outcome.message, None, None
-    if outcome.index is not None:
-        case, inputs = _case(ex, seed, outcome.index)
-    if outcome.replay:
-        msg += _details(ex, answer, seed, outcome)
+    case, inputs = (None, None) if outcome.index is None else _case(ex, seed, outcome.index)
+    msg = outcome.message + (_details(ex, answer, seed, outcome) if outcome.replay else "")
     print(("✓ " if outcome.passed else "✗ ") + f"{name}: {msg}")
     if ex.explanation is not None and outcome.committed:  # not on a wrong kind: no spoiler
         print(f"  Why: {ex.explanation}")
@@ -217,28 +199,22 @@ def check(name: str, answer: Any, *, seed: int | None = None, time_limit: float 
 def _run_check(ex: Exercise, answer: Any, seed: int | None, time_limit: float) -> _Outcome:
     def work(progress: Callable[[int], None]) -> _Outcome:
         if ex.inputs is None:
-            return _check_value(ex, answer, time_limit)
-        return _check_function(ex, answer, seed, time_limit, progress)
-
-    def portable_work(progress: Callable[[int], None]) -> _Outcome:
-        outcome = work(progress)
+            outcome = _check_value(ex, answer, time_limit)
+        else:
+            outcome = _check_function(ex, answer, seed, time_limit, progress)
         outcome.expected, outcome.got = _portable(outcome.expected), _portable(outcome.got)
         return outcome
 
-    if not RUN_IN_CHILD:
-        return work(lambda index: None)
-    kind, payload, last = in_child(portable_work, time_limit)
+    kind, payload, last = in_child(work, time_limit) if RUN_IN_CHILD else ("no fork", None, None)
     if kind == "no fork":
         return work(lambda index: None)
     if kind == "done":
         return payload
     if kind == "crash":  # the checker itself failed in the child: say so, do not guess
         return _Outcome(False, f"the check could not run ({payload}).")
-    why = (
-        _failure("timeout", None, time_limit)
-        if kind == "timeout"
-        else f"your code did not return: {payload}."
-    )
+    why = f"your code did not return: {payload}."
+    if kind == "timeout":
+        why = _failure("timeout", None, time_limit)
     if last is None or ex.inputs is None:
         return _Outcome(False, why)
     label, args = _case(ex, seed, last)
@@ -248,11 +224,9 @@ def _run_check(ex: Exercise, answer: Any, seed: int | None, time_limit: float) -
 def _portable(x: Any, depth: int = 0) -> Any:
     """x made of builtin values, arrays and tensors only (it is sent back pickled; the
     parent never unpickles a reader's own class), or its description."""
-    if (
-        x is None
-        or type(x) in (bool, int, float, complex, str, bytes)
-        or isinstance(x, (np.number, np.bool_))
-    ):
+    if x is None or type(x) in (bool, int, float, complex, str, bytes, np.bool_):
+        return x
+    if isinstance(x, np.number):
         return x
     if isinstance(x, torch.Tensor) and x.layout == torch.strided and not x.is_meta:
         if x.numel() <= _MAX_ENTRIES:
@@ -325,8 +299,9 @@ def _check_value(ex: Exercise, answer: Any, time_limit: float) -> _Outcome:
     e, g = _array(expected), _array(answer)
     if _numeric(e) and _numeric(g) and e.ndim == 0 and g.ndim == 0 and g.dtype.kind in "iuf":
         side = " (too small)" if g < e else " (too large)"
-    named = _name_mistake(ex, compare, expected, answer, lambda wrong: wrong)
-    msg = f"{_describe(answer)} is not right{side}." + _hint(named)
+    msg = f"{_describe(answer)} is not right{side}." + explain(
+        ex.mistakes, compare, expected, answer
+    )
     return _Outcome(False, msg, got=answer, committed=True)
 
 
@@ -347,63 +322,41 @@ def _check_function(
             if isinstance(got, NotImplementedError):  # a stub: no inputs to show
                 return _Outcome(False, _failure(status, got, time_limit))
             return _Outcome(False, where + _failure(status, got, time_limit), index, replay=True)
-        changed = [
-            i for i, (a, b) in enumerate(zip(args, given, strict=True)) if not _unchanged(a, b)
-        ]
-        if changed:
-            msg = (
-                f"your function modified its argument {changed[0] + 1} in place; it must leave "
-                "its inputs unchanged."
-            )
-            return _Outcome(False, where + msg, index, expected, got, replay=True)
+        if changed := [i + 1 for i, a in enumerate(args) if not _unchanged(a, given[i])]:
+            msg = f"your function modified its argument {changed[0]} in place; it must leave its "
+            return _Outcome(False, f"{where}{msg}inputs unchanged.", index, expected, got, True)
         try:
             msg = compare(expected, got)
         except Exception as err:  # a comparison that cannot read the answer at all
             msg = f"expected {_describe_kind(expected)}, got {_describe(got)} ({_text(err)})"
         if msg is not None:
-            named = _name_mistake(
-                ex, compare, expected, got, lambda wrong, args=args: wrong(*_copy(args))
-            )
-            hint = _hint(named)
-            if named is None and (found := _diagnose(expected, got)):
-                hint = f" {found[0].upper()}{found[1:]}" + ("" if found.endswith("?") else ".")
+            hint = explain(ex.mistakes, compare, expected, got, args)
             return _Outcome(False, f"{where}{msg}.{hint}", index, expected, got, replay=True)
     edge = f"{len(ex.edge_cases)} edge cases and " if ex.edge_cases else ""
     return _Outcome(True, f"all {edge}{ex.n_random} random cases agree.")
 
 
-def _hint(named: tuple[str, bool] | None) -> str:
-    if named is None:
-        return ""
-    mistake, exact = named
-    return f" {'This' if exact else 'Apart from the dtype, this'} looks like: {mistake}."
-
-
-def _name_mistake(
-    ex: Exercise, compare, expected: Any, got: Any, output: Callable[[Any], Any]
-) -> tuple[str, bool] | None:
-    """The named mistake the answer reproduces: (name, True) when it agrees with the
-    mistake's output by the exercise's own comparison (so dtype and shape too), else
-    (name, False) when it agrees in values only and the dtype differs. A mistake whose
-    output agrees with the reference on this case is never named: it cannot be the bug."""
-    values_only = None
-    for mistake, wrong in ex.mistakes.items():
-        try:
-            out = output(wrong)
-        except Exception:  # a mistake that cannot run on these inputs is not this one
-            continue
-        if _agrees(compare, expected, out) is not False:
-            continue  # indistinguishable from the right answer here (or not comparable)
-        if _agrees(compare, out, got):
-            return mistake, True
-        if (
-            values_only is None
-            and _dtype_name(out) != _dtype_name(got)
-            and _same(out, got)
-            and not _same(out, expected)  # a mistake of values, not itself of the dtype
-        ):
-            values_only = (mistake, False)
-    return values_only
+def _unchanged(before: Any, after: Any) -> bool:
+    """The reader's copy of an argument (tensor, array, module) still equals the original."""
+    try:
+        if isinstance(before, torch.Tensor):
+            return (
+                isinstance(after, torch.Tensor)
+                and (before.dtype, before.shape) == (after.dtype, after.shape)
+                and torch.equal(before, after)
+            )
+        if isinstance(before, np.ndarray):
+            return (
+                isinstance(after, np.ndarray)
+                and before.dtype == after.dtype
+                and np.array_equal(before, after, equal_nan=before.dtype.kind in "fc")
+            )
+        if isinstance(before, torch.nn.Module):
+            s1, s2 = before.state_dict(), after.state_dict()
+            return s1.keys() == s2.keys() and all(torch.equal(s1[k], s2[k]) for k in s1)
+        return True
+    except Exception:  # a dtype or device changed in place, say: not the same any more
+        return False
 
 
 def _show(args: tuple) -> str:

@@ -87,9 +87,8 @@ def _describe(x: Any) -> str:
     if isinstance(x, nn.Module):
         return f"a {type(x).__name__} module"
     if isinstance(x, (torch.Tensor, np.ndarray)):
-        kind, shape, dtype = (
-            "tensor" if isinstance(x, torch.Tensor) else "array", tuple(x.shape), _dtype_name(x)
-        )  # fmt: skip
+        kind = "tensor" if isinstance(x, torch.Tensor) else "array"
+        shape, dtype = tuple(x.shape), _dtype_name(x)
         if isinstance(x, torch.Tensor) and x.is_meta:
             return f"a meta tensor of shape {shape} ({dtype}): a shape but no values"
         a = _array(x)
@@ -135,9 +134,8 @@ def _small(x: Any) -> str | None:
 def _describe_kind(x: Any) -> str:
     """What kind of value x is, without its values (a value exercise's answer is secret)."""
     if isinstance(x, (np.ndarray, torch.Tensor)):
-        return (
-            f"{'an array' if isinstance(x, np.ndarray) else 'a tensor'} of shape {tuple(x.shape)}"
-        )
+        kind = "an array" if isinstance(x, np.ndarray) else "a tensor"
+        return f"{kind} of shape {tuple(x.shape)}"
     for kinds, text in (((bool, np.bool_), "a bool"), ((int, np.integer), "an integer")):
         if isinstance(x, kinds):
             return text
@@ -219,32 +217,24 @@ def close(rtol: float = 1e-5, atol: float = 1e-6, same_dtype: bool = False):
         if not _numeric(g):
             why = " (does your function return its result?)" if got is None else ""
             return f"expected {_describe_kind(expected)}, got {_describe(got)}{why}"
-        dtype_differs = isinstance(expected, (torch.Tensor, np.ndarray)) and (
-            _dtype_name(got) != _dtype_name(expected)
-        )
+        e_name, g_name = _dtype_name(expected), _dtype_name(got)
+        dtype_differs = isinstance(expected, (torch.Tensor, np.ndarray)) and g_name != e_name
         if e.shape != g.shape:
             msg = f"expected shape {e.shape}, got shape {g.shape}" + _shape_hint(e.shape, g.shape)
             if dtype_differs and same_dtype:
-                msg += f"; the dtype differs too ({_dtype_name(expected)} expected)"
+                msg += f"; the dtype differs too ({e_name} expected)"
             return msg
         values = _value_difference(e, g, *_tolerances(expected, rtol, atol))
         if same_dtype and dtype_differs:
             kind = "tensor" if isinstance(expected, torch.Tensor) else "array"
-            head = f"expected a {_dtype_name(expected)} {kind}, got {_dtype_name(got)}"
+            head = f"expected a {e_name} {kind}, got {g_name}"
             if values is None:
                 return f"{head}: only the dtype is wrong, the values agree"
             return f"{head} (the dtype is wrong), and the values differ too: {values}"
         low = ("float16", "bfloat16")
-        if (
-            values
-            and dtype_differs
-            and _dtype_name(got) in low
-            and _dtype_name(expected) not in low
-        ):
-            values += (
-                f" (your answer is {_dtype_name(got)}, which keeps about 3 significant "
-                f"digits; the expected result is {_dtype_name(expected)})"
-            )
+        if values and dtype_differs and g_name in low and e_name not in low:
+            values += f" (your answer is {g_name}, which keeps about 3 significant digits; the "
+            values += f"expected result is {e_name})"
         return values
 
     return compare
@@ -287,6 +277,43 @@ def _agrees(compare: Callable[[Any, Any], str | None], expected: Any, got: Any) 
         return compare(expected, got) is None
     except Exception:
         return None
+
+
+def explain(mistakes: dict, compare, expected: Any, got: Any, args: tuple | None = None) -> str:
+    """The words after a difference: the named mistake the answer reproduces, else (for a
+    function exercise, whose ``args`` are given) how its result relates to the expected one."""
+    named = _name_mistake(mistakes, compare, expected, got, args)
+    if named is not None:
+        mistake, exact = named
+        return f" {'This' if exact else 'Apart from the dtype, this'} looks like: {mistake}."
+    found = _diagnose(expected, got) if args is not None else None  # a value: no spoiler
+    return f" {found[0].upper()}{found[1:]}" + ("" if found.endswith("?") else ".") if found else ""
+
+
+def _name_mistake(mistakes: dict, compare, expected, got, args) -> tuple[str, bool] | None:
+    """The named mistake the answer reproduces (a mistake is a value, or a function run on
+    ``args``): (name, True) when it agrees with the mistake's output by the exercise's own
+    comparison (so dtype and shape too), else (name, False) when it agrees in values only
+    and the dtype differs. A mistake whose output agrees with the reference on this case
+    is never named: it cannot be the bug."""
+    values_only = None
+    for mistake, wrong in mistakes.items():
+        try:
+            out = wrong if args is None else wrong(*_copy(args))
+        except Exception:  # a mistake that cannot run on these inputs is not this one
+            continue
+        if _agrees(compare, expected, out) is not False:
+            continue  # indistinguishable from the right answer here (or not comparable)
+        if _agrees(compare, out, got):
+            return mistake, True
+        if (
+            values_only is None
+            and _dtype_name(out) != _dtype_name(got)
+            and _same(out, got)
+            and not _same(out, expected)  # a mistake of values, not itself of the dtype
+        ):
+            values_only = (mistake, False)
+    return values_only
 
 
 def _diagnose(expected: Any, got: Any) -> str | None:
@@ -353,26 +380,3 @@ def _normalised(a: np.ndarray, axis: int) -> bool:
 
 def _copy(args: tuple) -> tuple:
     return tuple(a.clone() if isinstance(a, torch.Tensor) else copy.deepcopy(a) for a in args)
-
-
-def _unchanged(before: Any, after: Any) -> bool:
-    """The reader's copy of an argument (tensor, array, module) still equals the original."""
-    try:
-        if isinstance(before, torch.Tensor):
-            return (
-                isinstance(after, torch.Tensor)
-                and (before.dtype, before.shape) == (after.dtype, after.shape)
-                and torch.equal(before, after)
-            )
-        if isinstance(before, np.ndarray):
-            return (
-                isinstance(after, np.ndarray)
-                and before.dtype == after.dtype
-                and np.array_equal(before, after, equal_nan=before.dtype.kind in "fc")
-            )
-        if isinstance(before, nn.Module):
-            s1, s2 = before.state_dict(), after.state_dict()
-            return s1.keys() == s2.keys() and all(torch.equal(s1[k], s2[k]) for k in s1)
-        return True
-    except Exception:  # a dtype or device changed in place, say: not the same any more
-        return False

@@ -45,12 +45,8 @@ def global_state_kept():
     dtype and device, grad and anomaly mode, the deterministic flags, thread count and matmul
     precision, NumPy's error handling and print options, the warning filters,
     ``sys.stdout``/``sys.stderr`` and the recursion limit."""
-    py_state, np_state = random.getstate(), np.random.get_state()
-    dtype, grad, anomaly = (
-        torch.get_default_dtype(),
-        torch.is_grad_enabled(),
-        torch.is_anomaly_enabled(),
-    )
+    py_state, np_state, dtype = random.getstate(), np.random.get_state(), torch.get_default_dtype()
+    grad, anomaly = torch.is_grad_enabled(), torch.is_anomaly_enabled()
     threads, matmul = torch.get_num_threads(), torch.get_float32_matmul_precision()
     deterministic = _deterministic()
     device = torch.get_default_device() if hasattr(torch, "get_default_device") else None  # 2.3+
@@ -94,10 +90,20 @@ def run_limited(fn: Callable[..., Any], args: tuple, seconds: float) -> tuple[st
     elsewhere the call runs in a daemon thread, abandoned when the time is up.
     """
     with global_state_kept():
-        if threading.current_thread() is not threading.main_thread() or not hasattr(
-            signal, "setitimer"
-        ):
-            return _run_in_thread(fn, args, seconds)
+        main = threading.current_thread() is threading.main_thread()
+        if not (main and hasattr(signal, "setitimer")):
+            box: list[tuple[str, Any]] = []
+
+            def target():
+                try:
+                    box.append(("ok", fn(*args)))
+                except BaseException as err:  # reported to the caller
+                    box.append(("error", err))
+
+            worker = threading.Thread(target=target, daemon=True)
+            worker.start()
+            worker.join(seconds)
+            return box[0] if box else ("timeout", None)
 
         def time_up(signum, frame):
             raise _TimeUp
@@ -115,23 +121,6 @@ def run_limited(fn: Callable[..., Any], args: tuple, seconds: float) -> tuple[st
             return "error", err
         finally:
             signal.signal(signal.SIGALRM, previous)
-
-
-def _run_in_thread(fn, args, seconds):
-    box: dict[str, Any] = {}
-
-    def target():
-        try:
-            box["ok"] = fn(*args)
-        except BaseException as err:  # reported to the caller
-            box["error"] = err
-
-    worker = threading.Thread(target=target, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        return "timeout", None
-    return ("ok", box["ok"]) if "ok" in box else ("error", box["error"])
 
 
 class _Capped(io.StringIO):
