@@ -1,19 +1,17 @@
 """Self-checking exercises: ``check(name, answer)`` tells a reader whether an answer is right.
 
 Each exercise has a *reference* (the answer, written from the formula, independently of the
-package's modules), a function drawing random inputs, fixed *edge cases* chosen for the classic
-mistakes (a fully masked row, a step past the end of a schedule, large logits in float32, an
-input that must not be modified) and a few named *mistakes* (often the reference's own helper
-with one flag on). :func:`check` runs the reader's function on every edge case and on fresh
-random cases, and stops at the first disagreement with the reference. It prints the inputs,
-what differs, and the mistake's name when the reader's output equals a named mistake's output
-on a case where that mistake differs from the reference (otherwise it cannot be the bug); an
-unnamed mistake gets a generic diagnosis where one holds (transposed, sign flipped, ...).
+package's modules), random inputs, *edge cases* chosen for the classic mistakes (a fully
+masked row, a step past the end of a schedule, large logits in float32, an input that must
+not be modified) and named *mistakes*. :func:`check` runs the reader's function on the edge
+cases and on fresh random cases and stops at the first disagreement. It prints the inputs,
+what differs, and a mistake's name only when the reader's output matches that mistake on a
+case where it differs from the reference (otherwise it cannot be the bug).
 
-Fresh cases on every call, so an answer cannot pass by memorising inputs; a failure message
-names the seed, and ``check(name, answer, seed=...)`` replays it. The reader's code cannot
-break the notebook: its exceptions are reported, never raised, and on Linux it runs in a
-forked child process that is killed when its time is up (:mod:`.running`).
+Fresh cases on every call, so an answer cannot pass by memorising inputs; a failure names
+the seed, and ``check(name, answer, seed=...)`` replays it. The reader's code cannot break the
+notebook: its exceptions are reported, never raised, and on Linux it runs in a forked child
+that is killed when its time is up (``running.py``).
 
 In a chapter::
 
@@ -23,9 +21,9 @@ In a chapter::
         ...  # your code here
     exercises.check("binary-encoding", my_binary)
 
-:func:`check` prints one line (``✓ ...`` or ``✗ ...``, then the failing case's small arrays
-and how to replay it) and returns a :class:`Verdict`, true when the answer passed; solution
-cells call ``assert exercises.check(...)`` so CI runs every solution against its checker.
+:func:`check` prints ``✓ ...`` or ``✗ ...`` (with the failing case and how to replay it) and
+returns a :class:`Verdict`, true when the answer passed; solution cells ``assert`` it, so CI
+runs every solution against its checker.
 """
 
 # Importing a chapter's module registers its exercises.
