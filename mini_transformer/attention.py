@@ -281,7 +281,7 @@ class MultiHeadAttention(nn.Module):
             check_tensor("score_bias", score_bias, floating=True, broadcast_to=target, dims=tdims)
         check_bool("causal", causal)
         check_bool("return_weights", return_weights)
-        check_size("the attention scores (B, n_heads, T_q, T_k)", target, x.dtype)
+        check_size("the scratch path's scores (B, n_heads, T_q, T_k)", target, x.dtype)
         if self.alibi is not None:  # B_hij = -m_h |i - j|: (n_heads, T_q, T_k)
             alibi = self.alibi(T_q, m.shape[1])
             score_bias = alibi if score_bias is None else score_bias + alibi

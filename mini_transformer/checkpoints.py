@@ -134,8 +134,8 @@ def _temporary(path: Path, data: bytes | str | Callable) -> Path:
 
 
 def atomic_write(path: str | Path, data: bytes | str | Callable) -> Path:
-    """The package's one writer: ``data`` (bytes, UTF-8 text, or a function writing to the open
-    binary file) to ``path.tmp``, then ``os.replace``."""
+    """The one atomic writer: ``data`` (bytes, UTF-8 text, or a function writing to the open binary
+    file) to ``path.tmp``, then ``os.replace`` (``export_weights`` stages its three files so)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary(path, data)

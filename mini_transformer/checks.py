@@ -2,8 +2,8 @@
 
 ``TypeError`` for the wrong *type* (a ``bool`` where a number is expected, a ``float`` where
 an integer is: never silently cast), ``ValueError`` for a wrong *value*; every message names the
-argument, the allowed values and what was given. The checks read metadata only (no GPU sync;
-:func:`check_ids` is the exception): each input is checked once, where it enters.
+argument, the allowed values and what was given. Each public function checks its own inputs
+(metadata only, no GPU sync, except :func:`check_ids` and :func:`check_array`, which read values).
 """
 
 from __future__ import annotations

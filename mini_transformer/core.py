@@ -185,10 +185,10 @@ class Schedule:
         p = \min\!\left(1, \frac{s - w}{S - w}\right) & s \ge w \end{cases}
 
     with ``w = warmup_steps`` and ``S = steps``; ``steps=None`` keeps :math:`\eta_\max`
-    after the warm-up (chapter 5's sweep). Two knobs reproduce committed results bit for bit:
-    ``min_ratio`` (the lab's floor as a fraction of the peak, computed
-    ``lr * (r + (1 - r) c)``) and ``arithmetic="stability"`` (chapter 5's warm-up
-    ``lr * min(1, (s + 1) / w)``); the values agree to the last few bits.
+    after the warm-up (chapter 5's sweep). Two knobs differ from this formula only in rounding
+    and exist so that committed results reproduce exactly: ``min_ratio`` (the lab's floor as a
+    fraction of the peak, ``lr * (r + (1 - r) c)``) and ``arithmetic="stability"`` (chapter 5's
+    warm-up ``lr * min(1, (s + 1) / w)``).
     """
 
     lr: float

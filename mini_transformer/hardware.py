@@ -65,7 +65,8 @@ CPU_BF16_MIN_D_MODEL = 128
 def resolve_device(
     device: str | torch.device, local_rank: int = 0, *, here: bool = True
 ) -> torch.device:
-    """The one parser of ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``. ``here=False`` only
+    """The one parser of a *training* device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``
+    (``checks.check_device`` takes any torch device a tensor may go to). ``here=False`` only
     parses (a config may name a GPU this machine lacks); ``here=True`` also requires CUDA to
     exist, and ``"cuda"`` becomes ``cuda:<local_rank>``."""
     if not isinstance(device, (str, torch.device)):

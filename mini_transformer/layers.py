@@ -1,8 +1,8 @@
 """LayerNorm, the position-wise feed-forward block, and the Transformer block (chapter 5).
 
-Every module maps ``(B, T, d_model)`` to the same shape. Dropout as in the original: on each
-sub-layer's output before the residual sum, on the attention weights and on the feed-forward
-hidden activation; ``dropout=0.0`` (the default) is deterministic.
+Every module maps ``(B, T, d_model)`` to the same shape. Dropout on each sub-layer's output
+before the residual sum (the paper), on the attention weights and on the feed-forward hidden
+activation (the original code, tensor2tensor); ``dropout=0.0`` (the default) is deterministic.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .checks import (
 
 __all__ = ["LayerNorm", "FeedForward", "TransformerBlock", "residual_paths"]
 
-NORM_POSITIONS = ("pre", "post")  # LN(x + F(x)) or x + F(LN(x))
+NORM_POSITIONS = ("pre", "post")  # x + F(LN(x)) or LN(x + F(x))
 ACTIVATIONS = ("gelu", "relu")  # exact (erf) GELU as F.gelu, or ReLU
 EPS_MIN = torch.finfo(torch.float32).tiny  # float32's smallest normal number, ~1.18e-38
 

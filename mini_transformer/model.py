@@ -273,8 +273,8 @@ class TransformerLM(nn.Module):
 
         Each step feeds the last ``block_size`` tokens (every scheme is cropped, a learned
         one must be), divides the last logits by ``temperature`` (0: greedy), keeps the
-        ``top_k`` largest and samples. Sampling runs on the CPU with ``generator``, so a
-        seeded generator gives the same text on any device.
+        ``top_k`` largest and samples on the CPU with ``generator``: the same random draws on any
+        device (the text differs only where a device's logits do, e.g. under TF32 or bf16).
         """
         self._check_idx(idx, crop=True)
         check_int("max_new_tokens", max_new_tokens, low=0)

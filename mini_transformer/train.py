@@ -8,8 +8,8 @@ r"""Training the character-level Shakespeare model (chapter 6): the names chapte
     python -m mini_transformer.train sample --ckpt gpu --prompt "ROMEO:"  # bundled model
     python -m mini_transformer.train export --ckpt runs/cpu/best.pt --overwrite  # -> assets/
 
-Every command line here and in ``tools/`` checks its arguments and output path **before**
-any work (``run_cli``); a committed result is replaced only with ``--overwrite``.
+This command line and the sweeps in ``tools/`` check their arguments and output path
+**before** any work (``run_cli``); a committed result is replaced only with ``--overwrite``.
 """
 
 from __future__ import annotations
