@@ -230,7 +230,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"alibi must be None or an ALiBi with n_heads={n_heads}, got {alibi}")
         self.d_model, self.n_heads = d_model, n_heads
         self._dims = f"(B, T, d_model={d_model})"
-        self.dropout = check_probability("dropout", dropout)
+        self.dropout_p = check_probability("dropout", dropout)  # a rate, as in F.dropout
         self.fused_attention = check_bool("fused_attention", fused_attention)
         self.keep_weights, self.last_weights = False, None  # see the class docstring
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q
@@ -241,7 +241,7 @@ class MultiHeadAttention(nn.Module):
         self.alibi = alibi
 
     def extra_repr(self) -> str:
-        d, h, p, fused = self.d_model, self.n_heads, self.dropout, self.fused_attention
+        d, h, p, fused = self.d_model, self.n_heads, self.dropout_p, self.fused_attention
         return f"d_model={d}, n_heads={h}, dropout={p}, fused_attention={fused}"
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
@@ -293,7 +293,7 @@ class MultiHeadAttention(nn.Module):
         v = self._heads(self.v_proj(m))  # V = M W^V    (B, h, T_k, d_head)
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)  # q_p = R(p) q_p, k_p = R(p) k_p
-        p = self.dropout if self.training else 0.0
+        p = self.dropout_p if self.training else 0.0
         if self.fused_attention and not (return_weights or self.keep_weights):
             out, weights = _fused(q, k, v, mask, causal, score_bias, p), None
         else:
