@@ -38,11 +38,10 @@ BASE = {"low": 1, "what": "a finite number >= 1 (10000 in the paper)"}
 MASK = {"boolean": True, "why": "; pass an additive float mask as `score_bias` instead"}
 
 
-def check_heads(d: int, h: int) -> int:
+def check_heads(d: int, h: int) -> None:
     """``d_head = d_model / n_heads``: the one place that says the heads must divide ``d_model``."""
     if d % h:
         raise ValueError(f"d_model must be divisible by n_heads, got d_model={d} and n_heads={h}")
-    return d // h
 
 
 def _known_all(t: torch.Tensor) -> bool:
@@ -112,6 +111,13 @@ def scaled_dot_product_attention(
         >>> q = k = v = torch.randn(2, 5, 8)
         >>> out = scaled_dot_product_attention(q, k, v, mask=causal_mask(5))
     """
+    scale, dropout_p = _check_inputs(q, k, v, mask, return_weights, score_bias, scale, dropout_p)
+    out, weights = _attend(q, k, v, mask, score_bias, scale, dropout_p)
+    return (out, weights) if return_weights else out
+
+
+def _check_inputs(q, k, v, mask, return_weights, score_bias, scale, dropout_p):
+    """The checks of :func:`scaled_dot_product_attention`; returns ``scale`` and ``dropout_p``."""
     check_tensor("q", q, floating=True, min_ndim=2, dims="(..., T, d)", nonempty=True)
     kw = {"floating": True, "nonempty": True, "dtype_of": q, "of": "q"}
     d_k = q.shape[-1]
@@ -120,22 +126,24 @@ def scaled_dot_product_attention(
     check_tensor("v", v, shape=(..., T_k, None), dims=f"(..., T_k={T_k} of k, d_v)", **kw)
     dropout_p = check_probability("dropout_p", dropout_p)
     check_bool("return_weights", return_weights)
-    if scale is None:
-        scale = 1.0 / math.sqrt(d_k)  # 1 / sqrt(d_k)
+    scale = 1.0 / math.sqrt(d_k) if scale is None else scale  # 1 / sqrt(d_k)
     scale = check_float("scale", scale, low=0, low_open=True)
     try:
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError:
         shapes = f"{tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}"
         raise ValueError(f"the leading dimensions of q, k and v must broadcast: {shapes}") from None
-    target, dims = (*batch, q.shape[-2], k.shape[-2]), "(..., T_q, T_k)"
-    check_size("the attention scores (..., T_q, T_k)", target, q.dtype)
+    _check_scores((*batch, q.shape[-2], k.shape[-2]), q.dtype, mask, score_bias)
+    return scale, dropout_p
+
+
+def _check_scores(target, dtype, mask, score_bias, dims="(..., T_q, T_k)") -> None:
+    """The scores' size, and the mask and bias that must broadcast to them."""
+    check_size(f"the attention scores {dims}", target, dtype)
     if mask is not None:
         check_tensor("mask", mask, broadcast_to=target, dims=dims, **MASK)
     if score_bias is not None:
         check_tensor("score_bias", score_bias, floating=True, broadcast_to=target, dims=dims)
-    out, weights = _attend(q, k, v, mask, score_bias, scale, dropout_p)
-    return (out, weights) if return_weights else out
 
 
 class RotaryEmbedding(nn.Module):
@@ -222,7 +230,8 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         d_model = check_int("d_model", d_model, low=1)
         n_heads = check_int("n_heads", n_heads, low=1)
-        self.d_head = check_heads(d_model, n_heads)
+        check_heads(d_model, n_heads)
+        self.d_head = d_model // n_heads
         check_bool("bias", bias)
         check_size("the projections (4, d_model, d_model)", (4, d_model, d_model), torch.float32)
         check_instance("rotary", rotary, (nn.Module, type(None)), "an nn.Module or None")
@@ -263,27 +272,13 @@ class MultiHeadAttention(nn.Module):
         ALiBi's) broadcast to ``(B, n_heads, T_q, T_k)``.
 
         Returns ``(out, weights)``: ``out`` ``(B, T_q, d_model)``; ``weights`` ``(B,
-        n_heads, T_q, T_k)`` with ``return_weights``, else ``None``. A query whose keys are
-        all masked gives ``out_proj(0)``, never NaN.
+        n_heads, T_q, T_k)`` with ``return_weights``, else ``None``.
         """
-        w = self.q_proj.weight
-        kw = {"floating": True, "dims": self._dims, "nonempty": True, "dtype_of": w}
-        check_tensor("x", x, shape=(None, None, self.d_model), **kw)
-        B, T_q, _ = x.shape
-        if memory is not None:  # cross-attention: keys and values from memory (B, T_k, d_model)
-            check_tensor("memory", memory, shape=(B, None, self.d_model), **kw)
-        m = x if memory is None else memory
-        target = (B, self.n_heads, T_q, m.shape[1])
-        tdims = "(B, n_heads, T_q, T_k)"
-        if mask is not None:
-            check_tensor("mask", mask, broadcast_to=target, dims=tdims, **MASK)
-        if score_bias is not None:
-            check_tensor("score_bias", score_bias, floating=True, broadcast_to=target, dims=tdims)
-        check_bool("causal", causal)
-        check_bool("return_weights", return_weights)
-        check_size("the scratch path's scores (B, n_heads, T_q, T_k)", target, x.dtype)
+        self._check_inputs(x, memory, mask, causal, score_bias, return_weights)
+        m = x if memory is None else memory  # cross-attention: keys and values from memory
+        (B, T_q, _), T_k = x.shape, m.shape[1]
         if self.alibi is not None:  # B_hij = -m_h |i - j|: (n_heads, T_q, T_k)
-            alibi = self.alibi(T_q, m.shape[1])
+            alibi = self.alibi(T_q, T_k)
             score_bias = alibi if score_bias is None else score_bias + alibi
 
         # Three matmuls: one with the weights concatenated (as nn.MultiheadAttention) gave
@@ -298,14 +293,25 @@ class MultiHeadAttention(nn.Module):
             out, weights = _fused(q, k, v, mask, causal, score_bias, p), None
         else:
             if causal:
-                mask = combine_masks(mask, causal_mask(T_q, m.shape[1], device=x.device))
+                mask = combine_masks(mask, causal_mask(T_q, T_k, device=x.device))
             scale = 1.0 / math.sqrt(self.d_head)
             out, weights = _attend(q, k, v, mask, score_bias, scale, p)  # softmax(QK^T/sqrt(d_k))V
-            weights = weights.expand(target)
+            weights = weights.expand(B, self.n_heads, T_q, T_k)
         if self.keep_weights:  # for plotting: (B, n_heads, T_q, T_k), detached
             self.last_weights = weights.detach()
         out = out.transpose(1, 2).reshape(B, T_q, self.d_model)  # Concat(head_1..head_h)
         return self.out_proj(out), (weights if return_weights else None)  # ... W^O
+
+    def _check_inputs(self, x, memory, mask, causal, score_bias, return_weights) -> None:
+        w = self.q_proj.weight
+        kw = {"floating": True, "dims": self._dims, "nonempty": True, "dtype_of": w}
+        check_tensor("x", x, shape=(None, None, self.d_model), **kw)
+        if memory is not None:  # (B, T_k, d_model)
+            check_tensor("memory", memory, shape=(len(x), None, self.d_model), **kw)
+        check_bool("causal", causal)
+        check_bool("return_weights", return_weights)
+        target = (len(x), self.n_heads, x.shape[1], (x if memory is None else memory).shape[1])
+        _check_scores(target, x.dtype, mask, score_bias, "(B, n_heads, T_q, T_k)")
 
 
 def _fused(q, k, v, mask, causal, score_bias, p):

@@ -159,26 +159,18 @@ class TransformerBlock(nn.Module):
         self, x: Tensor, mask: Tensor | None = None, memory=None, memory_mask=None
     ) -> Tensor:
         """``mask`` (self-attention) and ``memory_mask`` (cross-attention, e.g. the source's
-        padding) are boolean, ``True`` = may attend. Each input is checked by the part that
-        reads it first."""
+        padding) are boolean, ``True`` = may attend; the parts check them."""
         if (memory is None) != (self.cross_attn is None):
             raise ValueError("memory must be given exactly when the block has a cross_attn")
-
-        def attn(h: Tensor) -> Tensor:
-            return self.attn(h, mask=mask, causal=self.causal)[0]
-
-        def cross(h: Tensor) -> Tensor:
-            return self.cross_attn(h, memory=memory, mask=memory_mask)[0]
-
         drop = self.dropout
         if self.norm_position == "pre":  # x + F(LN(x))
-            x = x + drop(attn(self.ln1(x)))
+            x = x + drop(self.attn(self.ln1(x), mask=mask, causal=self.causal)[0])
             if self.cross_attn is not None:
-                x = x + drop(cross(self.ln_cross(x)))
+                x = x + drop(self.cross_attn(self.ln_cross(x), memory=memory, mask=memory_mask)[0])
             return x + drop(self.ffn(self.ln2(x)))
-        x = self.ln1(x + drop(attn(x)))  # post: LN(x + F(x))
+        x = self.ln1(x + drop(self.attn(x, mask=mask, causal=self.causal)[0]))  # post: LN(x + F(x))
         if self.cross_attn is not None:
-            x = self.ln_cross(x + drop(cross(x)))
+            x = self.ln_cross(x + drop(self.cross_attn(x, memory=memory, mask=memory_mask)[0]))
         return self.ln2(x + drop(self.ffn(x)))
 
     def extra_repr(self) -> str:

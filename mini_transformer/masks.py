@@ -40,8 +40,7 @@ def padding_mask(
     """Key-padding mask ``(B, 1, 1, T)``, ``mask[b, 0, 0, j] = j < lengths[b]``.
 
     Sequence ``b`` has ``lengths[b]`` (in ``[0, T]``) real tokens, then padding no query may
-    attend to. ``lengths`` holds integers (``1.5`` is a TypeError, never read as 1); the
-    mask broadcasts to ``(B, n_heads, T_q, T)``.
+    attend to; the mask broadcasts to ``(B, n_heads, T_q, T)``.
 
     Example:
         >>> padding_mask([2, 3], 3)[:, 0, 0].int()

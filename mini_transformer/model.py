@@ -183,14 +183,13 @@ class TransformerLM(nn.Module):
             self.lm_head.weight = self.tok_emb.weight
 
     def _block(self) -> TransformerBlock:
-        c = self.config
-        attn = MultiHeadAttention(  # d_model, n_heads, dropout, bias, fused, rotary, alibi
-            c.d_model, c.n_heads, c.dropout, c.bias, c.fused_attention, self.rotary, self.alibi
+        c, fused, rotary, alibi = self.config, self.config.fused_attention, self.rotary, self.alibi
+        kw = {"dropout": c.dropout, "bias": c.bias}  # every part's
+        attn = MultiHeadAttention(
+            c.d_model, c.n_heads, fused_attention=fused, rotary=rotary, alibi=alibi, **kw
         )
-        ffn = FeedForward(c.d_model, c.d_ff, dropout=c.dropout, bias=c.bias)
-        return TransformerBlock(
-            attn, ffn, norm_position=c.norm_position, causal=True, dropout=c.dropout, bias=c.bias
-        )
+        ffn = FeedForward(c.d_model, c.d_ff, **kw)
+        return TransformerBlock(attn, ffn, norm_position=c.norm_position, causal=True, **kw)
 
     def _init_weights(self) -> None:
         for m in self.modules():
@@ -203,19 +202,6 @@ class TransformerLM(nn.Module):
             nn.init.normal_(block.attn.out_proj.weight, mean=0.0, std=residual_std)
             nn.init.normal_(block.ffn.linear2.weight, mean=0.0, std=residual_std)
 
-    def _check_idx(self, idx: torch.Tensor, name: str = "idx", shape=None, crop=False) -> None:
-        dims = "(B, T) of token ids"
-        check_tensor(name, idx, integer=True, ndim=2, shape=shape, dims=dims, nonempty=True)
-        T, c = idx.shape[1], self.config  # crop: the model sees the last block_size tokens
-        if T > c.block_size and not crop and not SCHEMES[c.positional].extrapolates:
-            raise ValueError(
-                f"sequence length T={T} exceeds block_size={c.block_size}: a learned position "
-                "embedding has no vector for unseen positions (crop the input, or use a scheme "
-                f"from {tuple(n for n, s in SCHEMES.items() if s.extrapolates)})"
-            )
-        if self.check_token_ids and not torch.compiler.is_compiling():  # a GPU sync
-            check_ids(name, idx, c.vocab_size, ignore=IGNORE_INDEX if name == "targets" else None)
-
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -226,9 +212,9 @@ class TransformerLM(nn.Module):
         the positions whose target is not ``IGNORE_INDEX`` (-100, PyTorch's), or ``None``.
         """
         self._check_idx(idx)
-        B, T = idx.shape
         if targets is not None:
-            self._check_idx(targets, "targets", shape=(B, T))
+            self._check_idx(targets, "targets", shape=tuple(idx.shape))
+        B, T = idx.shape
         x = self.tok_emb(idx)  # (B, T, d_model)
         if self.embed_scale != 1.0:
             x = x * self.embed_scale  # sqrt(d_model) x
@@ -243,6 +229,19 @@ class TransformerLM(nn.Module):
             return logits, None
         flat = logits.reshape(B * T, -1).float()  # (B T, vocab_size), the loss in float32
         return logits, F.cross_entropy(flat, targets.reshape(B * T), ignore_index=IGNORE_INDEX)
+
+    def _check_idx(self, idx: torch.Tensor, name: str = "idx", shape=None, crop=False) -> None:
+        dims = "(B, T) of token ids"
+        check_tensor(name, idx, integer=True, ndim=2, shape=shape, dims=dims, nonempty=True)
+        T, c = idx.shape[1], self.config  # crop: the model sees the last block_size tokens
+        if T > c.block_size and not crop and not SCHEMES[c.positional].extrapolates:
+            raise ValueError(
+                f"sequence length T={T} exceeds block_size={c.block_size}: a learned position "
+                "embedding has no vector for unseen positions (crop the input, or use a scheme "
+                f"from {tuple(n for n, s in SCHEMES.items() if s.extrapolates)})"
+            )
+        if self.check_token_ids and not torch.compiler.is_compiling():  # a GPU sync
+            check_ids(name, idx, c.vocab_size, ignore=IGNORE_INDEX if name == "targets" else None)
 
     @torch.no_grad()
     def attention_weights(self, idx: torch.Tensor) -> list[torch.Tensor]:
@@ -271,11 +270,31 @@ class TransformerLM(nn.Module):
     ) -> torch.Tensor:
         """Sample ``max_new_tokens`` tokens after ``idx``; returns ``(B, T + max_new_tokens)``.
 
-        Each step feeds the last ``block_size`` tokens (every scheme is cropped, a learned
-        one must be), divides the last logits by ``temperature`` (0: greedy), keeps the
-        ``top_k`` largest and samples on the CPU with ``generator``: the same random draws on any
-        device (the text differs only where a device's logits do, e.g. under TF32 or bf16).
+        ``temperature=0`` is greedy. Sampling runs on the CPU with ``generator``: the same
+        random draws on any device (the text differs only where a device's logits do).
         """
+        temperature = self._check_generate(idx, max_new_tokens, temperature, top_k, generator)
+        was_training = self.training
+        self.eval()
+        try:
+            for _ in range(max_new_tokens):
+                logits, _ = self(idx[:, -self.config.block_size :])  # the last block_size tokens
+                logits = logits[:, -1, :].float().cpu()  # (B, vocab_size)
+                if temperature == 0:
+                    next_id = logits.argmax(dim=-1, keepdim=True)
+                else:
+                    logits = _scaled_logits(logits, temperature)  # logits / temperature
+                    if top_k is not None:
+                        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+                        logits = logits.masked_fill(logits < kth, float("-inf"))
+                    probs = F.softmax(logits, dim=-1)
+                    next_id = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+                idx = torch.cat([idx, next_id.to(idx.device, idx.dtype)], dim=1)
+        finally:
+            self.train(was_training)
+        return idx
+
+    def _check_generate(self, idx, max_new_tokens, temperature, top_k, generator) -> float:
         self._check_idx(idx, crop=True)
         check_int("max_new_tokens", max_new_tokens, low=0)
         temperature = check_float("temperature", temperature, low=0)
@@ -286,31 +305,7 @@ class TransformerLM(nn.Module):
             check_choice("generator's device", generator.device.type, ("cpu",))  # samples on CPU
         shape = (len(idx), idx.shape[1] + max_new_tokens)
         check_size("the output (B, T + max_new_tokens)", shape, torch.long)
-        was_training = self.training
-        self.eval()
-        try:
-            for _ in range(max_new_tokens):
-                context = idx[:, -self.config.block_size :]  # (B, <= block_size)
-                logits, _ = self(context)
-                logits = logits[:, -1, :].float().cpu()  # (B, vocab_size)
-                if temperature == 0:
-                    next_id = logits.argmax(dim=-1, keepdim=True)
-                else:
-                    scaled = logits / temperature
-                    if not torch.isfinite(scaled).all():  # a tiny temperature overflows:
-                        # shift first (softmax ignores it) and divide in float64 (where the
-                        # temperature is not 0), so the limit is greedy, not NaN
-                        scaled = (logits - logits.amax(dim=-1, keepdim=True)).double() / temperature
-                    logits = scaled
-                    if top_k is not None:
-                        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
-                        logits = logits.masked_fill(logits < kth, float("-inf"))
-                    probs = F.softmax(logits, dim=-1)
-                    next_id = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
-                idx = torch.cat([idx, next_id.to(idx.device, idx.dtype)], dim=1)
-        finally:
-            self.train(was_training)
-        return idx
+        return temperature
 
     # ------------------------------------------------------------------ accounting
     def num_parameters(self, by_component: bool = False) -> int | dict[str, int]:
@@ -329,15 +324,23 @@ class TransformerLM(nn.Module):
 
         .. math:: 6N + 12\, n_\text{layers}\, d_\text{model}\, T
 
-        ``N`` counts the parameters in matrix multiplies: all but the position table (a
-        lookup); the token embedding too when tied, since it is also the LM head (nanoGPT's
-        convention). Each costs 2 FLOPs per token forward and 4 backward, hence 6N (Kaplan
-        et al. 2020). The second term is attention's ``QK^T`` and ``AV``, :math:`2 \cdot 2 T
-        d_\text{model}` per token per layer forward, times 3, over the full ``T x T`` scores
-        (the causal half is not subtracted, as in PaLM). ``T`` defaults to ``block_size``.
+        ``N``: the parameters in matrix multiplies (all but the position table; a tied
+        embedding too, as the LM head, as nanoGPT counts), 2 FLOPs per token forward and 4
+        backward, hence 6N (Kaplan et al. 2020). The second term: attention's ``QK^T`` and
+        ``AV``, :math:`2 \cdot 2 T d_\text{model}` per token per layer forward, times 3, over
+        the full ``T x T`` scores (PaLM does not subtract the causal half); ``T=block_size``.
         """
         c = self.config
         T = c.block_size if T is None else check_int("T", T, low=1)
         parts = self.num_parameters(by_component=True)
         n = parts["total"] - parts["positional"] - (0 if c.tie_weights else parts["embeddings"])
         return float(6 * n + 12 * c.n_layers * c.d_model * T)
+
+
+def _scaled_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``logits / temperature``; where a tiny temperature overflows, the logits are shifted
+    first (softmax ignores it) and divided in float64, so the limit is greedy, not NaN."""
+    scaled = logits / temperature
+    if torch.isfinite(scaled).all():
+        return scaled
+    return (logits - logits.amax(dim=-1, keepdim=True)).double() / temperature

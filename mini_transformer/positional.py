@@ -1,10 +1,9 @@
 """Position encodings: how a Transformer is told *where* a token is (chapters 1-3).
 
-Pure math in NumPy (float64), each an array ``(n_positions, dim)``, and the torch modules
-the model adds to its embeddings, ``(B, T, d_model) -> (B, T, d_model)``. Notation: ``pos``
-(0-based position), ``i`` (frequency index), ``d_model``, ``T``, ``offset`` (a shift).
-RoPE acts on queries and keys, so it lives in :mod:`~mini_transformer.attention`; MemN2N's
-and ALiBi's encodings have modules of their own. All are importable from here.
+NumPy (float64) arrays ``(n_positions, dim)``, and the torch modules the model adds to its
+embeddings, ``(B, T, d_model) -> (B, T, d_model)``; ``pos`` is the 0-based position, ``i``
+the frequency index. RoPE acts on queries and keys (in :mod:`~mini_transformer.attention`);
+MemN2N and ALiBi have modules of their own; all are importable from here.
 """
 
 from __future__ import annotations
