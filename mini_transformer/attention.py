@@ -104,8 +104,7 @@ def scaled_dot_product_attention(
     to ``(..., T_q, T_k)``. ``scale`` defaults to $1/\sqrt{d_k}$; ``dropout_p`` drops weights
     before they multiply ``v`` (the returned weights are those before dropout).
 
-    Returns ``out`` ``(..., T_q, d_v)``, or ``(out, weights)`` with ``return_weights``. Each
-    row of ``weights`` sums to 1, or is all zeros if all its keys are masked.
+    Returns ``out`` ``(..., T_q, d_v)``, or ``(out, weights)`` with ``return_weights``.
 
     Example:
         >>> q = k = v = torch.randn(2, 5, 8)

@@ -118,9 +118,7 @@ def check_float(
 
 def check_probability(name: str, value: object) -> float:
     """A dropout rate: a float in ``[0, 1)`` (1 would drop everything)."""
-    return check_float(
-        name, value, low=0.0, high=1.0, high_open=True, what="a probability in [0, 1)"
-    )
+    return check_float(name, value, low=0, high=1, high_open=True, what="a probability in [0, 1)")
 
 
 def check_bool(name: str, value: object) -> bool:
@@ -291,10 +289,8 @@ def check_size(
     *,
     max_bytes: int | None = None,
 ) -> int:
-    """Refuse an allocation of ``shape`` x ``dtype`` over ``max_bytes`` (default
-    ``MAX_BYTES``) *before* making it; return its size in bytes. ``name`` says what would be
-    allocated, e.g. ``"the position table (max_len, d_model)"``.
-    """
+    """Refuse an allocation of ``shape`` x ``dtype`` over ``max_bytes`` (default ``MAX_BYTES``)
+    *before* making it, naming ``name`` (what would be allocated); return its size in bytes."""
     if torch.compiler.is_compiling():  # traced shapes were checked when the call ran eagerly
         return 0
     limit = MAX_BYTES if max_bytes is None else max_bytes

@@ -162,15 +162,22 @@ class TransformerBlock(nn.Module):
         padding) are boolean, ``True`` = may attend; the parts check them."""
         if (memory is None) != (self.cross_attn is None):
             raise ValueError("memory must be given exactly when the block has a cross_attn")
+
+        def attn(h: Tensor) -> Tensor:
+            return self.attn(h, mask=mask, causal=self.causal)[0]
+
+        def cross(h: Tensor) -> Tensor:
+            return self.cross_attn(h, memory=memory, mask=memory_mask)[0]
+
         drop = self.dropout
         if self.norm_position == "pre":  # x + F(LN(x))
-            x = x + drop(self.attn(self.ln1(x), mask=mask, causal=self.causal)[0])
+            x = x + drop(attn(self.ln1(x)))
             if self.cross_attn is not None:
-                x = x + drop(self.cross_attn(self.ln_cross(x), memory=memory, mask=memory_mask)[0])
+                x = x + drop(cross(self.ln_cross(x)))
             return x + drop(self.ffn(self.ln2(x)))
-        x = self.ln1(x + drop(self.attn(x, mask=mask, causal=self.causal)[0]))  # post: LN(x + F(x))
+        x = self.ln1(x + drop(attn(x)))  # post: LN(x + F(x))
         if self.cross_attn is not None:
-            x = self.ln_cross(x + drop(self.cross_attn(x, memory=memory, mask=memory_mask)[0]))
+            x = self.ln_cross(x + drop(cross(x)))
         return self.ln2(x + drop(self.ffn(x)))
 
     def extra_repr(self) -> str:

@@ -61,9 +61,8 @@ def padding_mask(
 
 
 def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
-    """Logical AND of boolean masks, broadcast; ``None`` entries are skipped (all ``None``
-    gives ``None``). ``combine_masks(causal_mask(T), padding_mask(lengths, T))`` is
-    ``(B, 1, T, T)``."""
+    """Logical AND of boolean masks, broadcast; ``None`` entries are skipped (all ``None``:
+    ``None``). With ``causal_mask(T)`` and ``padding_mask(lengths, T)``: ``(B, 1, T, T)``."""
     out = None
     for i, m in enumerate(masks):
         if m is None:
