@@ -117,8 +117,12 @@ def json_safe(value):
     return value
 
 
-def _temporary(path: Path, data: bytes | str | Callable) -> Path:
-    """Write ``data`` to a fresh ``path.tmp``: a symlink there is removed, never written through."""
+def atomic_write(path: str | Path, data: bytes | str | Callable) -> Path:
+    """The one atomic writer: ``data`` (bytes, UTF-8 text, or a function writing to the open binary
+    file) to a fresh ``path.tmp`` (a symlink there is removed, never written through), then
+    ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)
     try:
@@ -127,19 +131,6 @@ def _temporary(path: Path, data: bytes | str | Callable) -> Path:
                 data(f)
             else:
                 f.write(data.encode() if isinstance(data, str) else data)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return tmp
-
-
-def atomic_write(path: str | Path, data: bytes | str | Callable) -> Path:
-    """The one atomic writer: ``data`` (bytes, UTF-8 text, or a function writing to the open binary
-    file) to ``path.tmp``, then ``os.replace`` (``export_weights`` stages its three files so)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary(path, data)
-    try:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -394,16 +385,16 @@ def export_weights(
     texts = {out_path.with_suffix(".json"): json.dumps(json_safe(config), indent=2) + "\n"}
     if log_path is not None:
         texts[out_path.with_suffix(".jsonl")] = Path(log_path).read_text()
-    temporaries: dict[Path, Path] = {}
+    staged: dict[Path, Path] = {}
     try:
         for path, text in texts.items():
-            temporaries[path] = _temporary(path, text)
+            staged[path] = atomic_write(path.with_name(path.name + ".new"), text)
         _save_verified(weights, out_path)
-        for path, tmp in temporaries.items():
-            os.replace(tmp, path)
+        for path, new in staged.items():
+            os.replace(new, path)
     finally:
-        for tmp in temporaries.values():
-            tmp.unlink(missing_ok=True)
+        for new in staged.values():
+            new.unlink(missing_ok=True)
     return out_path
 
 

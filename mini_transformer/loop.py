@@ -1,15 +1,11 @@
-r"""The training run (chapter 6): four named steps over one state object, ``Run``.
+r"""The training run (chapter 6): :func:`train` is one loop, read top to bottom like nanoGPT's:
+a batch, the learning rate, :func:`~mini_transformer.core.train_step`, and every
+``eval_interval`` steps :func:`~mini_transformer.core.estimate_loss` and a checkpoint.
 
-1. ``_prepare``: device, data, model, optimizer (restored on resume), compile.
-2. ``_log_start``: the run's folder and the first log record (where it ran).
-3. ``_train_window``: :func:`~mini_transformer.core.train_step` until the next evaluation;
-   the losses stay on the device and are read once per window, so a GPU never waits for
-   the host, and a non-finite one stops the run before anything is saved.
-4. ``_evaluate_and_save``: :func:`~mini_transformer.core.estimate_loss` on both splits, a
-   log record, and checkpoints only if the weights pass ``_unsaveable`` (``best.pt`` first).
-
-Ctrl-C is read between steps, so ``last.pt`` is saved at a step boundary and a resumed run
-is bit-identical. Data-parallel training (``torchrun``) lives in one section, ``_ddp_*``.
+Each robustness concern is one call defined below the loop: ``_read_window`` (divergence; the
+losses are read once per window, so a GPU never waits for the host), ``_interrupt`` (Ctrl-C,
+read between steps, saves ``last.pt`` at a step boundary: a resumed run is bit-identical),
+``_unsaveable`` (nothing diverged is saved), ``_logged`` (the log) and ``_ddp_*`` (torchrun).
 """
 
 from __future__ import annotations
@@ -56,37 +52,73 @@ class TrainingDivergedError(RuntimeError):
     """The loss, the gradient norm or the weights became NaN or infinite; the run stopped."""
 
 
-@contextlib.contextmanager
-def _stop_at_step_boundary() -> Iterator[types.SimpleNamespace]:
-    """The first Ctrl-C only sets ``flag.requested``, read between steps; a second one stops now.
-    A ``KeyboardInterrupt`` mid-step (some parameters updated, dropout's RNG advanced) would
-    leave a checkpoint that resumes differently. Outside the main thread Ctrl-C acts as usual."""
-    flag = types.SimpleNamespace(requested=False)
-    if threading.current_thread() is not threading.main_thread():
-        yield flag
-        return
+def train(
+    cfg: TrainConfig,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    argv: list[str] | None = None,
+    setup_hook: Callable[[TransformerLM], None] | None = None,
+) -> dict:
+    """Train a ``TransformerLM`` on the bundled corpus into ``out_dir`` (``last.pt``, ``best.pt``,
+    ``metrics.jsonl``, ``config.json``); ``resume`` continues up to ``cfg.steps``, bit-identical
+    to an uninterrupted run on the same machine and thread count. Rank 0 alone evaluates, logs
+    and saves.
 
-    def handler(signum, frame):
-        if flag.requested:  # asked twice: the user wants out now
-            raise KeyboardInterrupt
-        flag.requested = True
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield flag
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@functools.lru_cache(maxsize=1)
-def _encoded_corpus() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
-    tok = CharTokenizer.from_corpus()
-    return tok, tok.encode(load_corpus("train")), tok.encode(load_corpus("val"))
-
-
-def _seed_for(*keys: int) -> int:
-    """A 63-bit seed from integers (one stream per rank and step)."""
-    return int(np.random.SeedSequence(list(keys)).generate_state(2, np.uint64)[0] >> np.uint64(1))
+    ``setup_hook(model)`` runs once the model is built (tests inject faults with it). Raises
+    ``TrainingDivergedError`` (nothing diverged was saved), ``KeyboardInterrupt`` after saving
+    ``last.pt`` at a step boundary, or ``OSError`` (disk full: what was saved stays intact).
+    """
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    created = not Path(out_dir).exists()
+    out_dir = check_output_dir(out_dir, resume=resume, overwrite=overwrite)
+    with _ddp_group(cfg):
+        run = _prepare(cfg, out_dir, resume, setup_hook)
+        main, show = run.rank == 0, cfg.progress and run.rank == 0
+        schedule, T, opt = cfg.schedule(), run.model.config.block_size, run.optimizer
+        with (
+            _logged(run, resume, argv, created),
+            tqdm(
+                total=cfg.steps, initial=run.step, disable=not show, desc=f"train {cfg.preset}"
+            ) as bar,
+            _stop_at_step_boundary() as flag,
+        ):
+            if main and not resume:
+                _evaluate_and_save(run, None)  # the loss before any training: about ln(vocab_size)
+            run.model.train()
+            losses, norms, t0, stopping = [], [], time.perf_counter(), False
+            while run.step < cfg.steps and not (stopping := _ddp_stop(run, flag)):
+                g = torch.Generator().manual_seed(_seed_for(cfg.seed, run.rank, run.step))
+                x, y = get_batch(run.train_ids, cfg.batch_size, T, g, run.device)
+                lr = schedule(run.step)
+                loss, norm = train_step(
+                    run.step_model, opt, x, y, lr, grad_clip=cfg.grad_clip, autocast=run.autocast
+                )
+                losses.append(loss)
+                norms.append(norm if norm is not None else torch.zeros((), device=run.device))
+                run.step += 1
+                bar.update(1)
+                if run.step % cfg.eval_interval == 0 or run.step == cfg.steps:
+                    rate = _read_window(run, losses, norms, t0, bar)  # divergence
+                    if stopping := _ddp_stop(run, flag):
+                        break
+                    if main:
+                        _evaluate_and_save(run, rate)
+                    t0 = time.perf_counter()
+            if stopping:
+                _read_window(run, losses, norms, t0, bar)
+                _interrupt(run)  # last.pt at this step boundary, then KeyboardInterrupt
+    return {
+        "step": run.step,
+        "losses": run.losses,
+        "val_loss": run.val_loss,
+        "best_val_loss": run.best_val,
+        "reason": "completed",
+        "wall_time_s": run.elapsed(),
+        "out_dir": str(out_dir),
+    }
 
 
 @dataclass
@@ -115,10 +147,13 @@ class Run:
     peak: float | None = None
     peak_source: str = ""
     log_path: Path | None = None  # metrics.jsonl (rank 0 only)
-    stop: Callable[[], bool] = lambda: False  # whether Ctrl-C asked to stop (on any rank)
 
     last_path = property(lambda self: self.out_dir / "last.pt")
     best_path = property(lambda self: self.out_dir / "best.pt")
+
+    @property
+    def saved(self) -> str | None:
+        return f"{self.last_path} (step {self.saved_step})" if self.saved_step is not None else None
 
     @property
     def tokens_per_step(self) -> int:
@@ -139,53 +174,19 @@ class Run:
             )
 
 
-# ---------------------------------------------------------------- data parallel (torchrun)
+@functools.lru_cache(maxsize=1)
+def _encoded_corpus() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
+    tok = CharTokenizer.from_corpus()
+    return tok, tok.encode(load_corpus("train")), tok.encode(load_corpus("val"))
 
 
-def _ddp_ranks() -> tuple[int, int, int]:
-    """(rank, local_rank, world_size) from torchrun's environment."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return 0, 0, 1
-    return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0")), world
-
-
-def _ddp_wrap(run: Run, resume: bool) -> None:
-    """Each rank draws its own dropout masks; the model each step calls syncs gradients."""
-    if run.world > 1:
-        if not resume:
-            torch.manual_seed(_seed_for(run.cfg.seed, run.rank))
-        ids = [run.device.index] if run.device.type == "cuda" else None
-        run.step_model = torch.nn.parallel.DistributedDataParallel(run.model, device_ids=ids)
-
-
-def _ddp_stop(run: Run, flag) -> Callable[[], bool]:
-    """Whether any rank saw Ctrl-C: all ranks must stop at the same step."""
-    if run.world == 1:
-        return lambda: flag.requested
-
-    def any_rank() -> bool:
-        t = torch.tensor([float(flag.requested)], device=run.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return bool(t.item())
-
-    return any_rank
-
-
-@contextlib.contextmanager
-def _ddp_group(cfg: TrainConfig, world: int):
-    if world > 1 and not dist.is_initialized():
-        gpu = cfg.device != "cpu" and torch.cuda.is_available()
-        dist.init_process_group("nccl" if gpu else "gloo")
-    try:
-        yield
-    finally:
-        if world > 1 and dist.is_initialized():
-            dist.destroy_process_group()
+def _seed_for(*keys: int) -> int:
+    """A 63-bit seed from integers (one stream per rank and step)."""
+    return int(np.random.SeedSequence(list(keys)).generate_state(2, np.uint64)[0] >> np.uint64(1))
 
 
 def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
-    """Step 1: device, data, model and optimizer (restored on resume)."""
+    """Device, data, model and optimizer (restored on resume), DDP and compile."""
     rank, local_rank, world = _ddp_ranks()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
@@ -238,8 +239,37 @@ def _restore(run: Run) -> None:
         torch.manual_seed(_seed_for(run.cfg.seed, run.rank, run.step))
 
 
+@contextlib.contextmanager
+def _logged(run: Run, resume: bool, argv: list[str] | None, created: bool) -> Iterator[None]:
+    """The log's first record and its last (why the run ended); a fresh run stopped before its
+    first checkpoint leaves no files (one that diverged keeps its log, which says why)."""
+    reason = "error"
+    try:
+        if run.rank == 0:
+            _log_start(run, resume, argv)
+        try:
+            yield
+            reason = "completed"
+        except (TrainingDivergedError, KeyboardInterrupt) as err:
+            reason = "diverged" if isinstance(err, TrainingDivergedError) else "interrupted"
+            raise
+        finally:
+            end = {"event": "end", "step": run.step, "reason": reason, "val_loss": run.val_loss}
+            end |= {"best_val_loss": run.best_val, "wall_time_s": run.elapsed()}  # inf: null
+            write_record(run.log_path, end)
+    except BaseException as err:
+        fresh = run.rank == 0 and not resume and run.saved_step is None
+        if fresh and not isinstance(err, TrainingDivergedError):
+            with contextlib.suppress(OSError):
+                for name in ("config.json", "metrics.jsonl"):
+                    (run.out_dir / name).unlink(missing_ok=True)
+                if created:
+                    run.out_dir.rmdir()  # only if empty
+        raise
+
+
 def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
-    """Step 2: the run's folder, its ``config.json`` and the first log record."""
+    """The run's ``config.json`` and the log's first record (where it ran)."""
     if not resume:
         run.log_path.unlink(missing_ok=True)
     model, cfg = run.model, run.cfg
@@ -271,34 +301,17 @@ def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
     )
 
 
-def _diverged(run: Run, what: str, value: float, step: int) -> TrainingDivergedError:
-    good = f"{run.last_path} (step {run.saved_step})" if run.saved_step is not None else None
-    return TrainingDivergedError(
-        f"the {what} became {value:.4g} at step {step} (lr {lr_at(step, run.cfg):.3g}); the "
-        f"weights after it were not saved. The last good checkpoint is "
-        f"{good or 'none: nothing was saved'}. Lower the learning rate or raise warmup_steps."
-    )
-
-
-def _train_window(run: Run, end: int, bar) -> float | None:
-    """Step 3: train up to step ``end`` (or a Ctrl-C); return tokens/s of the window."""
-    cfg, first, schedule = run.cfg, run.step, run.cfg.schedule()
-    losses, norms, t0 = [], [], time.perf_counter()
-    while run.step < end and not run.stop():
-        g = torch.Generator().manual_seed(_seed_for(cfg.seed, run.rank, run.step))
-        x, y = get_batch(run.train_ids, cfg.batch_size, run.model.config.block_size, g, run.device)
-        lr = schedule(run.step)
-        loss, norm = train_step(
-            run.step_model, run.optimizer, x, y, lr, grad_clip=cfg.grad_clip, autocast=run.autocast
-        )
-        losses.append(loss)
-        norms.append(norm if norm is not None else torch.zeros((), device=run.device))
-        run.step += 1
-        bar.update(1)
+def _read_window(run: Run, losses: list, norms: list, t0: float, bar) -> float | None:
+    """Read and empty the window's losses and gradient norms (its one host sync: a GPU never
+    waits for the host inside a window); a non-finite one stops the run before anything is
+    saved. Returns the window's tokens/s."""
     if not losses:
         return None
-    values = torch.stack(losses).float().tolist()  # the window's one host sync
-    for what, seq in (("loss", values), ("gradient norm", torch.stack(norms).tolist())):
+    values = torch.stack(losses).float().tolist()
+    grad_norms, first = torch.stack(norms).tolist(), run.step - len(values)
+    losses.clear()
+    norms.clear()
+    for what, seq in (("loss", values), ("gradient norm", grad_norms)):
         if (bad := next((i for i, v in enumerate(seq) if not math.isfinite(v)), None)) is not None:
             raise _diverged(run, what, seq[bad], first + bad)
     run.losses.extend(values)
@@ -307,8 +320,16 @@ def _train_window(run: Run, end: int, bar) -> float | None:
     return rate
 
 
+def _diverged(run: Run, what: str, value: float, step: int) -> TrainingDivergedError:
+    return TrainingDivergedError(
+        f"the {what} became {value:.4g} at step {step} (lr {lr_at(step, run.cfg):.3g}); the "
+        f"weights after it were not saved. The last good checkpoint is "
+        f"{run.saved or 'none: nothing was saved'}. Lower the learning rate or raise warmup_steps."
+    )
+
+
 def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
-    """Step 4: losses on both splits, a log record, and checkpoints if all is well."""
+    """Losses on both splits, a log record, and checkpoints if all is well."""
     cfg, model = run.cfg, run.model
     if run.device.type == "cpu" and cfg.peak_flops is None and tokens_per_s is not None:
         run.peak = max(run.peak, hardware.measure_matmul_flops(repeats=3))
@@ -333,15 +354,9 @@ def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
     )
     if (problem := _unsaveable(run, val_loss)) is not None:
         raise _diverged(run, *problem[:2], run.step)
-    run.val_loss = val_loss
-    if val_loss < run.best_val:  # best.pt first: last.pt must never claim a better best
-        run.best_val = val_loss
-        _save(run, run.best_path)
-        with run.best_path.open("rb") as src:
-            atomic_write(run.last_path, lambda f: shutil.copyfileobj(src, f))
-    else:
-        _save(run, run.last_path)
-    run.saved_step = run.step
+    run.val_loss, best = val_loss, val_loss < run.best_val
+    run.best_val = min(run.best_val, val_loss)
+    _save(run, best=best)
 
 
 def _unsaveable(run: Run, val_loss: float) -> tuple[str, float, float] | None:
@@ -356,105 +371,97 @@ def _unsaveable(run: Run, val_loss: float) -> tuple[str, float, float] | None:
     return None
 
 
-def _save(run: Run, path: Path) -> None:
+def _save(run: Run, best: bool = False) -> None:
+    """``last.pt``; a new best goes to ``best.pt`` first and is copied: ``last.pt`` must never
+    claim a better best than ``best.pt`` holds."""
     items = {"step": run.step, "train_config": run.cfg, "tokenizer": run.tok}
     items |= {"best_val_loss": run.best_val, "val_loss": run.val_loss, "elapsed_s": run.elapsed()}
-    save_checkpoint(path, run.model, run.optimizer, **items)
-
-
-def _save_on_interrupt(run: Run) -> None:
-    """After Ctrl-C: ``last.pt`` if the weights pass the test of an evaluation, measured anew
-    (a run diverging since the last one must not leave diverged weights for ``--resume``)."""
-    head = f"\ninterrupted at step {run.step};"
-    kept = f"kept {run.last_path} (step {run.saved_step})" if run.saved_step is not None else None
-    kept = kept or "nothing was saved"
-    if run.step == run.saved_step:
-        print(f"{head} {kept}", file=sys.stderr)
-        return
-    if (problem := _unsaveable(run, run.estimate(run.val_ids, 2))) is not None:
-        what, value, limit = problem
-        message = f"the {what} is {value:.4g} (limit {limit:.3g}, a diverging run)"
-        print(f"{head} not saved: {message}; {kept}", file=sys.stderr)
-        return
-    _save(run, run.last_path)
+    save_checkpoint(run.best_path if best else run.last_path, run.model, run.optimizer, **items)
+    if best:
+        with run.best_path.open("rb") as src:
+            atomic_write(run.last_path, lambda f: shutil.copyfileobj(src, f))
     run.saved_step = run.step
-    print(f"{head} saved {run.last_path}", file=sys.stderr)
 
 
-def _loop(run: Run, resume: bool) -> None:
-    """Steps 3 and 4 in turn until ``cfg.steps`` (the first evaluation is at step 0); rank 0
-    alone evaluates, logs and saves."""
-    cfg, main = run.cfg, run.rank == 0
-    show = cfg.progress and main
-    bar = tqdm(total=cfg.steps, initial=run.step, disable=not show, desc=f"train {cfg.preset}")
-    with bar, _stop_at_step_boundary() as flag:
-        run.stop = _ddp_stop(run, flag)
-        if main and not resume:
-            _evaluate_and_save(run, None)  # the loss before any training: about ln(vocab_size)
-        run.model.train()
-        while run.step < cfg.steps:
-            next_eval = (run.step // cfg.eval_interval + 1) * cfg.eval_interval
-            rate = _train_window(run, min(next_eval, cfg.steps), bar)
-            if run.stop():
-                if main:
-                    _save_on_interrupt(run)
-                raise KeyboardInterrupt
-            if main and (run.step % cfg.eval_interval == 0 or run.step == cfg.steps):
-                _evaluate_and_save(run, rate)
+def _interrupt(run: Run) -> None:
+    """After Ctrl-C: rank 0 saves ``last.pt`` if the weights pass the test of an evaluation,
+    measured anew (a run diverging since the last one must not leave diverged weights for
+    ``--resume``); then ``KeyboardInterrupt`` on every rank."""
+    if run.rank == 0:
+        head = f"\ninterrupted at step {run.step};"
+        kept = f"kept {run.saved}" if run.saved else "nothing was saved"
+        if run.step == run.saved_step:
+            print(f"{head} {kept}", file=sys.stderr)
+        elif (problem := _unsaveable(run, run.estimate(run.val_ids, 2))) is not None:
+            what, value, limit = problem
+            message = f"the {what} is {value:.4g} (limit {limit:.3g}, a diverging run)"
+            print(f"{head} not saved: {message}; {kept}", file=sys.stderr)
+        else:
+            _save(run)
+            print(f"{head} saved {run.last_path}", file=sys.stderr)
+    raise KeyboardInterrupt
 
 
-def train(
-    cfg: TrainConfig,
-    out_dir: str | Path,
-    *,
-    resume: bool = False,
-    overwrite: bool = False,
-    argv: list[str] | None = None,
-    setup_hook: Callable[[TransformerLM], None] | None = None,
-) -> dict:
-    """Train a ``TransformerLM`` on the bundled corpus into ``out_dir`` (``last.pt``, ``best.pt``,
-    ``metrics.jsonl``, ``config.json``); ``resume`` continues up to ``cfg.steps``, bit-identical
-    to an uninterrupted run on the same machine and thread count.
+@contextlib.contextmanager
+def _stop_at_step_boundary() -> Iterator[types.SimpleNamespace]:
+    """The first Ctrl-C only sets ``flag.requested``, read between steps; a second one stops now.
+    A ``KeyboardInterrupt`` mid-step (some parameters updated, dropout's RNG advanced) would
+    leave a checkpoint that resumes differently. Outside the main thread Ctrl-C acts as usual."""
+    flag = types.SimpleNamespace(requested=False)
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
 
-    ``setup_hook(model)`` runs once the model is built (tests inject faults with it). Raises
-    ``TrainingDivergedError`` (nothing diverged was saved), ``KeyboardInterrupt`` after saving
-    ``last.pt`` at a step boundary, or ``OSError`` (disk full: what was saved stays intact).
-    """
-    if not isinstance(cfg, TrainConfig):
-        raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
-    created = not Path(out_dir).exists()
-    out_dir = check_output_dir(out_dir, resume=resume, overwrite=overwrite)
-    run, reason = None, "error"
-    with _ddp_group(cfg, _ddp_ranks()[2]):
-        try:
-            run = _prepare(cfg, out_dir, resume, setup_hook)
-            if run.rank == 0:
-                _log_start(run, resume, argv)
-            try:
-                _loop(run, resume)
-                reason = "completed"
-            except (TrainingDivergedError, KeyboardInterrupt) as err:
-                reason = "diverged" if isinstance(err, TrainingDivergedError) else "interrupted"
-                raise
-            finally:
-                end = {"event": "end", "step": run.step, "reason": reason, "val_loss": run.val_loss}
-                end |= {"best_val_loss": run.best_val, "wall_time_s": run.elapsed()}  # inf: null
-                write_record(run.log_path, end)
-        except BaseException as err:
-            fresh = run is not None and run.rank == 0 and not resume and run.saved_step is None
-            if fresh and not isinstance(err, TrainingDivergedError):  # it leaves nothing
-                with contextlib.suppress(OSError):
-                    for name in ("config.json", "metrics.jsonl"):
-                        (out_dir / name).unlink(missing_ok=True)
-                    if created:
-                        out_dir.rmdir()  # only if empty
-            raise
-    return {
-        "step": run.step,
-        "losses": run.losses,
-        "val_loss": run.val_loss,
-        "best_val_loss": run.best_val,
-        "reason": reason,
-        "wall_time_s": run.elapsed(),
-        "out_dir": str(out_dir),
-    }
+    def handler(signum, frame):
+        if flag.requested:  # asked twice: the user wants out now
+            raise KeyboardInterrupt
+        flag.requested = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+# ---------------------------------------------------------------- data parallel (torchrun)
+
+
+def _ddp_ranks() -> tuple[int, int, int]:
+    """(rank, local_rank, world_size) from torchrun's environment."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 0, 1
+    return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0")), world
+
+
+@contextlib.contextmanager
+def _ddp_group(cfg: TrainConfig) -> Iterator[None]:
+    """Under torchrun, one process group for the run."""
+    world = _ddp_ranks()[2]
+    if world > 1 and not dist.is_initialized():
+        gpu = cfg.device != "cpu" and torch.cuda.is_available()
+        dist.init_process_group("nccl" if gpu else "gloo")
+    try:
+        yield
+    finally:
+        if world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _ddp_wrap(run: Run, resume: bool) -> None:
+    """Each rank draws its own dropout masks; the model each step calls syncs gradients."""
+    if run.world > 1:
+        if not resume:
+            torch.manual_seed(_seed_for(run.cfg.seed, run.rank))
+        ids = [run.device.index] if run.device.type == "cuda" else None
+        run.step_model = torch.nn.parallel.DistributedDataParallel(run.model, device_ids=ids)
+
+
+def _ddp_stop(run: Run, flag) -> bool:
+    """Whether Ctrl-C was pressed (read between steps), on any rank: all stop at the same step."""
+    if run.world == 1:
+        return flag.requested
+    t = torch.tensor([float(flag.requested)], device=run.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
