@@ -1,4 +1,4 @@
-"""Argument checks: the one way the package says "this argument is wrong".
+"""Argument checks: the shared way the package says "this argument is wrong".
 
 ``TypeError`` for the wrong *type* (a ``bool`` where a number is expected, a ``float`` where
 an integer is: never silently cast), ``ValueError`` for a wrong *value*; every message names the

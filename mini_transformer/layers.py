@@ -38,7 +38,7 @@ class LayerNorm(nn.Module):
 
     The *biased* variance (divide by ``d``), as :class:`torch.nn.LayerNorm` and Ba et al.
     (2016); ``gamma`` and ``beta`` are ``.weight`` and ``.bias``, so a state dict loads into
-    ``nn.LayerNorm(d_model)`` and back (``bias=False`` keeps a constant zero buffer). Unlike
+    ``nn.LayerNorm(d_model, bias=bias)`` and back (``bias=False``: an unsaved zero buffer). Unlike
     BatchNorm, the statistics belong to one token, so it behaves the same in training and
     inference, for any batch size or length.
 

@@ -1,4 +1,4 @@
-r"""The training run (chapter 6): :func:`train` is one loop, read top to bottom like nanoGPT's:
+r"""The training run (chapter 6): :func:`train` is one loop, read top to bottom:
 a batch, the learning rate, :func:`~mini_transformer.core.train_step`, and every
 ``eval_interval`` steps :func:`~mini_transformer.core.estimate_loss` and a checkpoint.
 

@@ -1,4 +1,4 @@
-r"""A decoder-only Transformer language model (GPT-style), readable in one sitting (chapter 6).
+r"""A decoder-only Transformer language model (GPT-style), chapters 3 and 6.
 
 The model assembles the pieces of chapters 2-5::
 
@@ -207,8 +207,8 @@ class TransformerLM(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         r"""Next-token logits ``(B, T, vocab_size)`` for ids ``idx`` ``(B, T)``, and the loss.
 
-        ``T`` may exceed ``block_size`` for every scheme but ``"learned"``. The loss is the
-        mean cross-entropy $-\frac{1}{BT}\sum_{b,t}\log p(\text{targets}_{b,t})$ in nats over
+        ``T`` may exceed ``block_size`` except for ``"learned"`` (``"sinusoidal"``: up to
+        ``max(4096, block_size)``). The loss is the mean of $-\log p(\text{targets}_{b,t})$ in nats over
         the positions whose target is not ``IGNORE_INDEX`` (-100, PyTorch's), or ``None``.
         """
         self._check_idx(idx)
