@@ -208,8 +208,8 @@ class TransformerLM(nn.Module):
         r"""Next-token logits ``(B, T, vocab_size)`` for ids ``idx`` ``(B, T)``, and the loss.
 
         ``T`` may exceed ``block_size`` except for ``"learned"`` (``"sinusoidal"``: up to
-        ``max(4096, block_size)``). The loss is the mean of $-\log p(\text{targets}_{b,t})$ in nats over
-        the positions whose target is not ``IGNORE_INDEX`` (-100, PyTorch's), or ``None``.
+        ``max(4096, block_size)``). The loss is the mean of $-\log p(\text{targets}_{b,t})$ in
+        nats over the positions whose target is not ``IGNORE_INDEX`` (-100), or ``None``.
         """
         self._check_idx(idx)
         if targets is not None:
