@@ -67,6 +67,7 @@ class ALiBi(nn.Module):
 
     def __init__(self, n_heads: int, max_len: int) -> None:
         super().__init__()
+        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         self.n_heads = check_int("n_heads", n_heads, low=1)
         self.max_len = check_int("max_len", max_len, low=1)
         shape = (self.n_heads, self.max_len, self.max_len)
@@ -74,8 +75,10 @@ class ALiBi(nn.Module):
         self.register_buffer("bias", alibi_bias(n_heads, max_len), persistent=False)
 
     def forward(self, T_q: int, T_k: int | None = None) -> torch.Tensor:
-        T_q = check_int("T_q", T_q, low=1)
-        T_k = T_q if T_k is None else check_int("T_k", T_k, low=T_q)
+        T_k = T_q if T_k is None else T_k
+        if self.check_inputs:
+            T_q = check_int("T_q", T_q, low=1)
+            T_k = check_int("T_k", T_k, low=T_q)
         if T_k <= self.bias.shape[-1]:
             return self.bias[:, T_k - T_q : T_k, :T_k]  # (n_heads, T_q, T_k)
         return alibi_bias(self.n_heads, T_q, T_k).to(self.bias.device)

@@ -330,3 +330,48 @@ def test_learned_table_flag_matches_the_parameters_built(positional):
 
     names = dict(make(positional).named_parameters())
     assert SCHEMES[positional].learned_table == ("pos_emb.weight" in names)
+
+
+# ------------------------------------------------------------------ checks once, where they enter
+
+
+def _check_calls(fn):
+    """The calls into mini_transformer/checks.py from outside it made by ``fn()``, as (caller
+    file, function)."""
+    import sys
+
+    import mini_transformer.checks as checks
+
+    calls = []
+
+    def profile(frame, event, arg):
+        caller = frame.f_back.f_code.co_filename
+        if event == "call" and frame.f_code.co_filename == checks.__file__ != caller:
+            calls.append((frame.f_back.f_code.co_filename, frame.f_code.co_name))
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+@pytest.mark.parametrize("positional", POSITIONAL_SCHEMES)
+def test_a_models_parts_do_not_recheck_the_hidden_state(positional):
+    model, idx = make(positional), torch.zeros(2, 10, dtype=torch.long)
+    calls = _check_calls(lambda: model(idx))
+    parts = ("layers.py", "attention.py", "positional.py", "alibi.py", "memn2n.py")
+    assert not [c for c in calls if c[0].endswith(parts)]
+    if positional == "rope":  # the default: idx's tensor, its scores' size and its ids
+        assert [name for _, name in calls] == ["check_tensor", "check_size", "check_ids"]
+
+
+def test_a_models_parts_skip_their_checks_but_standalone_modules_keep_them():
+    from mini_transformer.layers import LayerNorm
+
+    model, bad = make(), torch.ones(2, 3, 5)  # d_model is 16
+    assert not model.blocks[0].ln1.check_inputs and LayerNorm(16).check_inputs
+    with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., d_model=16\)"):
+        LayerNorm(16)(bad)
+    assert model.state_dict().keys() == make().state_dict().keys()  # a flag, not a buffer
