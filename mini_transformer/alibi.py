@@ -60,9 +60,9 @@ def alibi_bias(n_heads: int, T_q: int, T_k: int | None = None) -> torch.Tensor:
 class ALiBi(nn.Module):
     r""":func:`alibi_bias` as a module, one instance shared by every attention layer.
 
-    The table for ``max_len`` positions is built once and sliced per call (the bias depends
-    on ``i - j`` only, so slicing is exact); longer sequences get a table of their own.
-    ``forward(T_q, T_k=None)`` -> ``(n_heads, T_q, T_k)``.
+    The table for ``max_len`` positions is built once and sliced per call in a model (the bias
+    depends on ``i - j`` only, so slicing is exact); longer sequences, and checked calls, get
+    :func:`alibi_bias`'s own. ``forward(T_q, T_k=None)`` -> ``(n_heads, T_q, T_k)``.
     """
 
     def __init__(self, n_heads: int, max_len: int) -> None:
@@ -76,12 +76,9 @@ class ALiBi(nn.Module):
 
     def forward(self, T_q: int, T_k: int | None = None) -> torch.Tensor:
         T_k = T_q if T_k is None else T_k
-        if self.check_inputs:
-            T_q = check_int("T_q", T_q, low=1)
-            T_k = check_int("T_k", T_k, low=T_q)
-        if T_k <= self.bias.shape[-1]:
-            return self.bias[:, T_k - T_q : T_k, :T_k]  # (n_heads, T_q, T_k)
-        return alibi_bias(self.n_heads, T_q, T_k).to(self.bias.device)
+        if self.check_inputs or T_k > self.bias.shape[-1]:  # alibi_bias checks T_q and T_k
+            return alibi_bias(self.n_heads, T_q, T_k).to(self.bias.device)
+        return self.bias[:, T_k - T_q : T_k, :T_k]  # (n_heads, T_q, T_k)
 
     def extra_repr(self) -> str:
         return f"n_heads={self.n_heads}, max_len={self.max_len}"

@@ -41,11 +41,6 @@ class LayerNorm(nn.Module):
     ``nn.LayerNorm(d_model, bias=bias)`` and back (``bias=False``: an unsaved zero buffer). Unlike
     BatchNorm, the statistics belong to one token, so it behaves the same in training and
     inference, for any batch size or length.
-
-    Example:
-        >>> ln = LayerNorm(8)
-        >>> ln(torch.randn(2, 5, 8)).shape
-        torch.Size([2, 5, 8])
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True) -> None:
