@@ -60,13 +60,14 @@ def alibi_bias(n_heads: int, T_q: int, T_k: int | None = None) -> torch.Tensor:
 class ALiBi(nn.Module):
     r""":func:`alibi_bias` as a module, one instance shared by every attention layer.
 
-    The table for ``max_len`` positions is built once and sliced per call (the bias depends
-    on ``i - j`` only, so slicing is exact); longer sequences get a table of their own.
-    ``forward(T_q, T_k=None)`` -> ``(n_heads, T_q, T_k)``.
+    The table for ``max_len`` positions is built once and sliced per call in a model (the bias
+    depends on ``i - j`` only, so slicing is exact); longer sequences, and checked calls, get
+    :func:`alibi_bias`'s own. ``forward(T_q, T_k=None)`` -> ``(n_heads, T_q, T_k)``.
     """
 
     def __init__(self, n_heads: int, max_len: int) -> None:
         super().__init__()
+        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         self.n_heads = check_int("n_heads", n_heads, low=1)
         self.max_len = check_int("max_len", max_len, low=1)
         shape = (self.n_heads, self.max_len, self.max_len)
@@ -74,11 +75,10 @@ class ALiBi(nn.Module):
         self.register_buffer("bias", alibi_bias(n_heads, max_len), persistent=False)
 
     def forward(self, T_q: int, T_k: int | None = None) -> torch.Tensor:
-        T_q = check_int("T_q", T_q, low=1)
-        T_k = T_q if T_k is None else check_int("T_k", T_k, low=T_q)
-        if T_k <= self.bias.shape[-1]:
-            return self.bias[:, T_k - T_q : T_k, :T_k]  # (n_heads, T_q, T_k)
-        return alibi_bias(self.n_heads, T_q, T_k).to(self.bias.device)
+        T_k = T_q if T_k is None else T_k
+        if self.check_inputs or T_k > self.bias.shape[-1]:  # alibi_bias checks T_q and T_k
+            return alibi_bias(self.n_heads, T_q, T_k).to(self.bias.device)
+        return self.bias[:, T_k - T_q : T_k, :T_k]  # (n_heads, T_q, T_k)
 
     def extra_repr(self) -> str:
         return f"n_heads={self.n_heads}, max_len={self.max_len}"

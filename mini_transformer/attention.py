@@ -116,7 +116,6 @@ def scaled_dot_product_attention(
 
 
 def _check_inputs(q, k, v, mask, return_weights, score_bias, scale, dropout_p):
-    """The checks of :func:`scaled_dot_product_attention`; returns ``scale`` and ``dropout_p``."""
     check_tensor("q", q, floating=True, min_ndim=2, dims="(..., T, d)", nonempty=True)
     kw = {"floating": True, "nonempty": True, "dtype_of": q, "of": "q"}
     d_k = q.shape[-1]
@@ -163,6 +162,7 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, d_head: int, base: float = 10000.0, max_len: int = 4096) -> None:
         super().__init__()
+        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         self.d_head = check_int("d_head", d_head, low=1, even=True, why=" for a rotation")
         self.base = check_float("base", base, **BASE)
         self.max_len = check_int("max_len", max_len, low=1)
@@ -180,9 +180,10 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("sin_cached", angles.sin().float(), persistent=False)  # (L, d/2)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        dims = f"(B, n_heads, T, d_head={self.d_head})"
-        check_tensor("x", x, floating=True, shape=(..., None, self.d_head), dims=dims)
-        offset = check_int("offset", offset, low=0)
+        if self.check_inputs:
+            dims = f"(B, n_heads, T, d_head={self.d_head})"
+            check_tensor("x", x, floating=True, shape=(..., None, self.d_head), dims=dims)
+            offset = check_int("offset", offset, low=0)
         T = x.shape[-2]
         if offset + T > self.cos_cached.shape[0] or self.cos_cached.device != x.device:
             self._build_cache(max(offset + T, self.cos_cached.shape[0]), device=x.device)
@@ -207,8 +208,7 @@ class RotaryEmbedding(nn.Module):
 class MultiHeadAttention(nn.Module):
     r"""Multi-head attention, $\operatorname{Concat}(\text{head}_1, \dots, \text{head}_h) W^O$
     with $\text{head}_i = \operatorname{Attention}(X W_i^Q, M W_i^K, M W_i^V)$ ($M = X$ for
-    self-attention). The heads are computed at once: ``(B, T, d_model)`` is viewed as ``(B,
-    T, h, d_head)`` and transposed to ``(B, h, T, d_head)``.
+    self-attention), every head in one ``(B, h, T, d_head)`` tensor.
 
     ``fused_attention`` uses PyTorch's ``F.scaled_dot_product_attention`` unless weights are
     asked for (it agrees with the from-scratch path to rounding). ``rotary`` and ``alibi`` act
@@ -227,6 +227,7 @@ class MultiHeadAttention(nn.Module):
         alibi: torch.nn.Module | None = None,
     ) -> None:
         super().__init__()
+        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         d_model = check_int("d_model", d_model, low=1)
         n_heads = check_int("n_heads", n_heads, low=1)
         check_heads(d_model, n_heads)
@@ -237,7 +238,6 @@ class MultiHeadAttention(nn.Module):
         if alibi is not None and not (isinstance(alibi, ALiBi) and alibi.n_heads == n_heads):
             raise ValueError(f"alibi must be None or an ALiBi with n_heads={n_heads}, got {alibi}")
         self.d_model, self.n_heads = d_model, n_heads
-        self._dims = f"(B, T, d_model={d_model})"
         self.dropout_p = check_probability("dropout", dropout)  # a rate, as in F.dropout
         self.fused_attention = check_bool("fused_attention", fused_attention)
         self.keep_weights, self.last_weights = False, None  # see the class docstring
@@ -273,7 +273,8 @@ class MultiHeadAttention(nn.Module):
         Returns ``(out, weights)``: ``out`` ``(B, T_q, d_model)``; ``weights`` ``(B,
         n_heads, T_q, T_k)`` with ``return_weights``, else ``None``.
         """
-        self._check_inputs(x, memory, mask, causal, score_bias, return_weights)
+        if self.check_inputs:
+            self._check_inputs(x, memory, mask, causal, score_bias, return_weights)
         m = x if memory is None else memory  # cross-attention: keys and values from memory
         (B, T_q, _), T_k = x.shape, m.shape[1]
         if self.alibi is not None:  # B_hij = -m_h |i - j|: (n_heads, T_q, T_k)
@@ -302,8 +303,8 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(out), (weights if return_weights else None)  # ... W^O
 
     def _check_inputs(self, x, memory, mask, causal, score_bias, return_weights) -> None:
-        w = self.q_proj.weight
-        kw = {"floating": True, "dims": self._dims, "nonempty": True, "dtype_of": w}
+        dims = f"(B, T, d_model={self.d_model})"
+        kw = {"floating": True, "dims": dims, "nonempty": True, "dtype_of": self.q_proj.weight}
         check_tensor("x", x, shape=(None, None, self.d_model), **kw)
         if memory is not None:  # (B, T_k, d_model)
             check_tensor("memory", memory, shape=(len(x), None, self.d_model), **kw)

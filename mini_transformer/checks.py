@@ -2,7 +2,7 @@
 
 ``TypeError`` for the wrong *type* (a ``bool`` where a number is expected, a ``float`` where
 an integer is: never silently cast), ``ValueError`` for a wrong *value*; every message names the
-argument, the allowed values and what was given. Each public function checks its own inputs
+argument, the allowed values and what was given. Each input is checked once, where it enters
 (metadata only, no GPU sync, except :func:`check_ids` and :func:`check_array`, which read values).
 """
 
@@ -95,18 +95,16 @@ def check_float(
     high: float | None = None,
     low_open: bool = False,
     high_open: bool = False,
-    finite: bool = True,
     what: str | None = None,
 ) -> float:
-    """Return ``value`` as a ``float`` in ``low``..``high``; NaN is refused, ``inf`` unless
-    ``finite=False``. ``what`` replaces the generated words for the allowed values."""
+    """Return ``value`` as a finite ``float`` in ``low``..``high`` (NaN and ``inf`` are
+    refused); ``what`` replaces the generated words for the allowed values."""
     if what is None:
-        span = _interval(low, high, low_open, high_open)
-        what = f"a {'finite ' if finite else ''}number {span}".rstrip()
+        what = f"a finite number {_interval(low, high, low_open, high_open)}".rstrip()
     if not isinstance(value, numbers.Real) or isinstance(value, BOOLS):
         raise TypeError(f"{name} must be {what}, got {_given(value)}")
     x = float(value)  # type: ignore[arg-type]
-    bad = math.isnan(x) or (finite and math.isinf(x))
+    bad = not math.isfinite(x)
     if low is not None:
         bad = bad or (x <= low if low_open else x < low)
     if high is not None:
@@ -139,7 +137,6 @@ def check_choice(name: str, value: object, choices: Sequence) -> object:
 
 
 def check_instance(name: str, value: object, cls: type | tuple[type, ...], what: str) -> object:
-    """Return ``value`` if ``isinstance(value, cls)``, else a TypeError saying ``what``."""
     if not isinstance(value, cls):
         raise TypeError(f"{name} must be {what}, got {_given(value)}")
     return value
@@ -283,23 +280,18 @@ def format_bytes(n: float) -> str:
 
 
 def check_size(
-    name: str,
-    shape: Sequence[int],
-    dtype: torch.dtype | np.dtype | type = torch.float32,
-    *,
-    max_bytes: int | None = None,
+    name: str, shape: Sequence[int], dtype: torch.dtype | np.dtype | type = torch.float32
 ) -> int:
-    """Refuse an allocation of ``shape`` x ``dtype`` over ``max_bytes`` (default ``MAX_BYTES``)
-    *before* making it, naming ``name`` (what would be allocated); return its size in bytes."""
+    """Refuse an allocation of ``shape`` x ``dtype`` over ``MAX_BYTES`` *before* making it,
+    naming ``name`` (what would be allocated); return its size in bytes."""
     if torch.compiler.is_compiling():  # traced shapes were checked when the call ran eagerly
         return 0
-    limit = MAX_BYTES if max_bytes is None else max_bytes
     kind = dtype if isinstance(dtype, torch.dtype) else np.dtype(dtype)
     n = math.prod([int(s) for s in shape]) * kind.itemsize
-    if n > limit:
+    if n > MAX_BYTES:
         raise ValueError(
             f"{name} of shape {tuple(int(s) for s in shape)} would need {format_bytes(n)} "
-            f"({n} bytes of {kind}), over the limit of {format_bytes(limit)}; "
+            f"({n} bytes of {kind}), over the limit of {format_bytes(MAX_BYTES)}; "
             "use smaller sizes (or raise mini_transformer.checks.MAX_BYTES)"
         )
     return n

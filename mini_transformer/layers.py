@@ -41,15 +41,11 @@ class LayerNorm(nn.Module):
     ``nn.LayerNorm(d_model, bias=bias)`` and back (``bias=False``: an unsaved zero buffer). Unlike
     BatchNorm, the statistics belong to one token, so it behaves the same in training and
     inference, for any batch size or length.
-
-    Example:
-        >>> ln = LayerNorm(8)
-        >>> ln(torch.randn(2, 5, 8)).shape
-        torch.Size([2, 5, 8])
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True) -> None:
         super().__init__()
+        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         self.d_model = check_int("d_model", d_model, low=1)
         # eps is added to a float32 (or float64) variance: below float32's smallest normal
         # number it rounds away, and a constant vector gives 0 * rsqrt(0) = NaN.
@@ -62,7 +58,8 @@ class LayerNorm(nn.Module):
             self.register_buffer("bias", torch.zeros(d_model), persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        check_tensor("x", x, floating=True, shape=(..., self.d_model), dims=self._dims)
+        if self.check_inputs:
+            check_tensor("x", x, floating=True, shape=(..., self.d_model), dims=self._dims)
         # float16 overflows at 65504: (x - mu)^2 does once a feature is ~256 from the mean,
         # which zeroes the whole token. Statistics in float32, as torch.nn.LayerNorm does.
         out_dtype = torch.promote_types(x.dtype, self.weight.dtype)
@@ -89,6 +86,7 @@ class FeedForward(nn.Module):
         self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "gelu", bias=True
     ) -> None:
         super().__init__()
+        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         self.d_model = check_int("d_model", d_model, low=1)
         self.d_ff = check_int("d_ff", d_ff, low=1)
         self.activation = check_choice("activation", activation, ACTIVATIONS)
@@ -98,8 +96,9 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
 
     def forward(self, x: Tensor) -> Tensor:
-        dims, w = f"(..., d_model={self.d_model})", self.linear1.weight
-        check_tensor("x", x, floating=True, shape=(..., self.d_model), dims=dims, dtype_of=w)
+        if self.check_inputs:
+            dims, w = f"(..., d_model={self.d_model})", self.linear1.weight
+            check_tensor("x", x, floating=True, shape=(..., self.d_model), dims=dims, dtype_of=w)
         h = self.linear1(x)  # x W_1 + b_1                     (..., d_ff)
         h = F.gelu(h) if self.activation == "gelu" else F.relu(h)  # phi
         return self.linear2(self.dropout(h))  # phi(.) W_2 + b_2  (..., d_model)

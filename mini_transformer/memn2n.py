@@ -43,11 +43,13 @@ class MemN2NPositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int) -> None:
         super().__init__()
+        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         self.d_model = check_int("d_model", d_model, low=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = (None, None, self.d_model)
-        check_tensor("x", x, floating=True, shape=shape, dims="(B, T, d_model)")
+        if self.check_inputs:
+            shape = (None, None, self.d_model)
+            check_tensor("x", x, floating=True, shape=shape, dims="(B, T, d_model)")
         J, d = x.shape[1], self.d_model
         j = torch.arange(1, J + 1, dtype=torch.float64, device=x.device)[:, None]
         k = torch.arange(1, d + 1, dtype=torch.float64, device=x.device)[None, :]

@@ -170,7 +170,6 @@ class TransformerLM(nn.Module):
         scheme = SCHEMES[c.positional]
         self.embed_scale = math.sqrt(c.d_model) if scheme.scale_embeddings else 1.0
         self.pos_emb: nn.Module | None = scheme.input(c)
-        # attention-side schemes: one instance, shared by every attention layer
         self.rotary = RotaryEmbedding(c.d_head, max_len=c.block_size) if scheme.rotary else None
         self.alibi = ALiBi(c.n_heads, c.block_size) if scheme.alibi else None
         self.drop = nn.Dropout(c.dropout)
@@ -181,6 +180,9 @@ class TransformerLM(nn.Module):
         self._init_weights()
         if c.tie_weights:  # the same matrix maps ids to vectors and vectors to logits
             self.lm_head.weight = self.tok_emb.weight
+        for m in self.modules():  # forward checked idx, and every tensor inside is built here
+            if hasattr(m, "check_inputs"):
+                m.check_inputs = False
 
     def _block(self) -> TransformerBlock:
         c, fused, rotary, alibi = self.config, self.config.fused_attention, self.rotary, self.alibi
@@ -240,6 +242,8 @@ class TransformerLM(nn.Module):
                 "embedding has no vector for unseen positions (crop the input, or use a scheme "
                 f"from {tuple(n for n, s in SCHEMES.items() if s.extrapolates)})"
             )
+        if name == "idx" and not crop:  # the scores each attention layer computes
+            check_size("the attention scores (B, n_heads, T_q, T_k)", (len(idx), c.n_heads, T, T))
         if self.check_token_ids and not torch.compiler.is_compiling():  # a GPU sync
             check_ids(name, idx, c.vocab_size, ignore=IGNORE_INDEX if name == "targets" else None)
 
@@ -307,7 +311,6 @@ class TransformerLM(nn.Module):
         check_size("the output (B, T + max_new_tokens)", shape, torch.long)
         return temperature
 
-    # ------------------------------------------------------------------ accounting
     def num_parameters(self, by_component: bool = False) -> int | dict[str, int]:
         """Trainable parameters, a tied matrix once; ``by_component``: a dict by part and
         ``"total"`` (``head`` is 0 when tied; only ``"learned"`` has positional ones)."""

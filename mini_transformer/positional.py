@@ -169,11 +169,12 @@ def encoding_properties(pe: np.ndarray, decimals: int = 12) -> dict:
     }
 
 
-def _add_rows(x: torch.Tensor, table: torch.Tensor, offset: int, hint: str) -> torch.Tensor:
+def _add_rows(x: torch.Tensor, table: torch.Tensor, offset: int, hint: str, check: bool):
     """``x + table[offset : offset + T]`` for ``x`` ``(B, T, d_model)``, if those rows exist."""
     max_len, d_model = table.shape
-    check_tensor("x", x, floating=True, shape=(None, None, d_model), dims="(B, T, d_model)")
-    offset = check_int("offset", offset, low=0)
+    if check:  # the module's check_inputs
+        check_tensor("x", x, floating=True, shape=(None, None, d_model), dims="(B, T, d_model)")
+        offset = check_int("offset", offset, low=0)
     T = x.shape[1]
     if (last := offset + T - 1) >= max_len:
         what = f"positions up to {last} requested (offset={offset}, T={T})"
@@ -192,6 +193,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         self, d_model: int, max_len: int = 4096, base: float = 10000.0, layout: str = "interleaved"
     ) -> None:
         super().__init__()
+        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         self.d_model = check_int("d_model", d_model, low=1)
         self.max_len = check_int("max_len", max_len, low=1)
         check_size("the table (max_len, d_model)", (self.max_len, self.d_model), np.float64)
@@ -200,7 +202,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.register_buffer("pe", torch.from_numpy(pe).float(), persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        return _add_rows(x, self.pe, offset, "; build it with a larger max_len")
+        return _add_rows(x, self.pe, offset, "; build it with a larger max_len", self.check_inputs)
 
     def extra_repr(self) -> str:
         layout = self.layout
@@ -217,6 +219,7 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, max_len: int, d_model: int, init_std: float = 0.1) -> None:
         super().__init__()
+        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         self.max_len = check_int("max_len", max_len, low=1)
         self.d_model = check_int("d_model", d_model, low=1)
         self.init_std = check_float("init_std", init_std, low=0)
@@ -228,9 +231,8 @@ class LearnedPositionalEmbedding(nn.Module):
         nn.init.normal_(self.weight, mean=0.0, std=self.init_std)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        return _add_rows(
-            x, self.weight, offset, ": a learned embedding has no row for unseen positions"
-        )
+        hint = ": a learned embedding has no row for unseen positions"
+        return _add_rows(x, self.weight, offset, hint, self.check_inputs)
 
     def extra_repr(self) -> str:
         return f"max_len={self.max_len}, d_model={self.d_model}, init_std={self.init_std}"

@@ -330,3 +330,75 @@ def test_learned_table_flag_matches_the_parameters_built(positional):
 
     names = dict(make(positional).named_parameters())
     assert SCHEMES[positional].learned_table == ("pos_emb.weight" in names)
+
+
+# ------------------------------------------------------------------ checks once, where they enter
+
+
+def _check_calls(fn):
+    """The calls into mini_transformer/checks.py from outside it made by ``fn()``, as (caller
+    file, function)."""
+    import sys
+
+    import mini_transformer.checks as checks
+
+    calls = []
+
+    def profile(frame, event, arg):
+        caller = frame.f_back.f_code.co_filename
+        if event == "call" and frame.f_code.co_filename == checks.__file__ != caller:
+            calls.append((frame.f_back.f_code.co_filename, frame.f_code.co_name))
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+@pytest.mark.parametrize("positional", POSITIONAL_SCHEMES)
+def test_a_models_parts_do_not_recheck_the_hidden_state(positional):
+    model, idx = make(positional), torch.zeros(2, 10, dtype=torch.long)
+    calls = _check_calls(lambda: model(idx))
+    parts = ("layers.py", "attention.py", "positional.py", "alibi.py", "memn2n.py")
+    assert not [c for c in calls if c[0].endswith(parts)]
+    if positional == "rope":  # the default: idx's tensor, its scores' size and its ids
+        assert [name for _, name in calls] == ["check_tensor", "check_size", "check_ids"]
+
+
+def _standalone_bad_calls():
+    from mini_transformer.alibi import ALiBi
+    from mini_transformer.attention import MultiHeadAttention, RotaryEmbedding
+    from mini_transformer.layers import FeedForward, LayerNorm
+    from mini_transformer.memn2n import MemN2NPositionalEncoding
+    from mini_transformer.positional import LearnedPositionalEmbedding as Learned
+    from mini_transformer.positional import SinusoidalPositionalEncoding as Sinusoidal
+
+    bad = torch.ones(2, 3, 5)  # d_model is 16
+    return {
+        "LayerNorm": (LayerNorm(16), (bad,), r"x must have shape \(\.\.\., d_model=16\)"),
+        "FeedForward": (FeedForward(16, 64), (bad,), r"x must have shape \(\.\.\., d_model=16\)"),
+        "MultiHeadAttention": (MultiHeadAttention(16, 2), (bad,), r"x must have shape \(B, T, d"),
+        "RotaryEmbedding": (RotaryEmbedding(8), (bad,), r"x must have shape \(B, n_heads, T, d"),
+        "ALiBi": (ALiBi(2, 8), (0,), "T_q must be a positive integer, got 0"),
+        "Sinusoidal": (Sinusoidal(16), (bad,), r"x must have shape \(B, T, d_model\)"),
+        "Learned": (Learned(8, 16), (bad,), r"x must have shape \(B, T, d_model\)"),
+        "MemN2N": (MemN2NPositionalEncoding(16), (bad,), r"x must have shape \(B, T, d_model\)"),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_standalone_bad_calls()))
+def test_standalone_modules_still_check_their_inputs(name):
+    module, args, match = _standalone_bad_calls()[name]
+    assert module.check_inputs
+    with pytest.raises(ValueError, match=match):
+        module(*args)
+
+
+def test_a_model_turns_off_its_parts_checks_without_changing_its_state_dict():
+    model = make("alibi")
+    flags = {n: m.check_inputs for n, m in model.named_modules() if hasattr(m, "check_inputs")}
+    assert flags and not any(flags.values())
+    assert {"blocks.0.ln1", "blocks.0.attn", "blocks.0.ffn", "alibi", "ln_f"} <= flags.keys()
+    assert all(not k.endswith("check_inputs") for k in model.state_dict())
