@@ -24,17 +24,17 @@ Every chapter imports it; readers import it in the exercises. One module per ide
 __version__ = "0.2.0"
 
 # The seven modules of the book's contract, importable as attributes (d2l's habit):
-# ``import mini_transformer as mt; mt.attention.causal_mask(4)``. ``train`` is loaded on first
-# use: importing it here would make ``python -m mini_transformer.train`` warn that the module
-# was already imported before it ran.
-from . import attention, data, exercises, layers, model, positional  # noqa: E402
+# ``import mini_transformer as mt; mt.attention.causal_mask(4)``. ``train`` and ``exercises``
+# load on first use: ``python -m mini_transformer.train`` would warn that train was imported
+# before it ran, and a model needs none of the 36 checkers.
+from . import attention, data, layers, model, positional  # noqa: E402
 
 __all__ = ["attention", "data", "exercises", "layers", "model", "positional", "train"]
 
 
 def __getattr__(name: str):
-    if name == "train":
+    if name in ("train", "exercises"):
         import importlib
 
-        return importlib.import_module(".train", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

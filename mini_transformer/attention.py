@@ -28,7 +28,7 @@ from .checks import (
     check_tensor,
 )
 from .masks import causal_mask, combine_masks
-from .masks import padding_mask as padding_mask  # the API contract names it here
+from .masks import padding_mask as padding_mask  # noqa: F401 (BOOK.md names it here)
 
 __all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "RotaryEmbedding"]
 

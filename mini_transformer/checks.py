@@ -2,8 +2,8 @@
 
 ``TypeError`` for the wrong *type* (a ``bool`` where a number is expected, a ``float`` where
 an integer is: never silently cast), ``ValueError`` for a wrong *value*; every message names the
-argument, the allowed values and what was given. Each input is checked once, where it enters
-(metadata only, no GPU sync, except :func:`check_ids` and :func:`check_array`, which read values).
+argument, the allowed values and what was given. A tensor is checked where it enters (a model's
+parts skip their checks); metadata only, except :func:`check_ids` and :func:`check_array`.
 """
 
 from __future__ import annotations

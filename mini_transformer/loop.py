@@ -3,7 +3,7 @@ a batch, the learning rate, :func:`~mini_transformer.core.train_step`, and every
 ``eval_interval`` steps :func:`~mini_transformer.core.estimate_loss` and a checkpoint.
 
 Each robustness concern is one call defined below the loop: ``_read_window`` (divergence; the
-losses are read once per window, so a GPU never waits for the host), ``_interrupt`` (Ctrl-C,
+losses are read once per window, so one GPU never waits for the host), ``_interrupt`` (Ctrl-C,
 read between steps, saves ``last.pt`` at a step boundary: a resumed run is bit-identical),
 ``_unsaveable`` (nothing diverged is saved), ``_logged`` (the log) and ``_ddp_*`` (torchrun).
 """
@@ -302,9 +302,9 @@ def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
 
 
 def _read_window(run: Run, losses: list, norms: list, t0: float, bar) -> float | None:
-    """Read and empty the window's losses and gradient norms (its one host sync: a GPU never
-    waits for the host inside a window); a non-finite one stops the run before anything is
-    saved. Returns the window's tokens/s."""
+    """Read and empty the window's losses and gradient norms (on one GPU the one host sync;
+    ``_ddp_stop`` syncs each step under torchrun); a non-finite one stops the run before
+    anything is saved. Returns the window's tokens/s."""
     if not losses:
         return None
     values = torch.stack(losses).float().tolist()

@@ -83,7 +83,7 @@ SCHEMES: dict[str, PositionalScheme] = {
     "sinusoidal": PositionalScheme(
         input=lambda c: SinusoidalPositionalEncoding(c.d_model, max_len=max(MAX_LEN, c.block_size)),
         scale_embeddings=True,
-        table_floats=lambda c: 2 * max(MAX_LEN, c.block_size) * c.d_model,  # float64, then float32
+        table_floats=lambda c: 2 * max(MAX_LEN, c.block_size) * c.d_model,  # float64 = 2 float32
     ),
     "memn2n": PositionalScheme(input=lambda c: MemN2NPositionalEncoding(c.d_model)),  # x * l
     "rope": PositionalScheme(rotary=True, table_floats=lambda c: 2 * c.block_size * c.d_head),

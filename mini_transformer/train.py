@@ -128,8 +128,8 @@ def run_cli(
 # ---------------------------------------------------------------- train, sample, export
 
 #: For the refusal of ``--preset gpu`` on a CPU: the share of the measured fp32 matmul
-#: ceiling a training step of the gpu model reaches on a CPU (benchmarks/train_step.py
-#: measured 63% on a 2-core EPYC with 1 thread, 2026-11-23); the estimate uses 50%.
+#: ceiling a training step of the gpu model reaches on a CPU (benchmarks/results/train_step_*:
+#: fp32, 2-core EPYC, 57% on 2 threads, 70% on 1 by CPU clock); the estimate uses 50%.
 CPU_STEP_CEILING_SHARE = 0.5
 
 
