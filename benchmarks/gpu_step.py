@@ -89,7 +89,7 @@ def _setup(args):
     if device.type == "cuda":
         data = data.to(device)
     torch.manual_seed(0)
-    model = TransformerLM(cfg.model_config(tok.vocab_size)).to(device)
+    model = TransformerLM(cfg.model).to(device)
     model.check_token_ids = False  # the corpus is valid: no per-step host sync
     optimizer = configure_optimizer(model, cfg, fused=device.type == "cuda")
     step_model = torch.compile(model, mode=args.compile) if args.compile else model

@@ -72,7 +72,7 @@ def build(shape: str, dropout: float | None, clock):
     spec = dict(SHAPES[shape])
     torch.manual_seed(0)
     cfg = get_preset(spec.pop("preset"), dropout=dropout, **spec)
-    model = TransformerLM(cfg.model_config(vocab_size=84))
+    model = TransformerLM(cfg.model)
     opt = configure_optimizer(model, cfg)
     g = torch.Generator().manual_seed(0)
     x = torch.randint(84, (cfg.batch_size, model.config.block_size), generator=g)

@@ -38,7 +38,7 @@ from .checkpoints import (
     save_checkpoint,
     write_record,
 )
-from .core import TrainConfig, configure_optimizer, estimate_loss, lr_at, train_step
+from .core import TrainConfig, configure_optimizer, estimate_loss, train_step
 from .data import CharTokenizer, get_batch, load_corpus
 from .model import TransformerLM
 
@@ -77,7 +77,7 @@ def train(
     with _ddp_group(cfg):
         run = _prepare(cfg, out_dir, resume, setup_hook)
         main, show = run.rank == 0, cfg.progress and run.rank == 0
-        schedule, T, opt = cfg.schedule(), run.model.config.block_size, run.optimizer
+        T, opt = run.model.config.block_size, run.optimizer
         with (
             _logged(run, resume, argv, created),
             tqdm(
@@ -92,7 +92,7 @@ def train(
             while run.step < cfg.steps and not (stopping := _ddp_stop(run, flag)):
                 g = torch.Generator().manual_seed(_seed_for(cfg.seed, run.rank, run.step))
                 x, y = get_batch(run.train_ids, cfg.batch_size, T, g, run.device)
-                lr = schedule(run.step)
+                lr = run.schedule(run.step)
                 loss, norm = train_step(
                     run.step_model, opt, x, y, lr, grad_clip=cfg.grad_clip, autocast=run.autocast
                 )
@@ -159,6 +159,9 @@ class Run:
     def tokens_per_step(self) -> int:
         return self.cfg.batch_size * self.model.config.block_size * self.world
 
+    def __post_init__(self) -> None:
+        self.schedule = self.cfg.schedule()  # the learning rate of each step
+
     def elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self.t_start
 
@@ -198,7 +201,12 @@ def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
     tok, train_ids, val_ids = _encoded_corpus()
     train_ids, val_ids = train_ids.to(device), val_ids.to(device)
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
-    model = TransformerLM(cfg.model_config(tok.vocab_size))
+    if cfg.model.vocab_size != tok.vocab_size:
+        raise ValueError(
+            f"model.vocab_size must be the corpus tokenizer's {tok.vocab_size}, "
+            f"got {cfg.model.vocab_size}"
+        )
+    model = TransformerLM(cfg.model)
     model.check_token_ids = False  # encode() made them all < vocab_size; a check makes a GPU wait
     if is_cuda and not model.config.fused_attention:
         print("note: fused_attention=False; the fused kernel is faster on CUDA", file=sys.stderr)
@@ -322,7 +330,7 @@ def _read_window(run: Run, losses: list, norms: list, t0: float, bar) -> float |
 
 def _diverged(run: Run, what: str, value: float, step: int) -> TrainingDivergedError:
     return TrainingDivergedError(
-        f"the {what} became {value:.4g} at step {step} (lr {lr_at(step, run.cfg):.3g}); the "
+        f"the {what} became {value:.4g} at step {step} (lr {run.schedule(step):.3g}); the "
         f"weights after it were not saved. The last good checkpoint is "
         f"{run.saved or 'none: nothing was saved'}. Lower the learning rate or raise warmup_steps."
     )
@@ -344,7 +352,7 @@ def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
             "step": run.step,
             "train_loss": train_loss,
             "val_loss": val_loss,
-            "lr": lr_at(max(run.step - 1, 0), cfg),
+            "lr": run.schedule(max(run.step - 1, 0)),
             "tokens_per_s": tokens_per_s,
             "mfu": mfu,
             "peak_flops": run.peak,

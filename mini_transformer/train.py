@@ -40,7 +40,6 @@ from .core import (
     configure_optimizer,
     estimate_loss,
     get_preset,
-    lr_at,
 )
 from .hardware import (
     GPU_PEAK_FLOPS,
@@ -56,7 +55,6 @@ from .model import POSITIONAL_SCHEMES, TransformerLM
 __all__ = [  # the contract names and what the chapters use
     "TrainConfig",
     "get_preset",
-    "lr_at",
     "configure_optimizer",
     "estimate_loss",
     "train",
@@ -183,7 +181,7 @@ def _resume_config(parser, args, overrides: dict) -> TrainConfig:
         if (wanted := get_preset(args.preset, **overrides).model) != stored.model:
             parser.error(
                 f"{last} was trained with a different model config than preset "
-                f"{args.preset!r} ({config_diff(stored.model, wanted)})"
+                f"{args.preset!r} ({config_diff(stored.model.to_dict(), wanted.to_dict())})"
             )
     if args.positional is not None:  # the one model setting the command line has
         parser.error("model settings (e.g. --positional) cannot change on --resume")
@@ -196,7 +194,7 @@ def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
     :data:`CPU_STEP_CEILING_SHARE` of a matmul ceiling measured now); ``None`` if it may."""
     if cfg.preset != "gpu" or torch.cuda.is_available() or cfg.device.startswith("cuda"):
         return None
-    model = TransformerLM(cfg.model_config(84))
+    model = TransformerLM(cfg.model)
     tokens = cfg.steps * cfg.batch_size * model.config.block_size
     rate = CPU_STEP_CEILING_SHARE * measure_matmul_flops(n=1024, repeats=3)
     hours = tokens * model.flops_per_token() / rate / 3600
@@ -225,7 +223,7 @@ def _main_train(argv: list[str]) -> int:
         else:
             cfg = get_preset(args.preset, **overrides)
         device = resolve_device(cfg.device, _ddp_ranks()[1])
-        resolve_precision(cfg.precision, device, d_model=cfg.model_config(2).d_model)
+        resolve_precision(cfg.precision, device, d_model=cfg.model.d_model)
         if not args.allow_cpu and (refusal := gpu_preset_refusal(cfg)):
             raise ValueError(refusal)
         return cfg

@@ -42,22 +42,23 @@ def test_unknown_preset_is_an_error():
 
 def test_presets_route_model_and_training_overrides():
     cfg = T.get_preset("gpu", positional="alibi", steps=7)
-    assert cfg.model["positional"] == "alibi" and cfg.steps == 7
-    assert cfg.model["d_model"] == 384 and cfg.model["n_layers"] == 6 and cfg.batch_size == 64
+    assert cfg.model.positional == "alibi" and cfg.steps == 7
+    assert cfg.model.d_model == 384 and cfg.model.n_layers == 6 and cfg.batch_size == 64
+    assert cfg.model.vocab_size == 84  # the bundled corpus tokenizer's
 
 
 def test_gpu_preset_is_nanogpt_shakespeare_char_scale():
-    model = TransformerLM(T.get_preset("gpu").model_config(84))
+    model = TransformerLM(T.get_preset("gpu").model)
     assert 10.5e6 < model.num_parameters() < 11e6
 
 
 def test_warmup_is_linear_and_the_cosine_ends_at_min_lr():
-    cfg = T.TrainConfig(steps=100, warmup_steps=10, lr=1.0, min_lr=0.1)
-    assert [T.lr_at(s, cfg) for s in range(3)] == pytest.approx([0.1, 0.2, 0.3])
-    assert T.lr_at(9, cfg) == pytest.approx(1.0)
-    assert T.lr_at(55, cfg) == pytest.approx(0.55)  # halfway through the cosine
-    assert T.lr_at(100, cfg) == pytest.approx(0.1)
-    after = [T.lr_at(s, cfg) for s in range(10, 101)]
+    schedule = T.TrainConfig(steps=100, warmup_steps=10, lr=1.0, min_lr=0.1).schedule()
+    assert [schedule(s) for s in range(3)] == pytest.approx([0.1, 0.2, 0.3])
+    assert schedule(9) == pytest.approx(1.0)
+    assert schedule(55) == pytest.approx(0.55)  # halfway through the cosine
+    assert schedule(100) == pytest.approx(0.1)
+    after = [schedule(s) for s in range(10, 101)]
     assert all(a >= b for a, b in zip(after[:-1], after[1:], strict=True))
 
 
@@ -80,9 +81,9 @@ def test_train_config_rejects_min_lr_above_lr():
         T.TrainConfig(lr=1e-3, min_lr=1e-2)
 
 
-def test_train_config_rejects_unknown_model_settings():
-    with pytest.raises(ValueError, match=r"unknown model settings \['n_embd'\]"):
-        T.TrainConfig(model={"n_embd": 3})
+def test_get_preset_rejects_unknown_settings():
+    with pytest.raises(ValueError, match=r"unknown setting 'n_embd'"):
+        T.get_preset("tiny", n_embd=3)
 
 
 # ------------------------------------------------------------------ the loop
