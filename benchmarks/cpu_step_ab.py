@@ -15,9 +15,10 @@ import time
 
 import torch
 
+from mini_transformer.cli import positive_int
 from mini_transformer.core import train_step
 from mini_transformer.model import TransformerLM
-from mini_transformer.train import configure_optimizer, get_preset, positive_int
+from mini_transformer.train import configure_optimizer, get_preset
 
 
 def candidates(text: str) -> list[dict]:

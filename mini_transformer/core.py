@@ -1,5 +1,5 @@
 r"""The training recipe (chapter 6): presets, :class:`TrainConfig`, the schedule, one step and
-the loss estimate: what a run *is*, apart from how it is run (:mod:`mini_transformer.loop`).
+the loss estimate: what a run *is*, apart from how it is run (:mod:`mini_transformer.train`).
 The chapter-3 lab and the chapter-5 sweep use the same :class:`Schedule` and :func:`train_step`.
 
 Example (10 warm-up steps, then a cosine to 10% of the peak)::

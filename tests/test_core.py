@@ -8,8 +8,8 @@ import torch
 from mini_transformer import lab
 from mini_transformer import stability as S
 from mini_transformer.core import Schedule, train_step
-from mini_transformer.loop import _stop_at_step_boundary as stop_at_step_boundary
 from mini_transformer.train import TrainConfig
+from mini_transformer.train import _stop_at_step_boundary as stop_at_step_boundary
 
 torch.set_num_threads(1)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mini_transformer import checkpoints, cli
 from mini_transformer import train as T
 from mini_transformer.model import TransformerConfig, TransformerLM
 
@@ -194,7 +195,7 @@ def test_loading_into_a_model_of_another_config_lists_the_difference(tmp_path):
 
 def test_exported_weights_are_half_precision_and_load_back(tmp_path):
     T.train(tiny(steps=2, eval_interval=2), tmp_path / "run")
-    out = T.export_weights(
+    out = checkpoints.export_weights(
         tmp_path / "run" / "best.pt", tmp_path / "w.pt", log_path=tmp_path / "run" / "metrics.jsonl"
     )
     raw = torch.load(out, weights_only=True)
@@ -243,7 +244,7 @@ def test_cli_rejects_an_unknown_preset_in_a_subprocess():
 
 def test_cli_resume_without_a_checkpoint_is_an_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        T.main(["--out", str(tmp_path), "--resume"])
+        cli.main(["--out", str(tmp_path), "--resume"])
     assert exc.value.code == 2
     assert "cannot resume: checkpoint not found" in capsys.readouterr().err
 
@@ -251,14 +252,14 @@ def test_cli_resume_without_a_checkpoint_is_an_error(tmp_path, capsys):
 def test_cli_resume_with_another_preset_is_an_error(tmp_path, capsys):
     T.train(tiny(steps=1, eval_interval=1), tmp_path)
     with pytest.raises(SystemExit) as exc:
-        T.main(["--preset", "cpu", "--out", str(tmp_path), "--resume"])
+        cli.main(["--preset", "cpu", "--out", str(tmp_path), "--resume"])
     assert exc.value.code == 2
     assert "different model config" in capsys.readouterr().err
 
 
 def test_cli_sample_with_a_missing_checkpoint_is_an_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        T.main(["sample", "--ckpt", str(tmp_path / "missing.pt")])
+        cli.main(["sample", "--ckpt", str(tmp_path / "missing.pt")])
     assert exc.value.code == 2
     assert "checkpoint not found" in capsys.readouterr().err
 
@@ -266,9 +267,9 @@ def test_cli_sample_with_a_missing_checkpoint_is_an_error(tmp_path, capsys):
 def test_cli_samples_reproducibly_from_a_checkpoint(tmp_path, capsys):
     T.train(tiny(steps=2, eval_interval=2), tmp_path)
     args = ["sample", "--ckpt", str(tmp_path / "last.pt"), "--prompt", "KING", "--tokens", "20"]
-    T.main(args)
+    cli.main(args)
     first = capsys.readouterr().out
-    T.main(args)
+    cli.main(args)
     assert first == capsys.readouterr().out and first.startswith("KING") and len(first) == 25
 
 
