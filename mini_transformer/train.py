@@ -1,8 +1,8 @@
 r"""Training the character-level Shakespeare model (chapter 6). :func:`train` is one loop, read
 top to bottom: a batch, the learning rate, :func:`~mini_transformer.core.train_step`, and every
 ``eval_interval`` steps :func:`~mini_transformer.core.estimate_loss` and a checkpoint. The recipe
-is :mod:`~mini_transformer.core`, the files :mod:`~mini_transformer.checkpoints`, the command
-line ``python -m mini_transformer.train`` :mod:`~mini_transformer.cli`.
+is :mod:`~mini_transformer.core`, the files :mod:`~mini_transformer.checkpoints`; the command
+line ``python -m mini_transformer.train`` runs :func:`mini_transformer.cli.main`.
 
 Each robustness concern is one call defined below the loop: ``_read_window`` (divergence; the
 losses are read once per window, so one GPU never waits for the host), ``_interrupt`` (Ctrl-C,
