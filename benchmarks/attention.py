@@ -48,8 +48,8 @@ from torch.profiler import ProfilerActivity, profile
 from mini_transformer.attention import MultiHeadAttention
 from mini_transformer.checkpoints import check_output_file
 from mini_transformer.checks import check_device
+from mini_transformer.cli import positive_int, run_cli
 from mini_transformer.hardware import cpu_name, where_it_ran
-from mini_transformer.train import positive_int, run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from sweep_cli import non_negative_int, write_json  # noqa: E402  (tools/, beside the package)

@@ -32,15 +32,10 @@ from pathlib import Path
 import torch
 
 from mini_transformer.checkpoints import check_output_dir, check_output_file
+from mini_transformer.cli import positive_int, run_cli
 from mini_transformer.data import CharTokenizer, load_corpus
 from mini_transformer.hardware import where_it_ran
-from mini_transformer.train import (
-    estimate_loss,
-    load_model,
-    positive_int,
-    read_log,
-    run_cli,
-)
+from mini_transformer.train import estimate_loss, load_model, read_log
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from sweep_cli import write_json  # noqa: E402  (tools/, beside the package)

@@ -15,9 +15,10 @@ import time
 
 import torch
 
+from mini_transformer.cli import positive_int
 from mini_transformer.core import train_step
 from mini_transformer.model import TransformerLM
-from mini_transformer.train import configure_optimizer, get_preset, positive_int
+from mini_transformer.train import configure_optimizer, get_preset
 
 
 def candidates(text: str) -> list[dict]:
@@ -38,7 +39,7 @@ def make(overrides: dict):
     bf16 = s.pop("bf16", False)
     torch.manual_seed(0)
     cfg = get_preset("cpu", **s)
-    m = TransformerLM(cfg.model_config(84))
+    m = TransformerLM(cfg.model)
     opt = configure_optimizer(m, cfg, fused=fused)
     g = torch.Generator().manual_seed(0)
     x = torch.randint(84, (cfg.batch_size, m.config.block_size), generator=g)

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from mini_transformer.checkpoints import check_output_file
+from mini_transformer.cli import positive_int, run_cli
 from mini_transformer.core import (
     COMPILE_MODES,
     PRESETS,
@@ -51,7 +52,6 @@ from mini_transformer.hardware import (
 )
 from mini_transformer.hardware import autocast as precision_autocast
 from mini_transformer.model import TransformerLM
-from mini_transformer.train import positive_int, run_cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from sweep_cli import write_json  # noqa: E402  (tools/, beside the package)
@@ -89,7 +89,7 @@ def _setup(args):
     if device.type == "cuda":
         data = data.to(device)
     torch.manual_seed(0)
-    model = TransformerLM(cfg.model_config(tok.vocab_size)).to(device)
+    model = TransformerLM(cfg.model).to(device)
     model.check_token_ids = False  # the corpus is valid: no per-step host sync
     optimizer = configure_optimizer(model, cfg, fused=device.type == "cuda")
     step_model = torch.compile(model, mode=args.compile) if args.compile else model

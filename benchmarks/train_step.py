@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 
 from mini_transformer.checkpoints import check_output_file
+from mini_transformer.cli import positive_int, run_cli
 from mini_transformer.core import train_step
 from mini_transformer.hardware import (
     autocast,
@@ -53,12 +54,7 @@ from mini_transformer.hardware import (
     where_it_ran,
 )
 from mini_transformer.model import TransformerLM
-from mini_transformer.train import (
-    configure_optimizer,
-    get_preset,
-    positive_int,
-    run_cli,
-)
+from mini_transformer.train import configure_optimizer, get_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from sweep_cli import probability, write_json  # noqa: E402  (tools/, beside the package)
@@ -72,7 +68,7 @@ def build(shape: str, dropout: float | None, clock):
     spec = dict(SHAPES[shape])
     torch.manual_seed(0)
     cfg = get_preset(spec.pop("preset"), dropout=dropout, **spec)
-    model = TransformerLM(cfg.model_config(vocab_size=84))
+    model = TransformerLM(cfg.model)
     opt = configure_optimizer(model, cfg)
     g = torch.Generator().manual_seed(0)
     x = torch.randint(84, (cfg.batch_size, model.config.block_size), generator=g)

@@ -11,9 +11,9 @@ Every chapter imports it; readers import it in the exercises. One module per ide
 - :mod:`~mini_transformer.model`: the decoder-only language model and its positional schemes.
 - :mod:`~mini_transformer.data`: the bundled Shakespeare corpus, tokenizer and batches, beside
   :mod:`~mini_transformer.tasks` (chapter 3's copy task).
-- :mod:`~mini_transformer.train`: training the chapter-6 model and its command line, built from
-  :mod:`~mini_transformer.core` (settings, schedule, step, loss estimate),
-  :mod:`~mini_transformer.loop` (the run), :mod:`~mini_transformer.checkpoints` (files) and
+- :mod:`~mini_transformer.train`: the chapter-6 training loop (its command line:
+  :mod:`~mini_transformer.cli`), built from :mod:`~mini_transformer.core` (settings, schedule,
+  step, loss estimate), :mod:`~mini_transformer.checkpoints` (files) and
   :mod:`~mini_transformer.hardware` (device, precision, peak FLOP/s).
 - The chapters' experiments: :mod:`~mini_transformer.lab` (chapter 3),
   :mod:`~mini_transformer.scoring` (chapter 4), :mod:`~mini_transformer.stability` (chapter 5).

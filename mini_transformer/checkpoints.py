@@ -270,6 +270,10 @@ def _read(path: Path, map_location) -> dict:
             )
     elif ckpt.pop("checksum", None) != checksum(ckpt):  # every file since must carry its own
         raise ValueError(f"checkpoint {path} is corrupt: its contents do not match the checksum")
+    train, model = ckpt.get("train_config"), ckpt.get("model_config")
+    # the committed models' train_config["model"] has no vocab_size: their model_config has it
+    if isinstance(train, dict) and isinstance(train.get("model"), dict) and model:
+        train["model"].setdefault("vocab_size", model["vocab_size"])
     return ckpt
 
 

@@ -1,5 +1,5 @@
 r"""The training recipe (chapter 6): presets, :class:`TrainConfig`, the schedule, one step and
-the loss estimate: what a run *is*, apart from how it is run (:mod:`mini_transformer.loop`).
+the loss estimate: what a run *is*, apart from how it is run (:mod:`mini_transformer.train`).
 The chapter-3 lab and the chapter-5 sweep use the same :class:`Schedule` and :func:`train_step`.
 
 Example (10 warm-up steps, then a cosine to 10% of the peak)::
@@ -12,14 +12,15 @@ Example (10 warm-up steps, then a cosine to 10% of the peak)::
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
-from .checks import check_bool, check_choice, check_float, check_int, check_tensor
-from .data import get_batch
+from .checks import check_bool, check_choice, check_float, check_instance, check_int, check_tensor
+from .data import CharTokenizer, get_batch
 from .hardware import resolve_precision
 from .model import TransformerConfig, TransformerLM
 
@@ -28,7 +29,6 @@ __all__ = [
     "TrainConfig",
     "get_preset",
     "Schedule",
-    "lr_at",
     "configure_optimizer",
     "train_step",
     "estimate_loss",
@@ -37,7 +37,7 @@ __all__ = [
 #: ``torch.compile`` modes (``"reduce-overhead"`` and ``"max-autotune"`` use CUDA graphs).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
-#: Model hyper-parameters of each preset (``vocab_size`` comes from the tokenizer) and the
+#: Model hyper-parameters of each preset (``vocab_size``: the tokenizer's) and the
 #: training settings that differ from :class:`TrainConfig`'s defaults. ``tiny``: seconds on
 #: one core, for tests and chapter 6; ``gpu``: nanoGPT's shakespeare-char (~10.7M parameters).
 PRESETS: dict[str, dict] = {
@@ -79,18 +79,22 @@ PRESETS: dict[str, dict] = {
     ),
 }
 
-MODEL_KEYS = tuple(f.name for f in fields(TransformerConfig) if f.name != "vocab_size")
+
+@functools.cache
+def corpus_vocab_size() -> int:
+    """The bundled corpus tokenizer's ``vocab_size`` (84), the one every preset's model has."""
+    return CharTokenizer.from_corpus().vocab_size
 
 
 @dataclass
 class TrainConfig:
-    """Everything a run needs besides the data; ``model`` holds TransformerConfig fields but
-    ``vocab_size`` (the tokenizer's). ``batch_size`` is per process under DDP; the run
-    evaluates, logs and saves every ``eval_interval`` steps; ``seed`` fixes the initialisation,
-    the batches and dropout; ``peak_flops=None``: the GPU table, or a matmul measured on the CPU."""
+    """Everything a run needs besides the data (the default ``model``: the tiny preset's).
+    ``batch_size`` is per process under DDP; the run evaluates, logs and saves every
+    ``eval_interval`` steps; ``seed`` fixes the initialisation, the batches and dropout;
+    ``peak_flops=None``: the GPU table, or a matmul measured on the CPU."""
 
     preset: str = "custom"
-    model: dict = field(default_factory=dict)
+    model: TransformerConfig = field(default_factory=lambda: get_preset("tiny").model)
     batch_size: int = 32
     steps: int = 1000
     lr: float = 1e-3
@@ -113,14 +117,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         resolve_precision(self.precision, self.device, native=True)  # checks both, detects nothing
-        if not isinstance(self.model, dict):
-            raise TypeError(f"model must be a dict of model settings, got {self.model!r:.80}")
-        if unknown := sorted(set(self.model) - set(MODEL_KEYS)):
-            raise ValueError(f"unknown model settings {unknown}; known: {list(MODEL_KEYS)}")
-        try:  # the values too (any vocab_size will do; block_size may also come later)
-            TransformerConfig(vocab_size=2, **({"block_size": 8} | self.model))
-        except (TypeError, ValueError) as err:
-            raise type(err)(f"model: {err}") from None
+        check_instance("model", self.model, TransformerConfig, "a TransformerConfig")
         for name in ("batch_size", "steps", "eval_interval", "eval_batches"):
             check_int(name, getattr(self, name), low=1)
         for name in ("warmup_steps", "seed"):
@@ -139,9 +136,6 @@ class TrainConfig:
         if self.threads is not None:
             check_int("threads", self.threads, low=1, why=" or None")
 
-    def model_config(self, vocab_size: int) -> TransformerConfig:
-        return TransformerConfig(vocab_size=vocab_size, **self.model)
-
     def schedule(self) -> Schedule:
         return Schedule(self.lr, self.warmup_steps, self.steps, self.min_lr)
 
@@ -156,6 +150,8 @@ class TrainConfig:
         known = [f.name for f in fields(cls)]
         if unknown := sorted(set(d) - set(known), key=str):
             raise ValueError(f"unknown train_config keys {unknown}; known: {known}")
+        if isinstance(d.get("model"), dict):
+            d = d | {"model": TransformerConfig.from_dict(d["model"])}
         return cls(**d)
 
 
@@ -165,13 +161,14 @@ def get_preset(name: str, **overrides) -> TrainConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
     settings = {k: v for k, v in PRESETS[name].items() if k != "model"}
-    model = dict(PRESETS[name]["model"])
+    model = {"vocab_size": corpus_vocab_size(), **PRESETS[name]["model"]}
+    model_keys = {f.name for f in fields(TransformerConfig)}
     train_keys = {f.name for f in fields(TrainConfig)} - {"model", "preset"}
     for k, v in ((k, v) for k, v in overrides.items() if v is not None):
-        if k not in MODEL_KEYS and k not in train_keys:
+        if k not in model_keys and k not in train_keys:
             raise ValueError(f"unknown setting {k!r}")
-        (model if k in MODEL_KEYS else settings)[k] = v
-    return TrainConfig(preset=name, model=model, **settings)
+        (model if k in model_keys else settings)[k] = v
+    return TrainConfig(preset=name, model=TransformerConfig(**model), **settings)
 
 
 @dataclass(frozen=True)
@@ -222,11 +219,6 @@ class Schedule:
         if self.min_ratio is not None:
             return self.lr * (self.min_ratio + (1.0 - self.min_ratio) * cosine)
         return self.min_lr + cosine * (self.lr - self.min_lr)
-
-
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Learning rate of update ``step``: ``cfg``'s :class:`~mini_transformer.core.Schedule`."""
-    return cfg.schedule()(step)
 
 
 def configure_optimizer(model: TransformerLM, cfg: TrainConfig, fused: bool = False):

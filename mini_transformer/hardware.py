@@ -65,10 +65,9 @@ CPU_BF16_MIN_D_MODEL = 128
 def resolve_device(
     device: str | torch.device, local_rank: int = 0, *, here: bool = True
 ) -> torch.device:
-    """The one parser of a *training* device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``
-    (``checks.check_device`` takes any torch device a tensor may go to). ``here=False`` only
-    parses (a config may name a GPU this machine lacks); ``here=True`` also requires CUDA to
-    exist, and ``"cuda"`` becomes ``cuda:<local_rank>``."""
+    """A run's device, ``"auto"``, ``"cpu"``, ``"cuda"`` (``cuda:<local_rank>``) or ``"cuda:N"``;
+    ``checks.check_device`` takes any device a tensor may go to, but not ``"auto"`` or a rank.
+    ``here=False`` only parses (a config may name a GPU this machine lacks)."""
     if not isinstance(device, (str, torch.device)):
         raise TypeError(f"device must be a str, got {type(device).__name__}")
     name = device

@@ -1,66 +1,61 @@
-r"""Training the character-level Shakespeare model (chapter 6): the names chapters import, from
-:mod:`~mini_transformer.core` (the recipe), :mod:`~mini_transformer.loop` (the run) and
-:mod:`~mini_transformer.checkpoints` (the files), and the command line::
+r"""Training the character-level Shakespeare model (chapter 6). :func:`train` is one loop, read
+top to bottom: a batch, the learning rate, :func:`~mini_transformer.core.train_step`, and every
+``eval_interval`` steps :func:`~mini_transformer.core.estimate_loss` and a checkpoint. The recipe
+is :mod:`~mini_transformer.core`, the files :mod:`~mini_transformer.checkpoints`; the command
+line ``python -m mini_transformer.train`` runs :func:`mini_transformer.cli.main`.
 
-    python -m mini_transformer.train --preset cpu --out runs/cpu           # train
-    python -m mini_transformer.train --preset gpu --out runs/gpu --compile # on a GPU
-    python -m mini_transformer.train --out runs/cpu --resume --steps 3000  # continue
-    python -m mini_transformer.train sample --ckpt gpu --prompt "ROMEO:"  # bundled model
-    python -m mini_transformer.train export --ckpt runs/cpu/best.pt --overwrite  # -> assets/
-
-This command line and the sweeps in ``tools/`` check their arguments and output path
-**before** any work (``run_cli``); a committed result is replaced only with ``--overwrite``.
+Each robustness concern is one call defined below the loop: ``_read_window`` (divergence; the
+losses are read once per window, so one GPU never waits for the host), ``_interrupt`` (Ctrl-C,
+read between steps, saves ``last.pt`` at a step boundary: a resumed run is bit-identical),
+``_unsaveable`` (nothing diverged is saved), ``_logged`` (the log) and ``_ddp_*`` (torchrun).
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
+import functools
+import json
 import math
+import os
+import shutil
+import signal
 import sys
-from collections.abc import Callable
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
+import torch.distributed as dist
+from tqdm import tqdm
 
+from . import hardware
 from .checkpoints import (
     PRETRAINED,
+    atomic_write,
     check_output_dir,
-    config_diff,
-    export_weights,
     load_checkpoint,
     load_model,
     load_pretrained,
     read_log,
     save_checkpoint,
+    write_record,
 )
-from .core import (
-    COMPILE_MODES,
-    PRESETS,
-    TrainConfig,
-    configure_optimizer,
-    estimate_loss,
-    get_preset,
-    lr_at,
-)
-from .hardware import (
-    GPU_PEAK_FLOPS,
-    PRECISIONS,
-    measure_matmul_flops,
-    physical_cores,
-    resolve_device,
-    resolve_precision,
-)
-from .loop import TrainingDivergedError, _ddp_ranks, train
-from .model import POSITIONAL_SCHEMES, TransformerLM
+from .core import TrainConfig, configure_optimizer, estimate_loss, get_preset, train_step
+from .data import CharTokenizer, get_batch, load_corpus
+from .hardware import GPU_PEAK_FLOPS
+from .model import TransformerLM
 
-__all__ = [  # the contract names and what the chapters use
-    "TrainConfig",
-    "get_preset",
-    "lr_at",
-    "configure_optimizer",
-    "estimate_loss",
+__all__ = [  # the loop, and the names the chapters use
     "train",
     "TrainingDivergedError",
+    "TrainConfig",
+    "get_preset",
+    "configure_optimizer",
+    "estimate_loss",
     "GPU_PEAK_FLOPS",
     "save_checkpoint",
     "load_checkpoint",
@@ -68,242 +63,435 @@ __all__ = [  # the contract names and what the chapters use
     "load_pretrained",
     "read_log",
     "PRETRAINED",
-    "main",
 ]
 
+#: A held-out loss above this many times the uniform guess ``ln V`` counts as diverged.
+DIVERGED_LOSS_FACTOR = 2.0
 
-def _number(text: str, kind: type, ok: Callable[[float], bool], what: str):
+
+class TrainingDivergedError(RuntimeError):
+    """The loss, the gradient norm or the weights became NaN or infinite; the run stopped."""
+
+
+def train(
+    cfg: TrainConfig,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    argv: list[str] | None = None,
+    setup_hook: Callable[[TransformerLM], None] | None = None,
+) -> dict:
+    """Train ``TransformerLM(cfg.model)`` on the bundled corpus into ``out_dir`` (``last.pt``,
+    ``best.pt``, ``metrics.jsonl``, ``config.json``); ``resume`` continues up to ``cfg.steps``,
+    bit-identical to an uninterrupted run on the same machine and thread count. Rank 0 alone
+    evaluates, logs and saves; ``setup_hook(model)`` runs once the model is built (tests inject
+    faults with it). Raises ``TrainingDivergedError`` (nothing diverged was saved),
+    ``KeyboardInterrupt`` after saving ``last.pt`` at a step boundary, or ``OSError`` (disk
+    full: what was saved stays intact)."""
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    created = not Path(out_dir).exists()
+    out_dir = check_output_dir(out_dir, resume=resume, overwrite=overwrite)
+    with _ddp_group(cfg):
+        run = _prepare(cfg, out_dir, resume, setup_hook)
+        main, show = run.rank == 0, cfg.progress and run.rank == 0
+        T, opt = run.model.config.block_size, run.optimizer
+        with (
+            _logged(run, resume, argv, created),
+            tqdm(
+                total=cfg.steps, initial=run.step, disable=not show, desc=f"train {cfg.preset}"
+            ) as bar,
+            _stop_at_step_boundary() as flag,
+        ):
+            if main and not resume:
+                _evaluate_and_save(run, None)  # the loss before any training: about ln(vocab_size)
+            run.model.train()
+            losses, norms, t0, stopping = [], [], time.perf_counter(), False
+            while run.step < cfg.steps and not (stopping := _ddp_stop(run, flag)):
+                g = torch.Generator().manual_seed(_seed_for(cfg.seed, run.rank, run.step))
+                x, y = get_batch(run.train_ids, cfg.batch_size, T, g, run.device)
+                lr = run.schedule(run.step)
+                loss, norm = train_step(
+                    run.step_model, opt, x, y, lr, grad_clip=cfg.grad_clip, autocast=run.autocast
+                )
+                losses.append(loss)
+                norms.append(norm if norm is not None else torch.zeros((), device=run.device))
+                run.step += 1
+                bar.update(1)
+                if run.step % cfg.eval_interval == 0 or run.step == cfg.steps:
+                    rate = _read_window(run, losses, norms, t0, bar)  # divergence
+                    if stopping := _ddp_stop(run, flag):
+                        break
+                    if main:
+                        _evaluate_and_save(run, rate)
+                    t0 = time.perf_counter()
+            if stopping:
+                _read_window(run, losses, norms, t0, bar)
+                _interrupt(run)  # last.pt at this step boundary, then KeyboardInterrupt
+    return {
+        "step": run.step,
+        "losses": run.losses,
+        "val_loss": run.val_loss,
+        "best_val_loss": run.best_val,
+        "reason": "completed",
+        "wall_time_s": run.elapsed(),
+        "out_dir": str(out_dir),
+    }
+
+
+@dataclass
+class Run:
+    """Everything the loop reads and changes: settings, model, data, counters, files."""
+
+    cfg: TrainConfig
+    out_dir: Path
+    device: torch.device
+    model: TransformerLM
+    optimizer: torch.optim.Optimizer
+    tok: CharTokenizer
+    train_ids: torch.Tensor
+    val_ids: torch.Tensor
+    precision: str  # resolved: "fp32" or "bf16"
+    rank: int = 0
+    world: int = 1
+    step_model: torch.nn.Module | None = None  # what a step calls: model, DDP or compiled
+    step: int = 0
+    best_val: float = math.inf
+    val_loss: float | None = None
+    saved_step: int | None = None  # step of the last checkpoint written
+    elapsed_before: float = 0.0
+    t_start: float = field(default_factory=time.perf_counter)
+    losses: list[float] = field(default_factory=list)
+    peak: float | None = None
+    peak_source: str = ""
+    log_path: Path | None = None  # metrics.jsonl (rank 0 only)
+
+    last_path = property(lambda self: self.out_dir / "last.pt")
+    best_path = property(lambda self: self.out_dir / "best.pt")
+
+    @property
+    def saved(self) -> str | None:
+        return f"{self.last_path} (step {self.saved_step})" if self.saved_step is not None else None
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.cfg.batch_size * self.model.config.block_size * self.world
+
+    def __post_init__(self) -> None:
+        self.schedule = self.cfg.schedule()  # the learning rate of each step
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.t_start
+
+    def autocast(self):
+        return hardware.autocast(self.precision, self.device)
+
+    def estimate(self, ids: torch.Tensor, split: int) -> float:
+        """The loss on a split (1: training, 2: held out), its own seed for each."""
+        cfg, seed = self.cfg, _seed_for(self.cfg.seed, split)
+        with self.autocast():
+            return estimate_loss(
+                self.model, ids, n_batches=cfg.eval_batches, batch_size=cfg.batch_size, seed=seed
+            )
+
+
+@functools.lru_cache(maxsize=1)
+def _encoded_corpus() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
+    tok = CharTokenizer.from_corpus()
+    return tok, tok.encode(load_corpus("train")), tok.encode(load_corpus("val"))
+
+
+def _seed_for(*keys: int) -> int:
+    """A 63-bit seed from integers (one stream per rank and step)."""
+    return int(np.random.SeedSequence(list(keys)).generate_state(2, np.uint64)[0] >> np.uint64(1))
+
+
+def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
+    """Device, data, model and optimizer (restored on resume), DDP and compile."""
+    rank, local_rank, world = _ddp_ranks()
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    device = hardware.resolve_device(cfg.device, local_rank)
+    is_cuda = device.type == "cuda"
+    if is_cuda:
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    tok, train_ids, val_ids = _encoded_corpus()
+    if (v := cfg.model.vocab_size) != tok.vocab_size:
+        raise ValueError(f"model.vocab_size must be the tokenizer's {tok.vocab_size}, got {v}")
+    train_ids, val_ids = train_ids.to(device), val_ids.to(device)
+    torch.manual_seed(cfg.seed)  # same initial weights on every rank
+    model = TransformerLM(cfg.model)
+    model.check_token_ids = False  # encode() made them all < vocab_size; a check makes a GPU wait
+    if is_cuda and not model.config.fused_attention:
+        print("note: fused_attention=False; the fused kernel is faster on CUDA", file=sys.stderr)
+    model.to(device)
+    if setup_hook is not None:
+        setup_hook(model)
+    optimizer = configure_optimizer(model, cfg, fused=is_cuda)
+    precision = hardware.resolve_precision(cfg.precision, device, d_model=model.config.d_model)
+    run = Run(cfg, out_dir, device, model, optimizer, tok, train_ids, val_ids, precision)
+    run.rank, run.world, run.step_model = rank, world, model
+    if resume:
+        _restore(run)
+    _ddp_wrap(run, resume)
+    if cfg.compile:
+        run.step_model = torch.compile(run.step_model, mode=cfg.compile_mode)
+    if rank == 0:
+        run.peak, run.peak_source = hardware.peak_flops(device, cfg.peak_flops)
+        run.log_path = out_dir / "metrics.jsonl"
+    return run
+
+
+def _restore(run: Run) -> None:
+    """Continue from ``last.pt``: weights, optimizer, counters, RNG, and the true best loss."""
+    ckpt = load_checkpoint(run.last_path, run.model, run.optimizer, map_location=run.device)
+    run.step = run.saved_step = ckpt["step"]
+    run.val_loss = ckpt.get("val_loss")
+    run.elapsed_before = ckpt.get("elapsed_s", 0.0)
+    run.best_val = ckpt.get("best_val_loss", math.inf)
+    if run.best_path.is_file():  # a crash between writing best.pt and last.pt
+        with contextlib.suppress(ValueError):
+            best = load_checkpoint(run.best_path).get("best_val_loss")
+            run.best_val = min(run.best_val, best if best is not None else math.inf)
+    if run.rank == 0:  # RNG states must be CPU ByteTensors, whatever map_location did
+        torch.set_rng_state(ckpt["rng"]["torch"].cpu())
+        if run.device.type == "cuda" and "cuda" in ckpt["rng"]:
+            torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["rng"]["cuda"]])
+    else:  # the other ranks start a stream of their own for this step
+        torch.manual_seed(_seed_for(run.cfg.seed, run.rank, run.step))
+
+
+@contextlib.contextmanager
+def _logged(run: Run, resume: bool, argv: list[str] | None, created: bool) -> Iterator[None]:
+    """The log's first record and its last (why the run ended); a fresh run stopped before its
+    first checkpoint leaves no files (one that diverged keeps its log, which says why)."""
+    reason = "error"
     try:
-        if ok(value := kind(text)):
-            return value
-    except ValueError:
-        pass
-    raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-
-
-def positive_int(text: str) -> int:
-    return _number(text, int, lambda v: v >= 1, "a positive integer")
-
-
-def positive_float(text: str) -> float:
-    return _number(text, float, lambda v: v > 0 and math.isfinite(v), "a positive number")
-
-
-def printable(text: str) -> str:
-    """``text`` safe to print on any UTF-8 stream (a path's undecodable bytes become U+FFFD)."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-
-
-def _one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split()) or type(err).__name__
-    if not isinstance(err, (OSError, ValueError)):
-        text = f"{type(err).__name__}: {text}"
-    return text[:2000]
-
-
-def run_cli(
-    parser: argparse.ArgumentParser,
-    check: Callable[[], object],
-    work: Callable[[object], object] | None = None,
-):
-    """Run a command with the package's exit codes: 2 (with the usage) for a ``ValueError``,
-    ``TypeError`` or ``FileNotFoundError`` from ``check()``; 1 (one line on stderr) for any
-    failure in ``work(checked)`` or an ``OSError`` from ``check``; 130 for Ctrl-C."""
-    try:
+        if run.rank == 0:
+            _log_start(run, resume, argv)
         try:
-            checked = check()
-        except (ValueError, TypeError, FileNotFoundError) as err:
-            parser.error(_one_line(err))
-        if work is None:
-            return checked
-        return work(checked)
-    except KeyboardInterrupt:
-        print(f"{parser.prog}: interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
-    except Exception as err:  # not SystemExit: parser.error's exit 2 passes through
-        print(f"{parser.prog}: error: {_one_line(err)}", file=sys.stderr)
-        raise SystemExit(1) from None
+            yield
+            reason = "completed"
+        except (TrainingDivergedError, KeyboardInterrupt) as err:
+            reason = "diverged" if isinstance(err, TrainingDivergedError) else "interrupted"
+            raise
+        finally:
+            end = {"event": "end", "step": run.step, "reason": reason, "val_loss": run.val_loss}
+            end |= {"best_val_loss": run.best_val, "wall_time_s": run.elapsed()}  # inf: null
+            write_record(run.log_path, end)
+    except BaseException as err:
+        fresh = run.rank == 0 and not resume and run.saved_step is None
+        if fresh and not isinstance(err, TrainingDivergedError):
+            with contextlib.suppress(OSError):
+                for name in ("config.json", "metrics.jsonl"):
+                    (run.out_dir / name).unlink(missing_ok=True)
+                if created:
+                    run.out_dir.rmdir()  # only if empty
+        raise
 
 
-# ---------------------------------------------------------------- train, sample, export
-
-#: For the refusal of ``--preset gpu`` on a CPU: the share of the measured fp32 matmul
-#: ceiling a training step of the gpu model reaches on a CPU (benchmarks/results/train_step_*:
-#: fp32, 2-core EPYC, 57% on 2 threads, 70% on 1 by CPU clock); the estimate uses 50%.
-CPU_STEP_CEILING_SHARE = 0.5
-
-
-def _train_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m mini_transformer.train",
-        description="Train the character-level Shakespeare model. Other commands: "
-        "'sample' (generate text) and 'export' (write a small weights file).",
+def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
+    """The run's ``config.json`` and the log's first record (where it ran)."""
+    if not resume:
+        run.log_path.unlink(missing_ok=True)
+    model, cfg = run.model, run.cfg
+    configs = {"model_config": model.config.to_dict(), "train_config": cfg.to_dict()}
+    atomic_write(run.out_dir / "config.json", json.dumps(configs, indent=2))
+    write_record(
+        run.log_path,
+        {
+            "event": "resume" if resume else "start",
+            "step": run.step,
+            **hardware.where_it_ran(run.device),
+            "world_size": run.world,
+            "dtype": hardware.log_label(run.precision, run.device),
+            "precision": run.precision,
+            "compile": cfg.compile,
+            "preset": cfg.preset,
+            "seed": cfg.seed,
+            "command": " ".join(argv if argv is not None else sys.argv),
+            **configs,
+            "n_parameters": model.num_parameters(),
+            "parameters_by_component": model.num_parameters(by_component=True),
+            "flops_per_token": model.flops_per_token(),
+            "tokens_per_step": run.tokens_per_step,
+            "peak_flops": run.peak,
+            "peak_flops_source": run.peak_source,
+            "train_tokens": len(run.train_ids),
+            "val_tokens": len(run.val_ids),
+        },
     )
-    p.add_argument("--preset", choices=sorted(PRESETS), help="model size and schedule")
-    p.add_argument("--out", required=True, help="run folder (checkpoints, metrics.jsonl)")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
-    p.add_argument("--overwrite", action="store_true", help="start afresh even if OUT has a run")
-    p.add_argument("--steps", type=positive_int, help="total steps (on --resume: a new total)")
-    for name in ("--batch-size", "--eval-interval", "--eval-batches"):
-        p.add_argument(name, type=positive_int)
-    p.add_argument("--lr", type=positive_float)
-    p.add_argument("--seed", type=int)
-    p.add_argument("--positional", choices=POSITIONAL_SCHEMES)
-    p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
-    p.add_argument(
-        "--compile", nargs="?", const="default", choices=COMPILE_MODES, help="torch.compile"
-    )
-    p.add_argument("--threads", type=positive_int, help="default: one per physical core")
-    p.add_argument("--precision", choices=PRECISIONS, help="auto (default), fp32 or bf16")
-    p.add_argument("--peak-tflops", type=positive_float, help="device peak for MFU (TFLOP/s)")
-    p.add_argument("--no-progress", action="store_false", dest="progress", default=None)
-    p.add_argument("--allow-cpu", action="store_true", help="train the gpu preset without CUDA")
-    return p
 
 
-def _overrides(args: argparse.Namespace) -> dict:
-    names = ("steps", "batch_size", "lr", "eval_interval", "eval_batches", "seed", "positional")
-    overrides = {k: getattr(args, k) for k in (*names, "device", "precision", "progress")}
-    cores = None if args.resume else max(1, physical_cores() // _ddp_ranks()[2])
-    overrides["threads"] = args.threads or cores
-    overrides["peak_flops"] = args.peak_tflops * 1e12 if args.peak_tflops else None
-    if args.compile:
-        overrides |= {"compile": True, "compile_mode": args.compile}
-    return overrides
-
-
-def _resume_config(parser, args, overrides: dict) -> TrainConfig:
-    last = Path(args.out) / "last.pt"
-    try:
-        ckpt = load_checkpoint(last)
-    except (FileNotFoundError, ValueError) as err:
-        parser.error(f"cannot resume: {err}")
-    stored = TrainConfig.from_dict(ckpt["train_config"])
-    if args.preset is not None:
-        if (wanted := get_preset(args.preset, **overrides).model) != stored.model:
-            parser.error(
-                f"{last} was trained with a different model config than preset "
-                f"{args.preset!r} ({config_diff(stored.model, wanted)})"
-            )
-    if args.positional is not None:  # the one model setting the command line has
-        parser.error("model settings (e.g. --positional) cannot change on --resume")
-    run = {**stored.to_dict(), **{k: v for k, v in overrides.items() if v is not None}}
-    return TrainConfig.from_dict(run)
-
-
-def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
-    """Why the ``gpu`` preset should not run here, with a time estimate (the run's FLOPs over
-    :data:`CPU_STEP_CEILING_SHARE` of a matmul ceiling measured now); ``None`` if it may."""
-    if cfg.preset != "gpu" or torch.cuda.is_available() or cfg.device.startswith("cuda"):
+def _read_window(run: Run, losses: list, norms: list, t0: float, bar) -> float | None:
+    """Read and empty the window's losses and gradient norms (on one GPU the one host sync;
+    ``_ddp_stop`` syncs each step under torchrun); a non-finite one stops the run before
+    anything is saved. Returns the window's tokens/s."""
+    if not losses:
         return None
-    model = TransformerLM(cfg.model_config(84))
-    tokens = cfg.steps * cfg.batch_size * model.config.block_size
-    rate = CPU_STEP_CEILING_SHARE * measure_matmul_flops(n=1024, repeats=3)
-    hours = tokens * model.flops_per_token() / rate / 3600
-    return (
-        f"--preset gpu needs a CUDA GPU, and none is available. On this CPU its "
-        f"{cfg.steps} steps x {cfg.batch_size * model.config.block_size:,} tokens would take "
-        f"about {hours:,.0f} hours (estimated at {rate / 1e9:.0f} GFLOP/s, half of the fp32 "
-        "matmul rate this CPU reaches right now; a busy machine measures less). Instead: "
-        "train '--preset cpu' (about a minute on 2 quiet cores), or sample the committed "
-        "H100 model: python -m mini_transformer.train sample --ckpt gpu. "
-        "Pass --allow-cpu to train the gpu preset here anyway."
+    values = torch.stack(losses).float().tolist()
+    grad_norms, first = torch.stack(norms).tolist(), run.step - len(values)
+    losses.clear()
+    norms.clear()
+    for what, seq in (("loss", values), ("gradient norm", grad_norms)):
+        if (bad := next((i for i, v in enumerate(seq) if not math.isfinite(v)), None)) is not None:
+            raise _diverged(run, what, seq[bad], first + bad)
+    run.losses.extend(values)
+    rate = len(values) * run.tokens_per_step / (time.perf_counter() - t0)
+    bar.set_postfix(loss=f"{values[-1]:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
+    return rate
+
+
+def _diverged(run: Run, what: str, value: float, step: int) -> TrainingDivergedError:
+    return TrainingDivergedError(
+        f"the {what} became {value:.4g} at step {step} (lr {run.schedule(step):.3g}); the "
+        f"weights after it were not saved. The last good checkpoint is "
+        f"{run.saved or 'none: nothing was saved'}. Lower the learning rate or raise warmup_steps."
     )
 
 
-def _main_train(argv: list[str]) -> int:
-    parser = _train_parser()
-    args = parser.parse_args(argv)
-    overrides = _overrides(args)
+def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
+    """Losses on both splits, a log record, and checkpoints if all is well."""
+    cfg, model = run.cfg, run.model
+    if run.device.type == "cpu" and cfg.peak_flops is None and tokens_per_s is not None:
+        run.peak = max(run.peak, hardware.measure_matmul_flops(repeats=3))
+    train_loss, val_loss = run.estimate(run.train_ids, 1), run.estimate(run.val_ids, 2)
+    mfu = None
+    if tokens_per_s is not None and run.peak:
+        mfu = tokens_per_s * model.flops_per_token() / (run.peak * run.world)
+    write_record(
+        run.log_path,
+        {
+            "event": "eval",
+            "step": run.step,
+            "train_loss": train_loss,
+            "val_loss": val_loss,
+            "lr": run.schedule(max(run.step - 1, 0)),
+            "tokens_per_s": tokens_per_s,
+            "mfu": mfu,
+            "peak_flops": run.peak,
+            "tokens_seen": run.step * run.tokens_per_step,
+            "elapsed_s": run.elapsed(),
+        },
+    )
+    if (problem := _unsaveable(run, val_loss)) is not None:
+        raise _diverged(run, *problem[:2], run.step)
+    run.val_loss, best = val_loss, val_loss < run.best_val
+    run.best_val = min(run.best_val, val_loss)
+    _save(run, best=best)
 
-    def check() -> TrainConfig:  # everything the run would refuse, refused before any work
-        check_output_dir(args.out, resume=args.resume, overwrite=args.overwrite)
-        if args.resume:
-            cfg = _resume_config(parser, args, overrides)
-        elif args.preset is None:
-            raise ValueError("--preset is required (unless --resume)")
+
+def _unsaveable(run: Run, val_loss: float) -> tuple[str, float, float] | None:
+    """Why the weights must not be saved, ``(what, value, limit)``, or ``None``: the one test
+    of both saving paths (evaluation and Ctrl-C), one host sync."""
+    limit = DIVERGED_LOSS_FACTOR * math.log(run.model.config.vocab_size)
+    if not (math.isfinite(val_loss) and val_loss <= limit):
+        return "held-out loss", val_loss, limit
+    state = [t for t in run.model.state_dict().values() if t.is_floating_point()]
+    if not bool(torch.stack([torch.isfinite(t).all() for t in state]).all()):
+        return "weights (some entries)", math.nan, limit
+    return None
+
+
+def _save(run: Run, best: bool = False) -> None:
+    """``last.pt``; a new best goes to ``best.pt`` first and is copied: ``last.pt`` must never
+    claim a better best than ``best.pt`` holds."""
+    items = {"step": run.step, "train_config": run.cfg, "tokenizer": run.tok}
+    items |= {"best_val_loss": run.best_val, "val_loss": run.val_loss, "elapsed_s": run.elapsed()}
+    save_checkpoint(run.best_path if best else run.last_path, run.model, run.optimizer, **items)
+    if best:
+        with run.best_path.open("rb") as src:
+            atomic_write(run.last_path, lambda f: shutil.copyfileobj(src, f))
+    run.saved_step = run.step
+
+
+def _interrupt(run: Run) -> None:
+    """After Ctrl-C: rank 0 saves ``last.pt`` if the weights pass the test of an evaluation,
+    measured anew (a run diverging since the last one must not leave diverged weights for
+    ``--resume``); then ``KeyboardInterrupt`` on every rank."""
+    if run.rank == 0:
+        head = f"\ninterrupted at step {run.step};"
+        kept = f"kept {run.saved}" if run.saved else "nothing was saved"
+        if run.step == run.saved_step:
+            print(f"{head} {kept}", file=sys.stderr)
+        elif (problem := _unsaveable(run, run.estimate(run.val_ids, 2))) is not None:
+            what, value, limit = problem
+            message = f"the {what} is {value:.4g} (limit {limit:.3g}, a diverging run)"
+            print(f"{head} not saved: {message}; {kept}", file=sys.stderr)
         else:
-            cfg = get_preset(args.preset, **overrides)
-        device = resolve_device(cfg.device, _ddp_ranks()[1])
-        resolve_precision(cfg.precision, device, d_model=cfg.model_config(2).d_model)
-        if not args.allow_cpu and (refusal := gpu_preset_refusal(cfg)):
-            raise ValueError(refusal)
-        return cfg
-
-    def work(cfg: TrainConfig) -> int:  # a diverged run: run_cli's one line and exit 1
-        command = ["python", "-m", "mini_transformer.train", *argv]
-        result = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite, argv=command)
-        if _ddp_ranks()[0] == 0:
-            print(
-                f"done: step {result['step']}, val loss {result['val_loss']:.4f}, "
-                f"best {result['best_val_loss']:.4f}, {result['wall_time_s']:.0f} s; "
-                + printable(f"checkpoints in {args.out}")
-            )
-        return 0
-
-    return run_cli(parser, check, work)
+            _save(run)
+            print(f"{head} saved {run.last_path}", file=sys.stderr)
+    raise KeyboardInterrupt
 
 
-def _main_sample(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m mini_transformer.train sample",
-        description="Generate text from a checkpoint.",
-    )
-    p.add_argument("--ckpt", default="cpu", help="a checkpoint or weights file, 'cpu' or 'gpu'")
-    p.add_argument("--prompt", default="\n", help="text to continue")
-    p.add_argument("--tokens", type=positive_int, default=500, help="characters to generate")
-    p.add_argument("--temperature", type=positive_float, default=0.8)
-    p.add_argument("--top-k", type=positive_int, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu")
-    args = p.parse_args(argv)
+@contextlib.contextmanager
+def _stop_at_step_boundary() -> Iterator[types.SimpleNamespace]:
+    """The first Ctrl-C only sets ``flag.requested``, read between steps; a second one stops now.
+    A ``KeyboardInterrupt`` mid-step (some parameters updated, dropout's RNG advanced) would
+    leave a checkpoint that resumes differently. Outside the main thread Ctrl-C acts as usual."""
+    flag = types.SimpleNamespace(requested=False)
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
 
-    def check():
-        resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
-        model, tok, _ = load_model(args.ckpt, args.device)
-        return model, tok, tok.encode(args.prompt)[None, :].to(args.device)
+    def handler(signum, frame):
+        if flag.requested:  # asked twice: the user wants out now
+            raise KeyboardInterrupt
+        flag.requested = True
 
-    def work(checked) -> int:
-        model, tok, idx = checked
-        g = torch.Generator().manual_seed(args.seed)
-        out = model.generate(idx, args.tokens, args.temperature, args.top_k, generator=g)
-        print(printable(tok.decode(out[0])))
-        return 0
-
-    return run_cli(p, check, work)
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
-def _main_export(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m mini_transformer.train export",
-        description="Write a half-precision weights-only file.",
-    )
-    p.add_argument("--ckpt", required=True, help="a full checkpoint, e.g. runs/cpu/best.pt")
-    p.add_argument("--out", default=str(PRETRAINED["cpu"]), help="the weights file (.pt)")
-    p.add_argument("--log", help="metrics log to copy beside it (default: the run's, if any)")
-    p.add_argument("--overwrite", action="store_true", help="replace a committed model's files")
-    args = p.parse_args(argv)
-
-    def check() -> Path:  # export_weights checks everything before it writes
-        if args.log is not None and not Path(args.log).is_file():
-            raise FileNotFoundError(f"--log {args.log}: no such file")
-        log = Path(args.log) if args.log else Path(args.ckpt).parent / "metrics.jsonl"
-        log = log if log.is_file() else None
-        return export_weights(args.ckpt, args.out, log, overwrite=args.overwrite)
-
-    path = run_cli(p, check)
-    print(printable(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)"))
-    return 0
+# ---------------------------------------------------------------- data parallel (torchrun)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``train`` (default), ``sample`` or ``export``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"train": _main_train, "sample": _main_sample, "export": _main_export}
-    if argv and argv[0] in commands:
-        return commands[argv[0]](argv[1:])
-    return _main_train(argv)
+def _ddp_ranks() -> tuple[int, int, int]:
+    """(rank, local_rank, world_size) from torchrun's environment."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 0, 1
+    return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0")), world
 
 
-if __name__ == "__main__":
+@contextlib.contextmanager
+def _ddp_group(cfg: TrainConfig) -> Iterator[None]:
+    """Under torchrun, one process group for the run."""
+    world = _ddp_ranks()[2]
+    if world > 1 and not dist.is_initialized():
+        gpu = cfg.device != "cpu" and torch.cuda.is_available()
+        dist.init_process_group("nccl" if gpu else "gloo")
+    try:
+        yield
+    finally:
+        if world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _ddp_wrap(run: Run, resume: bool) -> None:
+    """Each rank draws its own dropout masks; the model each step calls syncs gradients."""
+    if run.world > 1:
+        if not resume:
+            torch.manual_seed(_seed_for(run.cfg.seed, run.rank))
+        ids = [run.device.index] if run.device.type == "cuda" else None
+        run.step_model = torch.nn.parallel.DistributedDataParallel(run.model, device_ids=ids)
+
+
+def _ddp_stop(run: Run, flag) -> bool:
+    """Whether Ctrl-C was pressed (read between steps), on any rank: all stop at the same step."""
+    if run.world == 1:
+        return flag.requested
+    t = torch.tensor([float(flag.requested)], device=run.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+if __name__ == "__main__":  # python -m mini_transformer.train
+    from .cli import main
+
     sys.exit(main())

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from mini_transformer import core, hardware, scoring
 from mini_transformer.attention import scaled_dot_product_attention
-from mini_transformer.core import TrainConfig
+from mini_transformer.core import TrainConfig, get_preset
 from mini_transformer.data import CharTokenizer
 from mini_transformer.plotting import html_table
 
@@ -64,10 +64,10 @@ def test_train_scores_refuses_bad_settings(kwargs, message):
 
 
 def test_train_config_checks_the_model_settings_where_they_enter():
-    with pytest.raises(TypeError, match="model: d_model must be"):
-        TrainConfig(model={"d_model": "x"})
-    with pytest.raises(TypeError, match="model must be a dict"):
-        TrainConfig(model=[("d_model", 8)])
+    with pytest.raises(TypeError, match="d_model must be"):
+        get_preset("tiny", d_model="x")
+    with pytest.raises(TypeError, match="model must be a TransformerConfig, got .* dict"):
+        TrainConfig(model={"d_model": 8})
 
 
 def test_train_config_from_dict_refuses_unknown_keys():

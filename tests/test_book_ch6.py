@@ -79,7 +79,7 @@ def test_cpu_log_and_checkpoint():
 def test_gpu_preset_is_nanogpt_shakespeare_char():
     cfg = train.get_preset("gpu")
     m = cfg.model
-    assert (m["n_layers"], m["n_heads"], m["d_model"], m["block_size"], m["dropout"]) == (
+    assert (m.n_layers, m.n_heads, m.d_model, m.block_size, m.dropout) == (
         6,
         6,
         384,
@@ -213,14 +213,14 @@ def test_open_loop_matches_the_package_under_bf16_autocast(corpus):
         "tiny", device="cpu", progress=False, steps=12, warmup_steps=3, precision="bf16"
     )
     torch.manual_seed(cfg.seed)
-    net = TransformerLM(cfg.model_config(tok.vocab_size))
-    opt = train.configure_optimizer(net, cfg)
+    net = TransformerLM(cfg.model)
+    opt, schedule = train.configure_optimizer(net, cfg), cfg.schedule()
     losses = []
     for step in range(cfg.steps):
         g = torch.Generator().manual_seed(_seed_for(cfg.seed, 0, step))
         xs, ys = data.get_batch(train_ids, cfg.batch_size, net.config.block_size, g)
         for group in opt.param_groups:
-            group["lr"] = train.lr_at(step, cfg)
+            group["lr"] = schedule(step)
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             _, loss = net(xs, ys)

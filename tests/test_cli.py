@@ -11,7 +11,7 @@ import stability_sweep
 import torch
 from tiny_runs import TINY_LAB
 
-from mini_transformer import scoring
+from mini_transformer import cli, scoring
 from mini_transformer import stability as S
 from mini_transformer import train as T
 
@@ -32,14 +32,14 @@ def exit_code(main, argv, capsys):
 def test_train_refuses_an_out_that_is_a_file(tmp_path, capsys):
     f = tmp_path / "file"
     f.write_text("x")
-    code, err = exit_code(T.main, ["--preset", "tiny", "--out", str(f)], capsys)
+    code, err = exit_code(cli.main, ["--preset", "tiny", "--out", str(f)], capsys)
     assert code == 2 and "is a file, not a folder" in err and "usage:" in err
 
 
 @pytest.mark.parametrize("device", ["tpu", "cuda:x"])
 def test_train_refuses_an_unknown_device(tmp_path, capsys, device):
     code, err = exit_code(
-        T.main, ["--preset", "tiny", "--out", str(tmp_path / "r"), "--device", device], capsys
+        cli.main, ["--preset", "tiny", "--out", str(tmp_path / "r"), "--device", device], capsys
     )
     assert code == 2 and "device must be 'auto', 'cpu', 'cuda' or 'cuda:N'" in err
     assert not (tmp_path / "r").exists()  # refused before any work
@@ -47,7 +47,7 @@ def test_train_refuses_an_unknown_device(tmp_path, capsys, device):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
 def test_the_gpu_preset_on_a_cpu_is_refused_with_an_estimate_and_an_alternative(tmp_path, capsys):
-    code, err = exit_code(T.main, ["--preset", "gpu", "--out", str(tmp_path / "r")], capsys)
+    code, err = exit_code(cli.main, ["--preset", "gpu", "--out", str(tmp_path / "r")], capsys)
     assert code == 2
     assert "needs a CUDA GPU" in err and "hours" in err and "--preset cpu" in err
     assert "sample --ckpt gpu" in err and "--allow-cpu" in err
@@ -55,10 +55,10 @@ def test_the_gpu_preset_on_a_cpu_is_refused_with_an_estimate_and_an_alternative(
 
 
 def test_allow_cpu_lifts_the_gpu_refusal():
-    assert T.gpu_preset_refusal(T.get_preset("tiny")) is None
+    assert cli.gpu_preset_refusal(T.get_preset("tiny")) is None
     if not torch.cuda.is_available():
-        assert T.gpu_preset_refusal(T.get_preset("gpu")) is not None
-        assert T.gpu_preset_refusal(T.get_preset("gpu", device="cuda")) is None  # asked for
+        assert cli.gpu_preset_refusal(T.get_preset("gpu")) is not None
+        assert cli.gpu_preset_refusal(T.get_preset("gpu", device="cuda")) is None  # asked for
 
 
 def test_a_full_disk_exits_1_with_one_line_and_no_temporary_file(tmp_path, capsys, monkeypatch):
@@ -83,7 +83,7 @@ def test_a_full_disk_exits_1_with_one_line_and_no_temporary_file(tmp_path, capsy
         "0.1",
         "--overwrite",
     ]
-    code, err = exit_code(T.main, argv, capsys)
+    code, err = exit_code(cli.main, argv, capsys)
     assert code == 1
     err = err.strip().splitlines()
     assert len(err) == 1 and "could not write" in err[0] and "file write failed" in err[0]
@@ -100,7 +100,7 @@ def test_export_refuses_an_out_that_would_be_overwritten_by_its_json(tmp_path, c
         tmp_path,
     )
     code, err = exit_code(
-        T.main,
+        cli.main,
         ["export", "--ckpt", str(tmp_path / "last.pt"), "--out", str(tmp_path / "weights.json")],
         capsys,
     )

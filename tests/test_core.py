@@ -8,8 +8,8 @@ import torch
 from mini_transformer import lab
 from mini_transformer import stability as S
 from mini_transformer.core import Schedule, train_step
-from mini_transformer.loop import _stop_at_step_boundary as stop_at_step_boundary
-from mini_transformer.train import TrainConfig, lr_at
+from mini_transformer.train import TrainConfig
+from mini_transformer.train import _stop_at_step_boundary as stop_at_step_boundary
 
 torch.set_num_threads(1)
 
@@ -41,10 +41,8 @@ def old_stability(step, lr, w):
 )
 def test_the_schedule_reproduces_the_training_presets_bit_for_bit(lr, min_lr, w, steps):
     s = Schedule(lr=lr, warmup_steps=w, steps=steps, min_lr=min_lr)
-    cfg = TrainConfig(lr=lr, min_lr=min_lr, warmup_steps=w, steps=steps)
-    assert all(
-        s(k) == old_train(k, lr, min_lr, w, steps) == lr_at(k, cfg) for k in range(steps + 10)
-    )
+    of_cfg = TrainConfig(lr=lr, min_lr=min_lr, warmup_steps=w, steps=steps).schedule()
+    assert all(s(k) == old_train(k, lr, min_lr, w, steps) == of_cfg(k) for k in range(steps + 10))
 
 
 @pytest.mark.parametrize("lr", [3e-3, 1e-2, 3e-2])

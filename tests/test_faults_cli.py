@@ -18,7 +18,7 @@ import sweep_cli
 import torch
 from test_cli import exit_code  # the same exit-status helper as the CLI tests
 
-from mini_transformer import checkpoints
+from mini_transformer import checkpoints, cli
 from mini_transformer import train as T
 from mini_transformer.model import TransformerConfig, TransformerLM
 
@@ -80,7 +80,7 @@ def test_export_refuses_to_replace_the_committed_model_by_default(tmp_path, caps
     committed = checkpoints.PRETRAINED["cpu"]
     before = committed.stat().st_mtime_ns
     ckpt = T.save_checkpoint(tmp_path / "c.pt", _small_model())
-    code, err = exit_code(T.main, ["export", "--ckpt", str(ckpt)], capsys)
+    code, err = exit_code(cli.main, ["export", "--ckpt", str(ckpt)], capsys)
     assert code == 2 and "committed" in err and "--overwrite" in err
     assert committed.stat().st_mtime_ns == before
 
@@ -158,14 +158,14 @@ def test_a_failed_export_leaves_no_file_behind(tmp_path, monkeypatch):
     out = tmp_path / "w" / "weights.pt"
     out.parent.mkdir()
     with pytest.raises(OSError, match="could not write"):
-        T.export_weights(ckpt, out, tmp_path / "log.jsonl")
+        checkpoints.export_weights(ckpt, out, tmp_path / "log.jsonl")
     assert list(out.parent.iterdir()) == []
 
 
 def test_export_with_a_log_that_does_not_exist_exits_2(tmp_path, capsys):
     ckpt = T.save_checkpoint(tmp_path / "c.pt", _small_model(), train_config={})
     argv = ["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "w.pt")]
-    code, err = exit_code(T.main, [*argv, "--log", str(tmp_path / "missing.jsonl")], capsys)
+    code, err = exit_code(cli.main, [*argv, "--log", str(tmp_path / "missing.jsonl")], capsys)
     assert code == 2 and "missing.jsonl" in err and not (tmp_path / "w.pt").exists()
 
 

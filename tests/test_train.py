@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mini_transformer import checkpoints, cli
 from mini_transformer import train as T
 from mini_transformer.model import TransformerConfig, TransformerLM
 
@@ -42,22 +43,23 @@ def test_unknown_preset_is_an_error():
 
 def test_presets_route_model_and_training_overrides():
     cfg = T.get_preset("gpu", positional="alibi", steps=7)
-    assert cfg.model["positional"] == "alibi" and cfg.steps == 7
-    assert cfg.model["d_model"] == 384 and cfg.model["n_layers"] == 6 and cfg.batch_size == 64
+    assert cfg.model.positional == "alibi" and cfg.steps == 7
+    assert cfg.model.d_model == 384 and cfg.model.n_layers == 6 and cfg.batch_size == 64
+    assert cfg.model.vocab_size == 84  # the bundled corpus tokenizer's
 
 
 def test_gpu_preset_is_nanogpt_shakespeare_char_scale():
-    model = TransformerLM(T.get_preset("gpu").model_config(84))
+    model = TransformerLM(T.get_preset("gpu").model)
     assert 10.5e6 < model.num_parameters() < 11e6
 
 
 def test_warmup_is_linear_and_the_cosine_ends_at_min_lr():
-    cfg = T.TrainConfig(steps=100, warmup_steps=10, lr=1.0, min_lr=0.1)
-    assert [T.lr_at(s, cfg) for s in range(3)] == pytest.approx([0.1, 0.2, 0.3])
-    assert T.lr_at(9, cfg) == pytest.approx(1.0)
-    assert T.lr_at(55, cfg) == pytest.approx(0.55)  # halfway through the cosine
-    assert T.lr_at(100, cfg) == pytest.approx(0.1)
-    after = [T.lr_at(s, cfg) for s in range(10, 101)]
+    schedule = T.TrainConfig(steps=100, warmup_steps=10, lr=1.0, min_lr=0.1).schedule()
+    assert [schedule(s) for s in range(3)] == pytest.approx([0.1, 0.2, 0.3])
+    assert schedule(9) == pytest.approx(1.0)
+    assert schedule(55) == pytest.approx(0.55)  # halfway through the cosine
+    assert schedule(100) == pytest.approx(0.1)
+    after = [schedule(s) for s in range(10, 101)]
     assert all(a >= b for a, b in zip(after[:-1], after[1:], strict=True))
 
 
@@ -80,9 +82,9 @@ def test_train_config_rejects_min_lr_above_lr():
         T.TrainConfig(lr=1e-3, min_lr=1e-2)
 
 
-def test_train_config_rejects_unknown_model_settings():
-    with pytest.raises(ValueError, match=r"unknown model settings \['n_embd'\]"):
-        T.TrainConfig(model={"n_embd": 3})
+def test_get_preset_rejects_unknown_settings():
+    with pytest.raises(ValueError, match=r"unknown setting 'n_embd'"):
+        T.get_preset("tiny", n_embd=3)
 
 
 # ------------------------------------------------------------------ the loop
@@ -193,7 +195,7 @@ def test_loading_into_a_model_of_another_config_lists_the_difference(tmp_path):
 
 def test_exported_weights_are_half_precision_and_load_back(tmp_path):
     T.train(tiny(steps=2, eval_interval=2), tmp_path / "run")
-    out = T.export_weights(
+    out = checkpoints.export_weights(
         tmp_path / "run" / "best.pt", tmp_path / "w.pt", log_path=tmp_path / "run" / "metrics.jsonl"
     )
     raw = torch.load(out, weights_only=True)
@@ -242,7 +244,7 @@ def test_cli_rejects_an_unknown_preset_in_a_subprocess():
 
 def test_cli_resume_without_a_checkpoint_is_an_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        T.main(["--out", str(tmp_path), "--resume"])
+        cli.main(["--out", str(tmp_path), "--resume"])
     assert exc.value.code == 2
     assert "cannot resume: checkpoint not found" in capsys.readouterr().err
 
@@ -250,14 +252,14 @@ def test_cli_resume_without_a_checkpoint_is_an_error(tmp_path, capsys):
 def test_cli_resume_with_another_preset_is_an_error(tmp_path, capsys):
     T.train(tiny(steps=1, eval_interval=1), tmp_path)
     with pytest.raises(SystemExit) as exc:
-        T.main(["--preset", "cpu", "--out", str(tmp_path), "--resume"])
+        cli.main(["--preset", "cpu", "--out", str(tmp_path), "--resume"])
     assert exc.value.code == 2
     assert "different model config" in capsys.readouterr().err
 
 
 def test_cli_sample_with_a_missing_checkpoint_is_an_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        T.main(["sample", "--ckpt", str(tmp_path / "missing.pt")])
+        cli.main(["sample", "--ckpt", str(tmp_path / "missing.pt")])
     assert exc.value.code == 2
     assert "checkpoint not found" in capsys.readouterr().err
 
@@ -265,9 +267,9 @@ def test_cli_sample_with_a_missing_checkpoint_is_an_error(tmp_path, capsys):
 def test_cli_samples_reproducibly_from_a_checkpoint(tmp_path, capsys):
     T.train(tiny(steps=2, eval_interval=2), tmp_path)
     args = ["sample", "--ckpt", str(tmp_path / "last.pt"), "--prompt", "KING", "--tokens", "20"]
-    T.main(args)
+    cli.main(args)
     first = capsys.readouterr().out
-    T.main(args)
+    cli.main(args)
     assert first == capsys.readouterr().out and first.startswith("KING") and len(first) == 25
 
 

@@ -3,7 +3,7 @@
 Repository tooling, not reader API: the experiment itself (configuration, model, training,
 evaluation) is :mod:`mini_transformer.lab`; this tool runs it over schemes and seeds,
 summarises the runs and writes the JSON the chapter loads, with the package's command-line
-rules (:func:`mini_transformer.train.run_cli`): every argument and ``--out`` checked before any
+rules (:func:`mini_transformer.cli.run_cli`): every argument and ``--out`` checked before any
 training, the JSON rewritten after every run (``"complete": false`` until the end), exit
 status 2 with a usage message for bad input, 1 for a failure while running, 130 for Ctrl-C.
 
@@ -44,17 +44,12 @@ from sweep_cli import command_line, non_negative_int, write_json
 
 from mini_transformer import lab
 from mini_transformer.checkpoints import check_output_file
+from mini_transformer.cli import positive_float, positive_int, printable, run_cli
 from mini_transformer.data import SYNTHETIC_TASKS
 from mini_transformer.hardware import where_it_ran
 from mini_transformer.lab import LabConfig
 from mini_transformer.model import POSITIONAL_SCHEMES as SCHEMES
 from mini_transformer.model import SCHEMES as SCHEME_TABLE
-from mini_transformer.train import (
-    positive_float,
-    positive_int,
-    printable,
-    run_cli,
-)
 
 PROG = "python tools/extrapolation_lab.py"
 

@@ -118,6 +118,8 @@ entry = os.path.join(root, "train.py")
 def importing(frame):
     while frame is not None:
         code = frame.f_code
+        if code.co_filename.startswith("<frozen importlib"):  # an import statement's work
+            return True
         if code.co_name == "<module>" and code.co_filename.startswith(root):
             if code.co_filename != entry:
                 return True

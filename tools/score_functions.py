@@ -3,7 +3,7 @@
 Repository tooling, not reader API: the experiment itself (the retrieval task, the score
 functions, one training run) is :mod:`mini_transformer.scoring`; this tool runs it over
 learning rates, widths ``d_k``, score functions and seeds, and writes the JSON the chapter
-loads, with the package's command-line rules (:func:`mini_transformer.train.run_cli`): every
+loads, with the package's command-line rules (:func:`mini_transformer.cli.run_cli`): every
 argument and ``--out`` checked before any training, the JSON rewritten after every run
 (``"complete": false`` until the end), exit status 2 with a usage message for bad input,
 1 for a failure while running, 130 for Ctrl-C.
@@ -34,8 +34,8 @@ import torch
 from sweep_cli import command_line, non_negative_int, run_sweep_cli
 
 from mini_transformer import scoring
+from mini_transformer.cli import positive_float, positive_int
 from mini_transformer.hardware import where_it_ran
-from mini_transformer.train import positive_float, positive_int
 
 PROG = "python tools/score_functions.py"
 

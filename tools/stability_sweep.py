@@ -4,7 +4,7 @@ Repository tooling, not reader API: the experiments themselves (the model, the c
 one training run, the gradient norms at initialisation) are :mod:`mini_transformer.stability`;
 this tool runs every (placement, learning rate, warm-up, seed), summarises the seeds of each
 configuration and writes the JSON the chapter loads, with the package's command-line rules
-(:func:`mini_transformer.train.run_cli`): every argument and ``--out`` checked before any work, the
+(:func:`mini_transformer.cli.run_cli`): every argument and ``--out`` checked before any work, the
 JSON rewritten after every run (``"complete": false`` until the end), exit status 2 with a
 usage message for bad input, 1 for a failure while running, 130 for Ctrl-C.
 
@@ -39,8 +39,8 @@ import torch
 from sweep_cli import command_line, non_negative_int, run_sweep_cli
 
 from mini_transformer import stability as S
+from mini_transformer.cli import positive_float, positive_int
 from mini_transformer.hardware import where_it_ran
-from mini_transformer.train import positive_float, positive_int
 
 PROG = "python tools/stability_sweep.py"
 GRAD_SEEDS = (0, 1, 2, 3)  # seeds of the gradient norms at initialisation (their default)

@@ -1,5 +1,5 @@
 """What the sweeps in ``tools/`` and the benchmarks share on top of the training command line's
-rules (:func:`mini_transformer.train.run_cli`): two more argument types, strict JSON written
+rules (:func:`mini_transformer.cli.run_cli`): two more argument types, strict JSON written
 atomically, and a sweep that writes its result after every run, so an interrupted sweep
 keeps what it finished."""
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mini_transformer.checkpoints import atomic_write, check_output_file, json_safe
-from mini_transformer.train import _number, printable, run_cli
+from mini_transformer.cli import _number, printable, run_cli
 
 
 def non_negative_int(text: str) -> int:
