@@ -111,6 +111,7 @@ def scaled_dot_product_attention(
         >>> out = scaled_dot_product_attention(q, k, v, mask=causal_mask(5))
     """
     scale, dropout_p = _check_inputs(q, k, v, mask, return_weights, score_bias, scale, dropout_p)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale  # 1 / sqrt(d_k)
     out, weights = _attend(q, k, v, mask, score_bias, scale, dropout_p)
     return (out, weights) if return_weights else out
 
@@ -124,8 +125,7 @@ def _check_inputs(q, k, v, mask, return_weights, score_bias, scale, dropout_p):
     check_tensor("v", v, shape=(..., T_k, None), dims=f"(..., T_k={T_k} of k, d_v)", **kw)
     dropout_p = check_probability("dropout_p", dropout_p)
     check_bool("return_weights", return_weights)
-    scale = 1.0 / math.sqrt(d_k) if scale is None else scale  # 1 / sqrt(d_k)
-    scale = check_float("scale", scale, low=0, low_open=True)
+    scale = scale if scale is None else check_float("scale", scale, low=0, low_open=True)
     try:
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError:

@@ -21,7 +21,7 @@ import torch
 from .checks import check_bool, check_choice, check_float, check_int, check_tensor
 from .data import get_batch
 from .hardware import resolve_precision
-from .model import TransformerConfig, TransformerLM
+from .model import TransformerConfig, TransformerLM, evaluating
 
 __all__ = [
     "PRESETS",
@@ -276,10 +276,8 @@ def estimate_loss(
         n_windows = min(n_windows, (n_batches or n_windows) * batch_size)
         windows = ids.unfold(0, T + 1, T)[:n_windows].to(device)  # (n_windows, T + 1)
         batches = [(w[:, :-1], w[:, 1:]) for w in windows.split(batch_size)]
-    was_training = model.training
-    model.eval()
-    losses = torch.stack([model(x, y)[1] for x, y in batches]).tolist()  # one host sync
-    model.train(was_training)
+    with evaluating(model):
+        losses = torch.stack([model(x, y)[1] for x, y in batches]).tolist()  # one host sync
     if seed is not None:
         return sum(losses) / len(losses)
     return sum(v * len(x) for v, (x, _) in zip(losses, batches, strict=True)) / n_windows
