@@ -296,7 +296,7 @@ def check_size(
 ) -> int:
     """Refuse an allocation of ``shape`` x ``dtype`` over ``MAX_BYTES`` *before* making it,
     naming ``name`` (what would be allocated); return its size in bytes."""
-    if torch.compiler.is_compiling():  # traced shapes were checked when the call ran eagerly
+    if torch.compiler.is_compiling():  # int() would specialise the graph: eager calls only
         return 0
     kind = dtype if isinstance(dtype, torch.dtype) else np.dtype(dtype)
     n = math.prod([int(s) for s in shape]) * kind.itemsize

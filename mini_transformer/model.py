@@ -7,12 +7,13 @@ The model assembles the pieces of chapters 2-5::
       -> positional scheme (config.positional)
       -> n_layers causal TransformerBlocks      (B, T, d_model)
       -> final LayerNorm (Pre-LN only)
-      -> LM head (tied to the token embedding)  (B, T, vocab_size) logits
+      -> LM head (tied to the token embedding)  (B, T, vocab_size) logits (tie_weights)
 
-Initialisation follows GPT-2 (as nanoGPT): weights $\sim \mathcal{N}(0, 0.02^2)$, biases
-zero, and the two projections that write into the residual stream in each block
-(``attn.out_proj``, ``ffn.linear2``) use std $0.02/\sqrt{2 n_\text{layers}}$, because
-``2 n_layers`` of them are summed.
+Initialisation follows GPT-2 (as nanoGPT): Linear and Embedding weights
+$\sim \mathcal{N}(0, 0.02^2)$, biases zero (LayerNorm gains start at 1), and the two
+projections that write into the residual stream in each block (``attn.out_proj``,
+``ffn.linear2``) use std $0.02/\sqrt{2 n_\text{layers}}$, because ``2 n_layers`` of them are
+summed.
 """
 
 from __future__ import annotations
@@ -47,9 +48,16 @@ from .tasks import IGNORE_INDEX  # -100: targets the loss skips (unscored positi
 __all__ = ["TransformerConfig", "TransformerLM"]
 
 MAX_LEN = 4096  # the shortest sinusoidal table built (at least block_size)
-COMPONENTS = [(".tok_emb.", "embeddings"), (".pos_emb.", "positional"), (".attn.", "attention")]
-COMPONENTS += [(".ffn.", "ffn"), (".ln_f.", "norms"), (".ln1.", "norms"), (".ln2.", "norms")]
-COMPONENTS += [(".lm_head.", "head")]  # parameter name -> part, for num_parameters
+COMPONENTS = {  # parameter name -> part, for num_parameters
+    ".tok_emb.": "embeddings",
+    ".pos_emb.": "positional",
+    ".attn.": "attention",
+    ".ffn.": "ffn",
+    ".ln_f.": "norms",
+    ".ln1.": "norms",
+    ".ln2.": "norms",
+    ".lm_head.": "head",
+}
 
 
 POSITIONAL_SCHEMES = ("none", "learned", "sinusoidal", "memn2n", "rope", "alibi")
@@ -280,7 +288,7 @@ class TransformerLM(nn.Module):
         check_bool("by_component", by_component)
         counts = dict.fromkeys(("embeddings", "positional", "attention", "ffn", "norms", "head"), 0)
         for name, p in self.named_parameters():  # shared parameters are yielded once
-            part = next((part for key, part in COMPONENTS if key in f".{name}"), "other")
+            part = next((part for key, part in COMPONENTS.items() if key in f".{name}"), "other")
             counts[part] = counts.get(part, 0) + p.numel()
         total = sum(counts.values())
         return counts | {"total": total} if by_component else total
