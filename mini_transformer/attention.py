@@ -28,7 +28,7 @@ from .checks import (
     check_tensor,
 )
 from .masks import causal_mask, combine_masks
-from .masks import padding_mask as padding_mask  # noqa: F401 (BOOK.md names it here)
+from .masks import padding_mask as padding_mask  # noqa: F401 (the API contract names it here)
 
 __all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "RotaryEmbedding"]
 
@@ -111,6 +111,7 @@ def scaled_dot_product_attention(
         >>> out = scaled_dot_product_attention(q, k, v, mask=causal_mask(5))
     """
     scale, dropout_p = _check_inputs(q, k, v, mask, return_weights, score_bias, scale, dropout_p)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale  # 1 / sqrt(d_k)
     out, weights = _attend(q, k, v, mask, score_bias, scale, dropout_p)
     return (out, weights) if return_weights else out
 
@@ -124,8 +125,7 @@ def _check_inputs(q, k, v, mask, return_weights, score_bias, scale, dropout_p):
     check_tensor("v", v, shape=(..., T_k, None), dims=f"(..., T_k={T_k} of k, d_v)", **kw)
     dropout_p = check_probability("dropout_p", dropout_p)
     check_bool("return_weights", return_weights)
-    scale = 1.0 / math.sqrt(d_k) if scale is None else scale  # 1 / sqrt(d_k)
-    scale = check_float("scale", scale, low=0, low_open=True)
+    scale = scale if scale is None else check_float("scale", scale, low=0, low_open=True)
     try:
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError:
@@ -223,8 +223,8 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         fused_attention: bool = True,
-        rotary: torch.nn.Module | None = None,
-        alibi: torch.nn.Module | None = None,
+        rotary: nn.Module | None = None,
+        alibi: ALiBi | None = None,
     ) -> None:
         super().__init__()
         self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
@@ -275,17 +275,17 @@ class MultiHeadAttention(nn.Module):
         """
         if self.check_inputs:
             self._check_inputs(x, memory, mask, causal, score_bias, return_weights)
-        m = x if memory is None else memory  # cross-attention: keys and values from memory
-        (B, T_q, _), T_k = x.shape, m.shape[1]
-        if self.alibi is not None:  # B_hij = -m_h |i - j|: (n_heads, T_q, T_k)
+        kv = x if memory is None else memory  # cross-attention: keys and values from memory
+        (B, T_q, _), T_k = x.shape, kv.shape[1]
+        if self.alibi is not None:  # bias_hij = -m_h |i - j|: (n_heads, T_q, T_k)
             alibi = self.alibi(T_q, T_k)
             score_bias = alibi if score_bias is None else score_bias + alibi
 
         # Three matmuls: one with the weights concatenated (as nn.MultiheadAttention) gave
         # no consistent gain in benchmarks/attention.py.
         q = self._heads(self.q_proj(x))  # Q = X W^Q    (B, h, T_q, d_head)
-        k = self._heads(self.k_proj(m))  # K = M W^K    (B, h, T_k, d_head)
-        v = self._heads(self.v_proj(m))  # V = M W^V    (B, h, T_k, d_head)
+        k = self._heads(self.k_proj(kv))  # K = M W^K    (B, h, T_k, d_head)
+        v = self._heads(self.v_proj(kv))  # V = M W^V    (B, h, T_k, d_head)
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)  # q_p = R(p) q_p, k_p = R(p) k_p
         p = self.dropout_p if self.training else 0.0

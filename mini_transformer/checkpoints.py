@@ -23,7 +23,7 @@ import torch
 
 from .checks import check_int
 from .data import ASSETS_DIR, CharTokenizer
-from .model import SCHEMES, TransformerConfig, TransformerLM
+from .model import MAX_LEN, TransformerConfig, TransformerLM
 
 __all__ = [
     "PRETRAINED",
@@ -301,6 +301,15 @@ def load_checkpoint(
     return ckpt
 
 
+def _table_floats(c: TransformerConfig) -> int:
+    """float32 entries of the position tables (buffers, not parameters) ``c`` would build."""
+    if c.positional == "sinusoidal":
+        return 2 * max(MAX_LEN, c.block_size) * c.d_model  # float64 = 2 float32
+    if c.positional == "rope":
+        return 2 * c.block_size * c.d_head  # cos and sin
+    return c.n_heads * c.block_size**2 if c.positional == "alibi" else 0
+
+
 def _check_declared_config(path: Path, ckpt: dict) -> TransformerConfig:
     """The stored config, once it agrees with the stored tensors and fits in memory."""
     try:
@@ -313,7 +322,7 @@ def _check_declared_config(path: Path, ckpt: dict) -> TransformerConfig:
         "blocks.0.ffn.linear1.weight": (config.d_ff, config.d_model),
         f"blocks.{config.n_layers - 1}.ln1.weight": (config.d_model,),
     }
-    if SCHEMES[config.positional].learned_table:
+    if config.positional == "learned":
         expected["pos_emb.weight"] = (config.block_size, config.d_model)
     for key, shape in expected.items():
         t = state.get(key) if isinstance(state, dict) else None
@@ -325,7 +334,7 @@ def _check_declared_config(path: Path, ckpt: dict) -> TransformerConfig:
             )
     if f"blocks.{config.n_layers}.ln1.weight" in state:
         raise ValueError(f"checkpoint {path} holds more blocks than n_layers={config.n_layers}")
-    need = 4 * SCHEMES[config.positional].table_floats(config)  # float32 tables
+    need = 4 * _table_floats(config)  # bytes of float32
     if need > MAX_BUFFER_BYTES:
         raise ValueError(
             f"checkpoint {path} declares block_size={config.block_size} with "

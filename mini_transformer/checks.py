@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
+from dataclasses import fields
 
 import numpy as np
 import torch
@@ -22,6 +23,7 @@ __all__ = [
     "check_bool",
     "check_choice",
     "check_instance",
+    "check_fields",
     "check_device",
     "check_tensor",
     "check_ids",
@@ -140,6 +142,16 @@ def check_instance(name: str, value: object, cls: type | tuple[type, ...], what:
     if not isinstance(value, cls):
         raise TypeError(f"{name} must be {what}, got {_given(value)}")
     return value
+
+
+def check_fields(name: str, d: object, cls: type) -> dict:
+    """A dict of the dataclass ``cls``'s fields, read from a file: an unknown key is a
+    ``ValueError`` (a sign of a foreign file), never dropped."""
+    check_instance(name, d, dict, "a dict")
+    known = [f.name for f in fields(cls)]
+    if unknown := sorted(set(d) - set(known), key=str):
+        raise ValueError(f"unknown {name} keys {unknown}; known: {known}")
+    return d
 
 
 def check_device(name: str, device: object) -> torch.device | None:
@@ -284,7 +296,7 @@ def check_size(
 ) -> int:
     """Refuse an allocation of ``shape`` x ``dtype`` over ``MAX_BYTES`` *before* making it,
     naming ``name`` (what would be allocated); return its size in bytes."""
-    if torch.compiler.is_compiling():  # traced shapes were checked when the call ran eagerly
+    if torch.compiler.is_compiling():  # int() would specialise the graph: eager calls only
         return 0
     kind = dtype if isinstance(dtype, torch.dtype) else np.dtype(dtype)
     n = math.prod([int(s) for s in shape]) * kind.itemsize

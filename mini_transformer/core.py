@@ -19,10 +19,18 @@ from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
-from .checks import check_bool, check_choice, check_float, check_instance, check_int, check_tensor
+from .checks import (
+    check_bool,
+    check_choice,
+    check_fields,
+    check_float,
+    check_instance,
+    check_int,
+    check_tensor,
+)
 from .data import CharTokenizer, get_batch
 from .hardware import resolve_precision
-from .model import TransformerConfig, TransformerLM
+from .model import TransformerConfig, TransformerLM, evaluating
 
 __all__ = [
     "PRESETS",
@@ -145,11 +153,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
         """Inverse of ``to_dict``; an unknown key is a ``ValueError`` (never dropped)."""
-        if not isinstance(d, dict):
-            raise TypeError(f"a TrainConfig description must be a dict, got {type(d).__name__}")
-        known = [f.name for f in fields(cls)]
-        if unknown := sorted(set(d) - set(known), key=str):
-            raise ValueError(f"unknown train_config keys {unknown}; known: {known}")
+        check_fields("train_config", d, cls)
         if isinstance(d.get("model"), dict):
             d = d | {"model": TransformerConfig.from_dict(d["model"])}
         return cls(**d)
@@ -268,10 +272,8 @@ def estimate_loss(
         n_windows = min(n_windows, (n_batches or n_windows) * batch_size)
         windows = ids.unfold(0, T + 1, T)[:n_windows].to(device)  # (n_windows, T + 1)
         batches = [(w[:, :-1], w[:, 1:]) for w in windows.split(batch_size)]
-    was_training = model.training
-    model.eval()
-    losses = torch.stack([model(x, y)[1] for x, y in batches]).tolist()  # one host sync
-    model.train(was_training)
+    with evaluating(model):
+        losses = torch.stack([model(x, y)[1] for x, y in batches]).tolist()  # one host sync
     if seed is not None:
         return sum(losses) / len(losses)
     return sum(v * len(x) for v, (x, _) in zip(losses, batches, strict=True)) / n_windows

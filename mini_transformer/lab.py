@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from .checks import check_choice, check_float, check_int, check_tensor
 from .core import Schedule, train_step
-from .model import POSITIONAL_SCHEMES, SCHEMES, TransformerConfig, TransformerLM
+from .model import POSITIONAL_SCHEMES, TransformerConfig, TransformerLM
 from .tasks import IGNORE_INDEX, SYNTHETIC_TASKS
 
 __all__ = [
@@ -163,7 +163,7 @@ def accuracy_by_length(
 
 def learned_position_weight(model: TransformerLM) -> torch.Tensor:
     """A copy of the ``(block_size, d_model)`` table of a ``"learned"`` model's positions."""
-    if not SCHEMES[model.config.positional].learned_table:
+    if model.config.positional != "learned":
         raise ValueError(
             "model has no learned position embedding (positional must be 'learned', "
             f"got {model.config.positional!r})"

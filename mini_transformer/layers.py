@@ -47,8 +47,8 @@ class LayerNorm(nn.Module):
         super().__init__()
         self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         self.d_model = check_int("d_model", d_model, low=1)
-        # eps is added to a float32 (or float64) variance: below float32's smallest normal
-        # number it rounds away, and a constant vector gives 0 * rsqrt(0) = NaN.
+        # Below float32's smallest normal number, eps is 0 wherever subnormals are flushed to
+        # zero (torch.set_flush_denormal(True)): a constant vector gives 0 * rsqrt(0) = NaN.
         self.eps = check_float("eps", eps, low=EPS_MIN, what=f"a finite number >= {EPS_MIN:.3g}")
         self._dims = f"(..., d_model={self.d_model})"
         self.weight = nn.Parameter(torch.ones(d_model))  # gamma

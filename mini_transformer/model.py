@@ -4,23 +4,23 @@ The model assembles the pieces of chapters 2-5::
 
     idx (B, T) token ids
       -> token embedding                        (B, T, d_model)
-      -> positional scheme (one row of SCHEMES)
+      -> positional scheme (config.positional)
       -> n_layers causal TransformerBlocks      (B, T, d_model)
       -> final LayerNorm (Pre-LN only)
-      -> LM head (tied to the token embedding)  (B, T, vocab_size) logits
+      -> LM head (tied to the token embedding)  (B, T, vocab_size) logits (tie_weights)
 
-Initialisation follows GPT-2 (as nanoGPT): weights $\sim \mathcal{N}(0, 0.02^2)$, biases
-zero, and the two projections that write into the residual stream in each block
-(``attn.out_proj``, ``ffn.linear2``) use std $0.02/\sqrt{2 n_\text{layers}}$, because
-``2 n_layers`` of them are summed.
+Initialisation follows GPT-2 (as nanoGPT): Linear and Embedding weights
+$\sim \mathcal{N}(0, 0.02^2)$, biases zero (LayerNorm gains start at 1), and the two
+projections that write into the residual stream in each block (``attn.out_proj``,
+``ffn.linear2``) use std $0.02/\sqrt{2 n_\text{layers}}$, because ``2 n_layers`` of them are
+summed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +31,7 @@ from .attention import MultiHeadAttention, RotaryEmbedding, check_heads
 from .checks import (
     check_bool,
     check_choice,
+    check_fields,
     check_float,
     check_ids,
     check_instance,
@@ -47,49 +48,20 @@ from .tasks import IGNORE_INDEX  # -100: targets the loss skips (unscored positi
 __all__ = ["TransformerConfig", "TransformerLM"]
 
 MAX_LEN = 4096  # the shortest sinusoidal table built (at least block_size)
-COMPONENTS = [(".tok_emb.", "embeddings"), (".pos_emb.", "positional"), (".attn.", "attention")]
-COMPONENTS += [(".ffn.", "ffn"), (".ln_f.", "norms"), (".ln1.", "norms"), (".ln2.", "norms")]
-COMPONENTS += [(".lm_head.", "head")]  # parameter name -> part, for num_parameters
-
-
-@dataclass(frozen=True)
-class PositionalScheme:
-    r"""Everything the model does differently for one positional scheme (chapters 1-3).
-
-    ``input`` builds the module applied to the token embeddings (``None``: nothing);
-    ``rotary``/``alibi``: one ``RotaryEmbedding``/``ALiBi`` shared by every attention layer;
-    ``scale_embeddings``: multiply the embeddings by $\sqrt{d_\text{model}}$ first (Vaswani
-    et al., section 3.4), so the two have comparable sizes; ``extrapolates``: accepts
-    ``T > block_size``; ``learned_table``: a trained ``pos_emb.weight``; ``table_floats``:
-    float32 entries of the non-parameter tables (what a checkpoint's config would allocate).
-    """
-
-    input: Callable[[Any], nn.Module | None] = lambda c: None
-    rotary: bool = False
-    alibi: bool = False
-    scale_embeddings: bool = False
-    extrapolates: bool = True
-    learned_table: bool = False
-    table_floats: Callable[[Any], int] = lambda c: 0
-
-
-SCHEMES: dict[str, PositionalScheme] = {
-    "none": PositionalScheme(),  # no position at all (the causal mask alone leaks some)
-    "learned": PositionalScheme(  # GPT-2; no vector past block_size
-        input=lambda c: LearnedPositionalEmbedding(c.block_size, c.d_model, init_std=0.02),
-        extrapolates=False,
-        learned_table=True,
-    ),
-    "sinusoidal": PositionalScheme(
-        input=lambda c: SinusoidalPositionalEncoding(c.d_model, max_len=max(MAX_LEN, c.block_size)),
-        scale_embeddings=True,
-        table_floats=lambda c: 2 * max(MAX_LEN, c.block_size) * c.d_model,  # float64 = 2 float32
-    ),
-    "memn2n": PositionalScheme(input=lambda c: MemN2NPositionalEncoding(c.d_model)),  # x * l
-    "rope": PositionalScheme(rotary=True, table_floats=lambda c: 2 * c.block_size * c.d_head),
-    "alibi": PositionalScheme(alibi=True, table_floats=lambda c: c.n_heads * c.block_size**2),
+COMPONENTS = {  # parameter name -> part, for num_parameters
+    ".tok_emb.": "embeddings",
+    ".pos_emb.": "positional",
+    ".attn.": "attention",
+    ".ffn.": "ffn",
+    ".ln_f.": "norms",
+    ".ln1.": "norms",
+    ".ln2.": "norms",
+    ".lm_head.": "head",
 }
-POSITIONAL_SCHEMES = tuple(SCHEMES)  # the values of TransformerConfig.positional
+
+
+POSITIONAL_SCHEMES = ("none", "learned", "sinusoidal", "memn2n", "rope", "alibi")
+EXTRAPOLATING = tuple(s for s in POSITIONAL_SCHEMES if s != "learned")  # accept T > block_size
 
 
 @dataclass
@@ -140,11 +112,7 @@ class TransformerConfig:
     @classmethod
     def from_dict(cls, d: dict) -> TransformerConfig:
         """Inverse of :meth:`to_dict`; unknown keys are an error (a sign of a foreign file)."""
-        check_instance("config", d, dict, "a dict")
-        known = sorted(f.name for f in fields(cls))
-        if unknown := sorted(set(d) - set(known)):
-            raise ValueError(f"unknown TransformerConfig fields {unknown}; known: {known}")
-        return cls(**d)
+        return cls(**check_fields("model_config", d, cls))
 
 
 class TransformerLM(nn.Module):
@@ -167,11 +135,19 @@ class TransformerLM(nn.Module):
         super().__init__()
         self.config = c = check_instance("config", config, TransformerConfig, "a TransformerConfig")
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
-        scheme = SCHEMES[c.positional]
-        self.embed_scale = math.sqrt(c.d_model) if scheme.scale_embeddings else 1.0
-        self.pos_emb: nn.Module | None = scheme.input(c)
-        self.rotary = RotaryEmbedding(c.d_head, max_len=c.block_size) if scheme.rotary else None
-        self.alibi = ALiBi(c.n_heads, c.block_size) if scheme.alibi else None
+        self.embed_scale, self.pos_emb, self.rotary, self.alibi = 1.0, None, None, None
+        if c.positional == "learned":  # GPT-2: a trained vector per position, none past block_size
+            self.pos_emb = LearnedPositionalEmbedding(c.block_size, c.d_model, init_std=0.02)
+        elif c.positional == "sinusoidal":  # fixed sin/cos added to sqrt(d_model) * embeddings
+            self.embed_scale = math.sqrt(c.d_model)  # comparable sizes (Vaswani et al., 3.4)
+            self.pos_emb = SinusoidalPositionalEncoding(c.d_model, max(MAX_LEN, c.block_size))
+        elif c.positional == "memn2n":  # x * l: a fixed per-position weighting of each dimension
+            self.pos_emb = MemN2NPositionalEncoding(c.d_model)
+        elif c.positional == "rope":  # every attention layer rotates q and k by their positions
+            self.rotary = RotaryEmbedding(c.d_head, max_len=c.block_size)
+        elif c.positional == "alibi":  # every attention layer adds -slope * distance to its scores
+            self.alibi = ALiBi(c.n_heads, c.block_size)
+        # "none": no position at all (the causal mask alone leaks some)
         self.drop = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(self._block() for _ in range(c.n_layers))
         # Pre-LN never normalises the residual stream inside the blocks: one final LN does.
@@ -236,11 +212,11 @@ class TransformerLM(nn.Module):
         dims = "(B, T) of token ids"
         check_tensor(name, idx, integer=True, ndim=2, shape=shape, dims=dims, nonempty=True)
         T, c = idx.shape[1], self.config  # crop: the model sees the last block_size tokens
-        if T > c.block_size and not crop and not SCHEMES[c.positional].extrapolates:
+        if T > c.block_size and not crop and c.positional not in EXTRAPOLATING:
             raise ValueError(
                 f"sequence length T={T} exceeds block_size={c.block_size}: a learned position "
                 "embedding has no vector for unseen positions (crop the input, or use a scheme "
-                f"from {tuple(n for n, s in SCHEMES.items() if s.extrapolates)})"
+                f"from {EXTRAPOLATING})"
             )
         if name == "idx" and not crop:  # the scores each attention layer computes
             check_size("the attention scores (B, n_heads, T_q, T_k)", (len(idx), c.n_heads, T, T))
@@ -251,17 +227,16 @@ class TransformerLM(nn.Module):
     def attention_weights(self, idx: torch.Tensor) -> list[torch.Tensor]:
         """Every layer's attention weights for ``idx``, ``n_layers`` x ``(B, n_heads, T, T)``, from
         one eval-mode forward pass; row ``t`` is query ``t``'s distribution over ``0..t``."""
-        was_training, attns = self.training, [block.attn for block in self.blocks]
-        self.eval()
+        attns = [block.attn for block in self.blocks]
         try:
             for attn in attns:
                 attn.keep_weights = True
-            self(idx)
+            with evaluating(self):
+                self(idx)
             return [attn.last_weights for attn in attns]  # each (B, n_heads, T, T)
         finally:
             for attn in attns:
                 attn.keep_weights, attn.last_weights = False, None
-            self.train(was_training)
 
     @torch.no_grad()
     def generate(
@@ -278,9 +253,7 @@ class TransformerLM(nn.Module):
         random draws on any device (the text differs only where a device's logits do).
         """
         temperature = self._check_generate(idx, max_new_tokens, temperature, top_k, generator)
-        was_training = self.training
-        self.eval()
-        try:
+        with evaluating(self):
             for _ in range(max_new_tokens):
                 logits, _ = self(idx[:, -self.config.block_size :])  # the last block_size tokens
                 logits = logits[:, -1, :].float().cpu()  # (B, vocab_size)
@@ -294,8 +267,6 @@ class TransformerLM(nn.Module):
                     probs = F.softmax(logits, dim=-1)
                     next_id = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
                 idx = torch.cat([idx, next_id.to(idx.device, idx.dtype)], dim=1)
-        finally:
-            self.train(was_training)
         return idx
 
     def _check_generate(self, idx, max_new_tokens, temperature, top_k, generator) -> float:
@@ -317,7 +288,7 @@ class TransformerLM(nn.Module):
         check_bool("by_component", by_component)
         counts = dict.fromkeys(("embeddings", "positional", "attention", "ffn", "norms", "head"), 0)
         for name, p in self.named_parameters():  # shared parameters are yielded once
-            part = next((part for key, part in COMPONENTS if key in f".{name}"), "other")
+            part = next((part for key, part in COMPONENTS.items() if key in f".{name}"), "other")
             counts[part] = counts.get(part, 0) + p.numel()
         total = sum(counts.values())
         return counts | {"total": total} if by_component else total
@@ -338,6 +309,17 @@ class TransformerLM(nn.Module):
         parts = self.num_parameters(by_component=True)
         n = parts["total"] - parts["positional"] - (0 if c.tie_weights else parts["embeddings"])
         return float(6 * n + 12 * c.n_layers * c.d_model * T)
+
+
+@contextlib.contextmanager
+def evaluating(model: nn.Module):
+    """Eval mode (no dropout) inside the ``with`` block, the caller's mode restored after it."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 def _scaled_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:

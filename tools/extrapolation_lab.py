@@ -49,7 +49,6 @@ from mini_transformer.data import SYNTHETIC_TASKS
 from mini_transformer.hardware import where_it_ran
 from mini_transformer.lab import LabConfig
 from mini_transformer.model import POSITIONAL_SCHEMES as SCHEMES
-from mini_transformer.model import SCHEMES as SCHEME_TABLE
 
 PROG = "python tools/extrapolation_lab.py"
 
@@ -95,7 +94,7 @@ def _train_and_evaluate(scheme: str, cfg: LabConfig, seed: int) -> tuple[dict, d
     """
     t0 = time.perf_counter()
     model = lab.make_model(scheme, cfg, seed)
-    w_init = lab.learned_position_weight(model) if SCHEME_TABLE[scheme].learned_table else None
+    w_init = lab.learned_position_weight(model) if scheme == "learned" else None
     losses = lab.train_model(model, cfg, seed)
     seconds = time.perf_counter() - t0
     tail = losses[-50:]
@@ -213,7 +212,7 @@ def merge_results(parts: list[dict]) -> dict:
 
     The sweep can be split across processes (``--schemes``) and merged afterwards
     (``--merge``). Schemes come out in the order of
-    :data:`mini_transformer.schemes.POSITIONAL_SCHEMES`;
+    :data:`mini_transformer.model.POSITIONAL_SCHEMES`;
     ``commands`` lists the command of every part; ``wall_time_s`` is the longest part (the
     parts ran side by side) and ``cpu_time_s`` their sum.
     """
