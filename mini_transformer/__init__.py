@@ -5,7 +5,7 @@ Every chapter imports it; readers import it in the exercises. One module per ide
 - :mod:`~mini_transformer.positional`: scalar, binary, sinusoidal and learned position encodings
   (chapters 1-3), beside :mod:`~mini_transformer.memn2n` and :mod:`~mini_transformer.alibi`.
 - :mod:`~mini_transformer.attention`: masked scaled dot-product and multi-head attention, and
-  RoPE where it acts on queries and keys (chapters 3-4), beside
+  RoPE where it acts on queries and keys (chapters 4 and 2), beside
   :mod:`~mini_transformer.masks` and :mod:`~mini_transformer.additive` (Bahdanau's attention).
 - :mod:`~mini_transformer.layers`: LayerNorm, feed-forward, Pre-/Post-LN blocks (chapter 5).
 - :mod:`~mini_transformer.model`: the decoder-only language model and its positional schemes.

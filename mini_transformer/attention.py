@@ -1,4 +1,4 @@
-r"""Masked scaled dot-product attention, multi-head attention and RoPE (chapters 2 and 4).
+r"""Masked scaled dot-product attention, multi-head attention (chapter 4) and RoPE (chapter 2).
 
 Chapter 4 is one formula, $\operatorname{softmax}(Q K^\top / \sqrt{d_k} + B + M)\,V$: $B$
 an optional additive bias (ALiBi), $M$ the mask. A mask is **boolean**, ``True`` = *may
@@ -223,7 +223,7 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         fused_attention: bool = True,
-        rotary: nn.Module | None = None,
+        rotary: torch.nn.Module | None = None,
         alibi: ALiBi | None = None,
     ) -> None:
         super().__init__()

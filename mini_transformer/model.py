@@ -127,8 +127,8 @@ class TransformerLM(nn.Module):
         torch.Size([2, 10, 84])
     """
 
-    #: check that ids are in 0..vocab_size-1 on every call; a GPU waits for the answer, so the
-    #: training loop checks its corpus once and turns this off
+    #: check that ids are in 0..vocab_size-1 on every call (on a GPU the host waits for the
+    #: answer); the training loop turns it off: its ids come from the tokenizer's encode()
     check_token_ids: bool = True
 
     def __init__(self, config: TransformerConfig):
@@ -141,7 +141,7 @@ class TransformerLM(nn.Module):
         elif c.positional == "sinusoidal":  # fixed sin/cos added to sqrt(d_model) * embeddings
             self.embed_scale = math.sqrt(c.d_model)  # comparable sizes (Vaswani et al., 3.4)
             self.pos_emb = SinusoidalPositionalEncoding(c.d_model, max(MAX_LEN, c.block_size))
-        elif c.positional == "memn2n":  # x * l: a fixed per-position weighting of each dimension
+        elif c.positional == "memn2n":  # x * l: a weight per position and dimension, set by T
             self.pos_emb = MemN2NPositionalEncoding(c.d_model)
         elif c.positional == "rope":  # every attention layer rotates q and k by their positions
             self.rotary = RotaryEmbedding(c.d_head, max_len=c.block_size)
