@@ -4,6 +4,8 @@
 an integer is: never silently cast), ``ValueError`` for a wrong *value*; every message names the
 argument, the allowed values and what was given. A tensor is checked where it enters (a model's
 parts skip their checks); metadata only, except :func:`check_ids` and :func:`check_array`.
+A reader can skip every ``check_*`` line: ``x = check_int("x", x)`` returns ``x`` as the plain
+Python type it names (a NumPy integer as an ``int``), or raises.
 """
 
 from __future__ import annotations
