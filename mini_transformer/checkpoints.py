@@ -88,7 +88,7 @@ def check_output_file(path: str | Path, *, overwrite: bool = False, name: str = 
     return path
 
 
-def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool = True) -> Path:
+def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool) -> Path:
     """``path`` as a run folder that exists or can be created, and can be written to; with
     ``resume`` it must hold ``last.pt``, without ``overwrite`` it must not."""
     path = existing = Path(path)
@@ -118,8 +118,8 @@ def json_safe(value):
 
 
 def atomic_write(path: str | Path, data: bytes | str | Callable) -> Path:
-    """The one atomic writer: ``data`` (bytes, UTF-8 text, or a function writing to the open binary
-    file) to a fresh ``path.tmp`` (a symlink there is removed, never written through), then
+    """Write ``data`` (bytes, UTF-8 text, or a function writing to the open binary file)
+    atomically: to a fresh ``path.tmp`` (a symlink there is removed, never written through), then
     ``os.replace``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -276,8 +276,8 @@ def train_step(
     autocast: Callable[[], object] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One update on the batch ``(x, y)`` of any model with ``forward(idx, targets) ->
-    (logits, loss)``: ``(loss, grad_norm)``, detached and unread (no ``.item()``), so a GPU
-    never waits for the host. ``grad_clip=0``: no clipping, ``grad_norm`` is ``None``."""
+    (logits, loss)``: ``(loss, grad_norm)``, detached and unread (an ``.item()`` would make the
+    host wait for the GPU). ``grad_clip=0``: no clipping, ``grad_norm`` is ``None``."""
     lr = check_float("lr", lr, low=0)  # a NaN would silently poison every weight
     grad_clip = check_float("grad_clip", grad_clip, low=0)
     for group in optimizer.param_groups:

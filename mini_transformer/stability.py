@@ -193,7 +193,6 @@ def train_run(
 
 
 def warmup_lr(step: int, lr: float, warmup_steps: int) -> float:
-    """The sweep's learning rate: ``lr * min(1, (s + 1) / w)``, then ``lr``. The committed sweep
-    was computed with this rounding (:class:`~mini_transformer.core.Schedule`'s warm-up is
-    ``lr * (s + 1) / w``, equal to rounding)."""
+    """The sweep's rate ``lr * min(1, (s + 1) / w)``, then ``lr``: the committed sweep's rounding
+    (:class:`~mini_transformer.core.Schedule`'s warm-up, ``lr * (s + 1) / w``, differs in it)."""
     return lr * min(1.0, (step + 1) / warmup_steps) if step < warmup_steps else lr

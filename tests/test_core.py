@@ -8,9 +8,8 @@ import torch
 
 from mini_transformer import lab
 from mini_transformer import stability as S
-from mini_transformer.core import Schedule, configure_optimizer, train_step
+from mini_transformer.core import Schedule, TrainConfig, configure_optimizer, train_step
 from mini_transformer.model import POSITIONAL_SCHEMES, TransformerConfig, TransformerLM
-from mini_transformer.train import TrainConfig
 from mini_transformer.train import _stop_at_step_boundary as stop_at_step_boundary
 
 torch.set_num_threads(1)
