@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
         if args.json:
             check_output_file(args.json, overwrite=args.overwrite)
         if args.keep:
-            check_output_dir(args.keep)
+            check_output_dir(args.keep, overwrite=True)
 
     return run_cli(p, check, lambda _: _run(args))
 

@@ -88,7 +88,7 @@ def check_output_file(path: str | Path, *, overwrite: bool = False, name: str = 
     return path
 
 
-def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool = True) -> Path:
+def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool) -> Path:
     """``path`` as a run folder that exists or can be created, and can be written to; with
     ``resume`` it must hold ``last.pt``, without ``overwrite`` it must not."""
     path = existing = Path(path)
@@ -118,8 +118,8 @@ def json_safe(value):
 
 
 def atomic_write(path: str | Path, data: bytes | str | Callable) -> Path:
-    """The one atomic writer: ``data`` (bytes, UTF-8 text, or a function writing to the open binary
-    file) to a fresh ``path.tmp`` (a symlink there is removed, never written through), then
+    """Write ``data`` (bytes, UTF-8 text, or a function writing to the open binary file)
+    atomically: to a fresh ``path.tmp`` (a symlink there is removed, never written through), then
     ``os.replace``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,31 +137,31 @@ def atomic_write(path: str | Path, data: bytes | str | Callable) -> Path:
     return path
 
 
-def _feed(h, value) -> None:
-    """Hash ``value`` canonically: dict keys sorted, tensors by dtype, shape and bytes."""
-    if isinstance(value, torch.Tensor):
-        t = value.detach().cpu().contiguous().reshape(-1)
-        h.update(f"T{t.dtype}{tuple(value.shape)}".encode())
-        h.update(t.view(torch.uint8).numpy().data)
-    elif isinstance(value, dict):
-        h.update(b"{")
-        for k in sorted(value, key=repr):
-            h.update(repr(k).encode())
-            _feed(h, value[k])
-        h.update(b"}")
-    elif isinstance(value, (list, tuple)):
-        h.update(b"[" if isinstance(value, list) else b"(")
-        for v in value:
-            _feed(h, v)
-        h.update(b"]")
-    else:  # numbers, strings, booleans, None: repr is exact (float repr round-trips)
-        h.update(f"{type(value).__name__}:{value!r};".encode())
-
-
 def checksum(payload: dict) -> str:
-    """SHA-256 of everything in ``payload`` except its ``"checksum"`` entry (hex digest)."""
+    """SHA-256 (hex) of everything in ``payload`` except its ``"checksum"`` entry, fed
+    canonically: dict keys sorted, tensors by dtype, shape and bytes."""
     h = hashlib.sha256()
-    _feed(h, {k: v for k, v in payload.items() if k != "checksum"})
+
+    def feed(value) -> None:
+        if isinstance(value, torch.Tensor):
+            t = value.detach().cpu().contiguous().reshape(-1)
+            h.update(f"T{t.dtype}{tuple(value.shape)}".encode())
+            h.update(t.view(torch.uint8).numpy().data)
+        elif isinstance(value, dict):
+            h.update(b"{")
+            for k in sorted(value, key=repr):
+                h.update(repr(k).encode())
+                feed(value[k])
+            h.update(b"}")
+        elif isinstance(value, (list, tuple)):
+            h.update(b"[" if isinstance(value, list) else b"(")
+            for v in value:
+                feed(v)
+            h.update(b"]")
+        else:  # numbers, strings, booleans, None: repr is exact (float repr round-trips)
+            h.update(f"{type(value).__name__}:{value!r};".encode())
+
+    feed({k: v for k, v in payload.items() if k != "checksum"})
     return h.hexdigest()
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from . import hardware
 from .checkpoints import (
     PRETRAINED,
     check_output_dir,
@@ -30,13 +31,6 @@ from .checkpoints import (
     load_model,
 )
 from .core import COMPILE_MODES, PRESETS, TrainConfig, get_preset
-from .hardware import (
-    PRECISIONS,
-    measure_matmul_flops,
-    physical_cores,
-    resolve_device,
-    resolve_precision,
-)
 from .model import POSITIONAL_SCHEMES, TransformerLM
 from .train import _ddp_ranks, train
 
@@ -125,7 +119,7 @@ def _train_parser() -> argparse.ArgumentParser:
         "--compile", nargs="?", const="default", choices=COMPILE_MODES, help="torch.compile"
     )
     p.add_argument("--threads", type=positive_int, help="default: one per physical core")
-    p.add_argument("--precision", choices=PRECISIONS, help="auto (default), fp32 or bf16")
+    p.add_argument("--precision", choices=hardware.PRECISIONS, help="auto (default), fp32 or bf16")
     p.add_argument("--peak-tflops", type=positive_float, help="device peak for MFU (TFLOP/s)")
     p.add_argument("--no-progress", action="store_false", dest="progress", default=None)
     p.add_argument("--allow-cpu", action="store_true", help="train the gpu preset without CUDA")
@@ -135,7 +129,7 @@ def _train_parser() -> argparse.ArgumentParser:
 def _overrides(args: argparse.Namespace) -> dict:
     names = ("steps", "batch_size", "lr", "eval_interval", "eval_batches", "seed", "positional")
     overrides = {k: getattr(args, k) for k in (*names, "device", "precision", "progress")}
-    cores = None if args.resume else max(1, physical_cores() // _ddp_ranks()[2])
+    cores = None if args.resume else max(1, hardware.physical_cores() // _ddp_ranks()[2])
     overrides["threads"] = args.threads or cores
     overrides["peak_flops"] = args.peak_tflops * 1e12 if args.peak_tflops else None
     if args.compile:
@@ -169,7 +163,7 @@ def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
         return None
     model = TransformerLM(cfg.model)
     tokens = cfg.steps * cfg.batch_size * model.config.block_size
-    rate = CPU_STEP_CEILING_SHARE * measure_matmul_flops(n=1024, repeats=3)
+    rate = CPU_STEP_CEILING_SHARE * hardware.measure_matmul_flops(n=1024, repeats=3)
     hours = tokens * model.flops_per_token() / rate / 3600
     return (
         f"--preset gpu needs a CUDA GPU, and none is available. On this CPU its "
@@ -195,8 +189,8 @@ def _main_train(argv: list[str]) -> int:
             raise ValueError("--preset is required (unless --resume)")
         else:
             cfg = get_preset(args.preset, **overrides)
-        device = resolve_device(cfg.device, _ddp_ranks()[1])
-        resolve_precision(cfg.precision, device, d_model=cfg.model.d_model)
+        device = hardware.resolve_device(cfg.device, _ddp_ranks()[1])
+        hardware.resolve_precision(cfg.precision, device, d_model=cfg.model.d_model)
         if not args.allow_cpu and (refusal := gpu_preset_refusal(cfg)):
             raise ValueError(refusal)
         return cfg
@@ -230,7 +224,7 @@ def _main_sample(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     def check():
-        resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
+        hardware.resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
         model, tok, _ = load_model(args.ckpt, args.device)
         return model, tok, tok.encode(args.prompt)[None, :].to(args.device)
 

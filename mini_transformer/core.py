@@ -1,6 +1,6 @@
 r"""The training recipe (chapter 6): presets, :class:`TrainConfig`, the schedule, one step and
 the loss estimate: what a run *is*, apart from how it is run (:mod:`mini_transformer.train`).
-The chapter-3 lab and the chapter-5 sweep use the same :class:`Schedule` and :func:`train_step`.
+The chapter-3 lab and the chapter-5 sweep use the same :func:`train_step`.
 
 Example (10 warm-up steps, then a cosine to 10% of the peak)::
 
@@ -186,18 +186,13 @@ class Schedule:
         p = \min\!\left(1, \frac{s - w}{S - w}\right) & s \ge w \end{cases}
 
     with ``w = warmup_steps`` and ``S = steps``; ``steps=None`` keeps :math:`\eta_\max`
-    after the warm-up (chapter 5's sweep). Two knobs differ from this formula only in rounding
-    and exist so that committed results reproduce exactly: ``min_ratio`` (the lab's floor as a
-    fraction of the peak, ``lr * (r + (1 - r) c)``) and ``arithmetic="stability"`` (chapter 5's
-    warm-up ``lr * min(1, (s + 1) / w)``).
+    after the warm-up.
     """
 
     lr: float
     warmup_steps: int = 0
     steps: int | None = None
     min_lr: float = 0.0
-    min_ratio: float | None = None
-    arithmetic: str = "train"
 
     def __post_init__(self) -> None:
         check_float("lr", self.lr, low=0)
@@ -205,39 +200,30 @@ class Schedule:
         if self.steps is not None:
             check_int("steps", self.steps, low=1, why=" or None")
         check_float("min_lr", self.min_lr, low=0, high=self.lr)
-        if self.min_ratio is not None:
-            check_float("min_ratio", self.min_ratio, low=0, high=1)
-        check_choice("arithmetic", self.arithmetic, ("train", "stability"))
 
     def __call__(self, step: int) -> float:
         check_int("step", step, low=0)
         w = self.warmup_steps
         if step < w:
-            if self.arithmetic == "stability":
-                return self.lr * min(1.0, (step + 1) / w)
             return self.lr * (step + 1) / w
         if self.steps is None:
             return self.lr
         progress = min(1.0, (step - w) / max(1, self.steps - w))
         cosine = 0.5 * (1.0 + math.cos(math.pi * progress))  # 1 -> 0
-        if self.min_ratio is not None:
-            return self.lr * (self.min_ratio + (1.0 - self.min_ratio) * cosine)
         return self.min_lr + cosine * (self.lr - self.min_lr)
 
 
 def configure_optimizer(model: TransformerLM, cfg: TrainConfig, fused: bool = False):
-    """AdamW with weight decay only on the weight matrices of linear layers: not on biases,
-    LayerNorm gains and the embeddings (the tied LM head is the token embedding)."""
-    tables = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)] + [model.pos_emb]
-    no_decay = {id(p) for m in tables if m is not None for p in m.parameters()}
-    decay, other = [], []
-    for m in model.modules():
-        for name, p in m.named_parameters(recurse=False):
-            if id(p) in no_decay or not p.requires_grad:
-                continue
-            (decay if isinstance(m, torch.nn.Linear) and name == "weight" else other).append(p)
-    seen = {id(p) for p in decay + other}
-    other += [p for p in model.parameters() if id(p) not in seen]  # the embeddings
+    """AdamW that decays the weight matrices of Linear layers; not biases, LayerNorm gains or
+    embeddings (the tied head is the token embedding). nanoGPT's ``p.dim() >= 2`` rule would
+    decay the embeddings too. The order within a group indexes a checkpoint's optimizer state."""
+    tables = (m for m in model.modules() if isinstance(m, torch.nn.Embedding) or m is model.pos_emb)
+    embeddings = {id(p) for m in tables for p in m.parameters()}
+    matrices = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    params, last = list(model.parameters()), lambda p: id(p) in embeddings or not p.requires_grad
+    decay = [p for p in params if id(p) in matrices and not last(p)]
+    other = [p for p in params if id(p) not in matrices and not last(p)]
+    other += [p for p in params if last(p)]  # the embeddings (and frozen parameters) last
     groups = [
         {"params": decay, "weight_decay": cfg.weight_decay},
         {"params": other, "weight_decay": 0.0},
@@ -290,8 +276,8 @@ def train_step(
     autocast: Callable[[], object] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One update on the batch ``(x, y)`` of any model with ``forward(idx, targets) ->
-    (logits, loss)``: ``(loss, grad_norm)``, detached and unread (no ``.item()``), so a GPU
-    never waits for the host. ``grad_clip=0``: no clipping, ``grad_norm`` is ``None``."""
+    (logits, loss)``: ``(loss, grad_norm)``, detached and unread (an ``.item()`` would make the
+    host wait for the GPU). ``grad_clip=0``: no clipping, ``grad_norm`` is ``None``."""
     lr = check_float("lr", lr, low=0)  # a NaN would silently poison every weight
     grad_clip = check_float("grad_clip", grad_clip, low=0)
     for group in optimizer.param_groups:

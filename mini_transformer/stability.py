@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
-from .checks import check_int
-from .core import Schedule, train_step
+from .checks import check_float, check_int
+from .core import train_step
 from .layers import FeedForward, LayerNorm, TransformerBlock
 
 LEARNED_BELOW = 0.5
@@ -35,6 +35,7 @@ __all__ = [
     "copy_task_batch",
     "grad_norms_at_init",
     "train_run",
+    "warmup_lr",
 ]
 
 
@@ -159,10 +160,11 @@ def train_run(
     model and the data stream, so runs differ only in placement and schedule. Training stops
     at the first non-finite loss; ``final_loss`` is the held-out copy loss.
     """
+    check_float("lr", lr, low=0)
     for name, value, low in (("steps", steps, 1), ("seed", seed, 0), ("log_every", log_every, 1)):
         check_int(name, value, low=low)
     check_int("eval_batches", eval_batches, low=1)
-    schedule = Schedule(lr=lr, warmup_steps=warmup_steps, arithmetic="stability")  # checks both
+    check_int("warmup_steps", warmup_steps, low=0)
     cfg = cfg or StabilityConfig()
     torch.manual_seed(seed)
     model = TinyCausalLM(cfg, norm_position)  # its blocks check norm_position
@@ -172,7 +174,7 @@ def train_run(
     diverged = False
     for step in range(steps):
         idx, targets = copy_task_batch(cfg, data)
-        loss, _ = train_step(model, opt, idx, targets, schedule(step))
+        loss, _ = train_step(model, opt, idx, targets, warmup_lr(step, lr, warmup_steps))
         if not torch.isfinite(loss):  # the update it made is never used
             diverged = True
             break
@@ -188,3 +190,9 @@ def train_run(
     run = {"norm_position": norm_position, "lr": lr, "warmup_steps": warmup_steps, "seed": seed}
     run |= {"losses": losses, "final_loss": round(final, 5) if math.isfinite(final) else None}
     return run | {"diverged": diverged, "steps_run": step + 1}
+
+
+def warmup_lr(step: int, lr: float, warmup_steps: int) -> float:
+    """The sweep's rate ``lr * min(1, (s + 1) / w)``, then ``lr``: the committed sweep's rounding
+    (:class:`~mini_transformer.core.Schedule`'s warm-up, ``lr * (s + 1) / w``, differs in it)."""
+    return lr * min(1.0, (step + 1) / warmup_steps) if step < warmup_steps else lr

@@ -5,7 +5,7 @@ is :mod:`~mini_transformer.core`, the files :mod:`~mini_transformer.checkpoints`
 line ``python -m mini_transformer.train`` runs :func:`mini_transformer.cli.main`.
 
 Each robustness concern is one call defined below the loop: ``_read_window`` (divergence; the
-losses are read once per window, so one GPU never waits for the host), ``_interrupt`` (Ctrl-C,
+losses are read once per window, so the host waits for the GPU once), ``_interrupt`` (Ctrl-C,
 read between steps, saves ``last.pt`` at a step boundary: a resumed run is bit-identical),
 ``_unsaveable`` (nothing diverged is saved), ``_logged`` (the log) and ``_ddp_*`` (torchrun).
 """
@@ -52,7 +52,6 @@ from .model import TransformerLM
 __all__ = [  # the loop, and the names the chapters use
     "train",
     "TrainingDivergedError",
-    "TrainConfig",
     "get_preset",
     "configure_optimizer",
     "estimate_loss",
@@ -107,7 +106,7 @@ def train(
             if main and not resume:
                 _evaluate_and_save(run, None)  # the loss before any training: about ln(vocab_size)
             run.model.train()
-            losses, norms, t0, stopping = [], [], time.perf_counter(), False
+            losses, norms, t0, stopping = [], [], time.perf_counter(), False  # tensors, unread
             while run.step < cfg.steps and not (stopping := _ddp_stop(run, flag)):
                 g = torch.Generator().manual_seed(_seed_for(cfg.seed, run.rank, run.step))
                 x, y = get_batch(run.train_ids, cfg.batch_size, T, g, run.device)
@@ -131,9 +130,9 @@ def train(
                 _interrupt(run)  # last.pt at this step boundary, then KeyboardInterrupt
     return {
         "step": run.step,
-        "losses": run.losses,
+        "losses": run.train_losses,
         "val_loss": run.val_loss,
-        "best_val_loss": run.best_val,
+        "best_val_loss": run.best_val_loss,
         "reason": "completed",
         "wall_time_s": run.elapsed(),
         "out_dir": str(out_dir),
@@ -157,12 +156,12 @@ class Run:
     world: int = 1
     step_model: torch.nn.Module | None = None  # what a step calls: model, DDP or compiled
     step: int = 0
-    best_val: float = math.inf
+    best_val_loss: float = math.inf
     val_loss: float | None = None
     saved_step: int | None = None  # step of the last checkpoint written
     elapsed_before: float = 0.0
     t_start: float = field(default_factory=time.perf_counter)
-    losses: list[float] = field(default_factory=list)
+    train_losses: list[float] = field(default_factory=list)  # every step's, read back
     peak: float | None = None
     peak_source: str = ""
     log_path: Path | None = None  # metrics.jsonl (rank 0 only)
@@ -187,9 +186,10 @@ class Run:
     def autocast(self):
         return hardware.autocast(self.precision, self.device)
 
-    def estimate(self, ids: torch.Tensor, split: int) -> float:
-        """The loss on a split (1: training, 2: held out), its own seed for each."""
-        cfg, seed = self.cfg, _seed_for(self.cfg.seed, split)
+    def estimate(self, split: str) -> float:
+        """The loss on ``"train"`` or ``"val"``, each split on batches of its own fixed seed."""
+        ids, key = (self.train_ids, 1) if split == "train" else (self.val_ids, 2)
+        cfg, seed = self.cfg, _seed_for(self.cfg.seed, key)
         with self.autocast():
             return estimate_loss(
                 self.model, ids, n_batches=cfg.eval_batches, batch_size=cfg.batch_size, seed=seed
@@ -223,7 +223,7 @@ def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
     train_ids, val_ids = train_ids.to(device), val_ids.to(device)
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
     model = TransformerLM(cfg.model)
-    model.check_token_ids = False  # encode() made them all < vocab_size; a check makes a GPU wait
+    model.check_token_ids = False  # encode() gave valid ids; a check: the host waits for the GPU
     if is_cuda and not model.config.fused_attention:
         print("note: fused_attention=False; the fused kernel is faster on CUDA", file=sys.stderr)
     model.to(device)
@@ -250,11 +250,11 @@ def _restore(run: Run) -> None:
     run.step = run.saved_step = ckpt["step"]
     run.val_loss = ckpt.get("val_loss")
     run.elapsed_before = ckpt.get("elapsed_s", 0.0)
-    run.best_val = ckpt.get("best_val_loss", math.inf)
+    run.best_val_loss = ckpt.get("best_val_loss", math.inf)
     if run.best_path.is_file():  # a crash between writing best.pt and last.pt
         with contextlib.suppress(ValueError):
             best = load_checkpoint(run.best_path).get("best_val_loss")
-            run.best_val = min(run.best_val, best if best is not None else math.inf)
+            run.best_val_loss = min(run.best_val_loss, best if best is not None else math.inf)
     if run.rank == 0:  # RNG states must be CPU ByteTensors, whatever map_location did
         torch.set_rng_state(ckpt["rng"]["torch"].cpu())
         if run.device.type == "cuda" and "cuda" in ckpt["rng"]:
@@ -279,7 +279,7 @@ def _logged(run: Run, resume: bool, argv: list[str] | None, created: bool) -> It
             raise
         finally:
             end = {"event": "end", "step": run.step, "reason": reason, "val_loss": run.val_loss}
-            end |= {"best_val_loss": run.best_val, "wall_time_s": run.elapsed()}  # inf: null
+            end |= {"best_val_loss": run.best_val_loss, "wall_time_s": run.elapsed()}  # inf: null
             write_record(run.log_path, end)
     except BaseException as err:
         fresh = run.rank == 0 and not resume and run.saved_step is None
@@ -338,7 +338,7 @@ def _read_window(run: Run, losses: list, norms: list, t0: float, bar) -> float |
     for what, seq in (("loss", values), ("gradient norm", grad_norms)):
         if (bad := next((i for i, v in enumerate(seq) if not math.isfinite(v)), None)) is not None:
             raise _diverged(run, what, seq[bad], first + bad)
-    run.losses.extend(values)
+    run.train_losses.extend(values)
     rate = len(values) * run.tokens_per_step / (time.perf_counter() - t0)
     bar.set_postfix(loss=f"{values[-1]:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
     return rate
@@ -357,7 +357,7 @@ def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
     cfg, model = run.cfg, run.model
     if run.device.type == "cpu" and cfg.peak_flops is None and tokens_per_s is not None:
         run.peak = max(run.peak, hardware.measure_matmul_flops(repeats=3))
-    train_loss, val_loss = run.estimate(run.train_ids, 1), run.estimate(run.val_ids, 2)
+    train_loss, val_loss = run.estimate("train"), run.estimate("val")
     mfu = None
     if tokens_per_s is not None and run.peak:
         mfu = tokens_per_s * model.flops_per_token() / (run.peak * run.world)
@@ -378,8 +378,8 @@ def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
     )
     if (problem := _unsaveable(run, val_loss)) is not None:
         raise _diverged(run, *problem[:2], run.step)
-    run.val_loss, best = val_loss, val_loss < run.best_val
-    run.best_val = min(run.best_val, val_loss)
+    run.val_loss, best = val_loss, val_loss < run.best_val_loss
+    run.best_val_loss = min(run.best_val_loss, val_loss)
     _save(run, best=best)
 
 
@@ -399,8 +399,9 @@ def _save(run: Run, best: bool = False) -> None:
     """``last.pt``; a new best goes to ``best.pt`` first and is copied: ``last.pt`` must never
     claim a better best than ``best.pt`` holds."""
     items = {"step": run.step, "train_config": run.cfg, "tokenizer": run.tok}
-    items |= {"best_val_loss": run.best_val, "val_loss": run.val_loss, "elapsed_s": run.elapsed()}
-    save_checkpoint(run.best_path if best else run.last_path, run.model, run.optimizer, **items)
+    items |= {"best_val_loss": run.best_val_loss, "val_loss": run.val_loss}
+    path = run.best_path if best else run.last_path
+    save_checkpoint(path, run.model, run.optimizer, **items, elapsed_s=run.elapsed())
     if best:
         with run.best_path.open("rb") as src:
             atomic_write(run.last_path, lambda f: shutil.copyfileobj(src, f))
@@ -416,7 +417,7 @@ def _interrupt(run: Run) -> None:
         kept = f"kept {run.saved}" if run.saved else "nothing was saved"
         if run.step == run.saved_step:
             print(f"{head} {kept}", file=sys.stderr)
-        elif (problem := _unsaveable(run, run.estimate(run.val_ids, 2))) is not None:
+        elif (problem := _unsaveable(run, run.estimate("val"))) is not None:
             what, value, limit = problem
             message = f"the {what} is {value:.4g} (limit {limit:.3g}, a diverging run)"
             print(f"{head} not saved: {message}; {kept}", file=sys.stderr)

@@ -18,7 +18,6 @@ import torch
 
 from mini_transformer import data, exercises, train
 from mini_transformer import stability as S
-from mini_transformer.core import Schedule
 
 PLATEAU = 2.75  # the chapter's line: a logged training loss below it has left ln 16 = 2.77
 
@@ -135,11 +134,10 @@ def test_the_dip_of_post_ln_with_warm_up(sweep):
     runs600, seeds = sweep["runs"][600], sweep["t300"]["seeds"]
     dips = [min(runs600["post", 100, 1e-2, s]["losses"]) for s in seeds]
     dip_steps = [10 * int(np.argmin(runs600["post", 100, 1e-2, s]["losses"])) for s in seeds]
-    schedule = Schedule(lr=1e-2, warmup_steps=100, arithmetic="stability")
-    dip_lrs = [schedule(t) for t in dip_steps]
+    dip_lrs = [S.warmup_lr(t, 1e-2, 100) for t in dip_steps]
     assert all(x > 2 * 3e-3 for x in dip_lrs) and all(x > 7 * 1e-3 for x in dip_lrs)
     assert 2.3 < min(dips) and max(dips) < 2.5 and min(dip_steps) == 70 and max(dip_steps) <= 80
-    assert math.isclose(schedule(70), 7.1e-3)  # (70 + 1) / 100 of the peak
+    assert math.isclose(S.warmup_lr(70, 1e-2, 100), 7.1e-3)  # (70 + 1) / 100 of the peak
 
 
 def test_where_both_learned_pre_ln_ended_lower(sweep):

@@ -1,14 +1,15 @@
 """The training core: one schedule and one step for train, lab and stability."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from mini_transformer import lab
 from mini_transformer import stability as S
-from mini_transformer.core import Schedule, train_step
-from mini_transformer.train import TrainConfig
+from mini_transformer.core import Schedule, TrainConfig, configure_optimizer, train_step
+from mini_transformer.model import POSITIONAL_SCHEMES, TransformerConfig, TransformerLM
 from mini_transformer.train import _stop_at_step_boundary as stop_at_step_boundary
 
 torch.set_num_threads(1)
@@ -46,21 +47,19 @@ def test_the_schedule_reproduces_the_training_presets_bit_for_bit(lr, min_lr, w,
 
 
 @pytest.mark.parametrize("lr", [3e-3, 1e-2, 3e-2])
-def test_the_schedule_reproduces_the_lab_bit_for_bit(lr):
-    s = Schedule(lr=lr, warmup_steps=100, steps=10_000, min_ratio=0.1)
-    assert all(s(k) == old_lab(k, lr, 100, 10_000) for k in range(10_010))
+def test_the_lab_schedule_is_bit_identical_to_the_old_one(lr):
+    cfg = lab.LabConfig(warmup_steps=100, steps=10_000)
+    assert all(lab._lab_lr(k, lr, cfg) == old_lab(k, lr, 100, 10_000) for k in range(10_010))
 
 
 @pytest.mark.parametrize("lr,w", [(1e-3, 0), (3e-3, 100), (1e-2, 100), (3e-2, 100)])
-def test_the_schedule_reproduces_the_stability_sweep_bit_for_bit(lr, w):
-    s = Schedule(lr=lr, warmup_steps=w, arithmetic="stability")
-    assert all(s(k) == old_stability(k, lr, w) for k in range(300))
+def test_the_stability_schedule_is_bit_identical_to_the_old_one(lr, w):
+    assert all(S.warmup_lr(k, lr, w) == old_stability(k, lr, w) for k in range(300))
 
 
 def test_the_two_orders_of_operations_agree_to_rounding():
-    a = Schedule(lr=3e-2, warmup_steps=100, arithmetic="stability")
     b = Schedule(lr=3e-2, warmup_steps=100)
-    assert all(math.isclose(a(k), b(k), rel_tol=1e-15) for k in range(300))
+    assert all(math.isclose(S.warmup_lr(k, 3e-2, 100), b(k), rel_tol=1e-15) for k in range(300))
 
 
 @pytest.mark.parametrize("step", [-1, 1.5, True])
@@ -114,3 +113,29 @@ def test_the_first_ctrl_c_only_sets_the_flag_and_the_second_stops():
         with pytest.raises(KeyboardInterrupt):
             signal.raise_signal(signal.SIGINT)
     assert signal.getsignal(signal.SIGINT) is before  # restored
+
+
+def old_configure_optimizer_groups(model):
+    # configure_optimizer's groups as written before (the order indexes saved optimizer states)
+    tables = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)] + [model.pos_emb]
+    no_decay = {id(p) for m in tables if m is not None for p in m.parameters()}
+    decay, other = [], []
+    for m in model.modules():
+        for name, p in m.named_parameters(recurse=False):
+            if id(p) in no_decay or not p.requires_grad:
+                continue
+            (decay if isinstance(m, torch.nn.Linear) and name == "weight" else other).append(p)
+    seen = {id(p) for p in decay + other}
+    other += [p for p in model.parameters() if id(p) not in seen]
+    return decay, other
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("scheme", POSITIONAL_SCHEMES)
+def test_the_optimizer_groups_and_their_order_are_the_old_ones(scheme, tied):
+    config = TransformerConfig(vocab_size=11, block_size=8, d_model=16, n_heads=2, n_layers=2)
+    model = TransformerLM(replace(config, positional=scheme, tie_weights=tied))
+    groups = configure_optimizer(model, TrainConfig(weight_decay=0.1)).param_groups
+    old = old_configure_optimizer_groups(model)
+    assert [[id(p) for p in g["params"]] for g in groups] == [[id(p) for p in g] for g in old]
+    assert [g["weight_decay"] for g in groups] == [0.1, 0.0]

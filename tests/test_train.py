@@ -12,6 +12,7 @@ import torch
 
 from mini_transformer import checkpoints, cli
 from mini_transformer import train as T
+from mini_transformer.core import TrainConfig
 from mini_transformer.model import TransformerConfig, TransformerLM
 
 torch.set_num_threads(1)
@@ -54,7 +55,7 @@ def test_gpu_preset_is_nanogpt_shakespeare_char_scale():
 
 
 def test_warmup_is_linear_and_the_cosine_ends_at_min_lr():
-    schedule = T.TrainConfig(steps=100, warmup_steps=10, lr=1.0, min_lr=0.1).schedule()
+    schedule = TrainConfig(steps=100, warmup_steps=10, lr=1.0, min_lr=0.1).schedule()
     assert [schedule(s) for s in range(3)] == pytest.approx([0.1, 0.2, 0.3])
     assert schedule(9) == pytest.approx(1.0)
     assert schedule(55) == pytest.approx(0.55)  # halfway through the cosine
@@ -65,7 +66,7 @@ def test_warmup_is_linear_and_the_cosine_ends_at_min_lr():
 
 def test_only_linear_weight_matrices_are_decayed():
     model = small_model(positional="learned")
-    opt = T.configure_optimizer(model, T.TrainConfig(weight_decay=0.1))
+    opt = T.configure_optimizer(model, TrainConfig(weight_decay=0.1))
     decay, other = opt.param_groups
     assert decay["weight_decay"] == 0.1 and other["weight_decay"] == 0.0
     ids = lambda ps: {id(p) for p in ps}  # noqa: E731
@@ -79,7 +80,7 @@ def test_only_linear_weight_matrices_are_decayed():
 
 def test_train_config_rejects_min_lr_above_lr():
     with pytest.raises(ValueError, match="min_lr must be <= lr"):
-        T.TrainConfig(lr=1e-3, min_lr=1e-2)
+        TrainConfig(lr=1e-3, min_lr=1e-2)
 
 
 def test_get_preset_rejects_unknown_settings():
@@ -152,14 +153,14 @@ def test_an_immediate_interrupt_keeps_the_last_checkpoint_and_resumes_identicall
 
 def test_checkpoint_round_trip_is_exact(tmp_path):
     model = small_model(positional="alibi", dropout=0.1)
-    opt = T.configure_optimizer(model, T.TrainConfig())
+    opt = T.configure_optimizer(model, TrainConfig())
     model(torch.randint(84, (2, 8)), torch.randint(84, (2, 8)))[1].backward()
     opt.step()
     path = T.save_checkpoint(tmp_path / "c.pt", model, opt, step=3, best_val_loss=2.5)
     raw = torch.load(path, weights_only=True)  # no pickled code needed
     assert raw["model_config"] == model.config.to_dict() and raw["step"] == 3
     twin = small_model(positional="alibi", dropout=0.1)
-    opt2 = T.configure_optimizer(twin, T.TrainConfig())
+    opt2 = T.configure_optimizer(twin, TrainConfig())
     T.load_checkpoint(path, twin, opt2)
     for (k, a), (_, b) in zip(model.state_dict().items(), twin.state_dict().items(), strict=True):
         assert torch.equal(a, b), k
@@ -373,4 +374,4 @@ def test_estimate_loss_names_a_bad_argument(kwargs, name, error):
 )
 def test_train_config_names_a_bad_setting(kwargs, error):
     with pytest.raises(error, match=next(iter(kwargs))):
-        T.TrainConfig(**kwargs)
+        TrainConfig(**kwargs)
