@@ -110,6 +110,8 @@ def train(
             while run.step < cfg.steps and not (stopping := _ddp_stop(run, flag)):
                 g = torch.Generator().manual_seed(_seed_for(cfg.seed, run.rank, run.step))
                 x, y = get_batch(run.train_ids, cfg.batch_size, T, g, run.device)
+                if run.world > 1:  # each rank's dropout masks: a function of the step, resumable
+                    torch.manual_seed(_seed_for(cfg.seed, run.rank, run.step, 1))
                 lr = run.schedule(run.step)
                 loss, norm = train_step(
                     run.step_model, opt, x, y, lr, grad_clip=cfg.grad_clip, autocast=run.autocast
@@ -235,7 +237,7 @@ def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
     run.rank, run.world, run.step_model = rank, world, model
     if resume:
         _restore(run)
-    _ddp_wrap(run, resume)
+    _ddp_wrap(run)
     if cfg.compile:
         run.step_model = torch.compile(run.step_model, mode=cfg.compile_mode)
     if rank == 0:
@@ -255,12 +257,10 @@ def _restore(run: Run) -> None:
         with contextlib.suppress(ValueError):
             best = load_checkpoint(run.best_path).get("best_val_loss")
             run.best_val_loss = min(run.best_val_loss, best if best is not None else math.inf)
-    if run.rank == 0:  # RNG states must be CPU ByteTensors, whatever map_location did
-        torch.set_rng_state(ckpt["rng"]["torch"].cpu())
+    if run.world == 1:  # RNG states must be CPU ByteTensors, whatever map_location did
+        torch.set_rng_state(ckpt["rng"]["torch"].cpu())  # (torchrun: the loop seeds each step)
         if run.device.type == "cuda" and "cuda" in ckpt["rng"]:
             torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["rng"]["cuda"]])
-    else:  # the other ranks start a stream of their own for this step
-        torch.manual_seed(_seed_for(run.cfg.seed, run.rank, run.step))
 
 
 @contextlib.contextmanager
@@ -474,11 +474,9 @@ def _ddp_group(cfg: TrainConfig) -> Iterator[None]:
             dist.destroy_process_group()
 
 
-def _ddp_wrap(run: Run, resume: bool) -> None:
-    """Each rank draws its own dropout masks; the model each step calls syncs gradients."""
+def _ddp_wrap(run: Run) -> None:
+    """The model each step calls syncs gradients (each rank draws its own dropout masks)."""
     if run.world > 1:
-        if not resume:
-            torch.manual_seed(_seed_for(run.cfg.seed, run.rank))
         ids = [run.device.index] if run.device.type == "cuda" else None
         run.step_model = torch.nn.parallel.DistributedDataParallel(run.model, device_ids=ids)
 
