@@ -122,8 +122,6 @@ def train(
                 bar.update(1)
                 if run.step % cfg.eval_interval == 0 or run.step == cfg.steps:
                     rate = _read_window(run, losses, norms, t0, bar)  # divergence
-                    if stopping := _ddp_stop(run, flag):
-                        break
                     if main:
                         _evaluate_and_save(run, rate)
                     t0 = time.perf_counter()
