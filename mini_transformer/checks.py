@@ -3,9 +3,9 @@
 ``TypeError`` for the wrong *type* (a ``bool`` where a number is expected, a ``float`` where
 an integer is: never silently cast), ``ValueError`` for a wrong *value*; every message names the
 argument, the allowed values and what was given. A tensor is checked where it enters (a model's
-parts skip their checks); metadata only, except :func:`check_ids` and :func:`check_array`.
-A reader can skip every ``check_*`` line: ``x = check_int("x", x)`` returns ``x`` as the plain
-Python type it names (a NumPy integer as an ``int``), or raises.
+parts skip their per-call input checks); metadata only, except :func:`check_ids` and
+:func:`check_array`. Read ``x = check_int("x", x)`` as ``x``: each check returns its value as
+the plain Python type it names (a NumPy integer as an ``int``), or raises.
 """
 
 from __future__ import annotations
