@@ -218,7 +218,7 @@ class TransformerLM(nn.Module):
                 "embedding has no vector for unseen positions (crop the input, or use a scheme "
                 f"from {EXTRAPOLATING})"
             )
-        if name == "idx" and not crop:  # the scores each attention layer computes
+        if name == "idx" and not crop:  # the from-scratch path (or a fused math fallback) makes
             check_size("the attention scores (B, n_heads, T_q, T_k)", (len(idx), c.n_heads, T, T))
         if self.check_token_ids and not torch.compiler.is_compiling():  # a GPU sync
             check_ids(name, idx, c.vocab_size, ignore=IGNORE_INDEX if name == "targets" else None)
