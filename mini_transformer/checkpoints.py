@@ -31,7 +31,7 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "load_model",
-    "export_weights",
+    "prepare_export",
     "load_pretrained",
     "read_log",
 ]
@@ -301,13 +301,13 @@ def load_checkpoint(
     return ckpt
 
 
-def _table_floats(c: TransformerConfig) -> int:
-    """float32 entries of the position tables (buffers, not parameters) ``c`` would build."""
+def _table_bytes(c: TransformerConfig) -> int:
+    """Bytes of the position tables (buffers, not parameters) a model of config ``c`` keeps."""
     if c.positional == "sinusoidal":
-        return 2 * max(MAX_LEN, c.block_size) * c.d_model  # float64 = 2 float32
-    if c.positional == "rope":
-        return 2 * c.block_size * c.d_head  # cos and sin
-    return c.n_heads * c.block_size**2 if c.positional == "alibi" else 0
+        return 4 * max(MAX_LEN, c.block_size) * c.d_model  # float32 (T, d_model)
+    if c.positional == "rope":  # cos, sin: float32 (T, d_head / 2); omega: float64 (d_head / 2)
+        return 4 * c.block_size * c.d_head + 4 * c.d_head
+    return 4 * c.n_heads * c.block_size**2 if c.positional == "alibi" else 0  # float32 (h, T, T)
 
 
 def _check_declared_config(path: Path, ckpt: dict) -> TransformerConfig:
@@ -334,7 +334,7 @@ def _check_declared_config(path: Path, ckpt: dict) -> TransformerConfig:
             )
     if f"blocks.{config.n_layers}.ln1.weight" in state:
         raise ValueError(f"checkpoint {path} holds more blocks than n_layers={config.n_layers}")
-    need = 4 * _table_floats(config)  # bytes of float32
+    need = _table_bytes(config)
     if need > MAX_BUFFER_BYTES:
         raise ValueError(
             f"checkpoint {path} declares block_size={config.block_size} with "
@@ -363,18 +363,16 @@ def load_model(
     return model.to(device).eval(), tok, ckpt
 
 
-def export_weights(
+def prepare_export(
     ckpt_path: str | Path,
     out_path: str | Path = PRETRAINED["cpu"],
     log_path: str | Path | None = None,
     *,
     overwrite: bool = False,
-) -> Path:
-    """Write a small half-precision, weights-only copy of a checkpoint (for committing), with its
-    configuration (``.json``) and ``log_path`` (``.jsonl``) beside it; tied tensors stay tied.
-    Everything is checked before any write; every file goes to a temporary first and is
-    renamed only once all are complete.
-    """
+) -> Callable[[], Path]:
+    """A half-precision, weights-only copy of a checkpoint (for committing), its configuration
+    (``.json``) and ``log_path`` (``.jsonl``) beside it, tied tensors tied: checked and built in
+    memory now, written by the function returned: ``prepare_export(ckpt_path, out_path)()``."""
     out_path = Path(out_path)
     if out_path.suffix != ".pt":
         raise ValueError(
@@ -398,17 +396,21 @@ def export_weights(
     texts = {out_path.with_suffix(".json"): json.dumps(json_safe(config), indent=2) + "\n"}
     if log_path is not None:
         texts[out_path.with_suffix(".jsonl")] = Path(log_path).read_text()
-    staged: dict[Path, Path] = {}
-    try:
-        for path, text in texts.items():
-            staged[path] = atomic_write(path.with_name(path.name + ".new"), text)
-        _save_verified(weights, out_path)
-        for path, new in staged.items():
-            os.replace(new, path)
-    finally:
-        for new in staged.values():
-            new.unlink(missing_ok=True)
-    return out_path
+
+    def write() -> Path:  # atomic_write renames at once, so the texts are staged as .new files
+        staged: dict[Path, Path] = {}
+        try:
+            for path, text in texts.items():
+                staged[path] = atomic_write(path.with_name(path.name + ".new"), text)
+            _save_verified(weights, out_path)
+            for path, new in staged.items():
+                os.replace(new, path)
+        finally:
+            for new in staged.values():
+                new.unlink(missing_ok=True)
+        return out_path
+
+    return write
 
 
 def load_pretrained(

@@ -7,8 +7,8 @@ r"""The command line of chapter 6, ``python -m mini_transformer.train`` (train.p
     python -m mini_transformer.train sample --ckpt gpu --prompt "ROMEO:"  # bundled model
     python -m mini_transformer.train export --ckpt runs/cpu/best.pt --overwrite  # -> assets/
 
-This command line and the sweeps in ``tools/`` check their arguments and output path
-**before** any work (``run_cli``); a committed result is replaced only with ``--overwrite``.
+This command line and the sweeps in ``tools/`` refuse bad arguments and output paths (exit 2)
+before they write anything (``run_cli``); a committed result is replaced only with ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from .checkpoints import (
     PRETRAINED,
     check_output_dir,
     config_diff,
-    export_weights,
     load_checkpoint,
     load_model,
+    prepare_export,
 )
 from .core import COMPILE_MODES, PRESETS, TrainConfig, get_preset
 from .model import POSITIONAL_SCHEMES, TransformerLM
-from .train import _ddp_ranks, train
+from .train import train
 
 __all__ = ["main"]
 
@@ -129,7 +129,7 @@ def _train_parser() -> argparse.ArgumentParser:
 def _overrides(args: argparse.Namespace) -> dict:
     names = ("steps", "batch_size", "lr", "eval_interval", "eval_batches", "seed", "positional")
     overrides = {k: getattr(args, k) for k in (*names, "device", "precision", "progress")}
-    cores = None if args.resume else max(1, hardware.physical_cores() // _ddp_ranks()[2])
+    cores = None if args.resume else max(1, hardware.physical_cores() // hardware.ddp_ranks()[2])
     overrides["threads"] = args.threads or cores
     overrides["peak_flops"] = args.peak_tflops * 1e12 if args.peak_tflops else None
     if args.compile:
@@ -159,7 +159,8 @@ def _resume_config(parser, args, overrides: dict) -> TrainConfig:
 def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
     """Why the ``gpu`` preset should not run here, with a time estimate (the run's FLOPs over
     :data:`CPU_STEP_CEILING_SHARE` of a matmul ceiling measured now); ``None`` if it may."""
-    if cfg.preset != "gpu" or torch.cuda.is_available() or cfg.device.startswith("cuda"):
+    device = hardware.resolve_device(cfg.device, here=False)  # "cuda" asked for, absent or not
+    if cfg.preset != "gpu" or torch.cuda.is_available() or device.type == "cuda":
         return None
     model = TransformerLM(cfg.model)
     tokens = cfg.steps * cfg.batch_size * model.config.block_size
@@ -181,7 +182,7 @@ def _main_train(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     overrides = _overrides(args)
 
-    def check() -> TrainConfig:  # everything the run would refuse, refused before any work
+    def check() -> TrainConfig:  # what the run would refuse, before it starts (writes nothing)
         check_output_dir(args.out, resume=args.resume, overwrite=args.overwrite)
         if args.resume:
             cfg = _resume_config(parser, args, overrides)
@@ -189,16 +190,16 @@ def _main_train(argv: list[str]) -> int:
             raise ValueError("--preset is required (unless --resume)")
         else:
             cfg = get_preset(args.preset, **overrides)
-        device = hardware.resolve_device(cfg.device, _ddp_ranks()[1])
+        device = hardware.resolve_device(cfg.device, hardware.ddp_ranks()[1])
         hardware.resolve_precision(cfg.precision, device, d_model=cfg.model.d_model)
-        if not args.allow_cpu and (refusal := gpu_preset_refusal(cfg)):
+        if not args.allow_cpu and (refusal := gpu_preset_refusal(cfg)):  # times a matmul on a CPU
             raise ValueError(refusal)
         return cfg
 
     def work(cfg: TrainConfig) -> int:  # a diverged run: run_cli's one line and exit 1
         command = ["python", "-m", "mini_transformer.train", *argv]
         result = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite, argv=command)
-        if _ddp_ranks()[0] == 0:
+        if hardware.ddp_ranks()[0] == 0:
             print(
                 f"done: step {result['step']}, val loss {result['val_loss']:.4f}, "
                 f"best {result['best_val_loss']:.4f}, {result['wall_time_s']:.0f} s; "
@@ -249,16 +250,19 @@ def _main_export(argv: list[str]) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace a committed model's files")
     args = p.parse_args(argv)
 
-    def check() -> Path:  # export_weights checks everything before it writes
+    def check() -> Callable[[], Path]:  # checks and builds the files in memory; writes nothing
         if args.log is not None and not Path(args.log).is_file():
             raise FileNotFoundError(f"--log {args.log}: no such file")
         log = Path(args.log) if args.log else Path(args.ckpt).parent / "metrics.jsonl"
         log = log if log.is_file() else None
-        return export_weights(args.ckpt, args.out, log, overwrite=args.overwrite)
+        return prepare_export(args.ckpt, args.out, log, overwrite=args.overwrite)
 
-    path = run_cli(p, check)
-    print(printable(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)"))
-    return 0
+    def work(write: Callable[[], Path]) -> int:
+        path = write()
+        print(printable(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)"))
+        return 0
+
+    return run_cli(p, check, work)
 
 
 def main(argv: list[str] | None = None) -> int:

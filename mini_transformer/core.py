@@ -29,7 +29,7 @@ from .checks import (
     check_tensor,
 )
 from .data import CharTokenizer, get_batch
-from .hardware import resolve_precision
+from .hardware import PRECISIONS, resolve_device
 from .model import TransformerConfig, TransformerLM, evaluating
 
 __all__ = [
@@ -124,7 +124,9 @@ class TrainConfig:
     precision: str = "auto"
 
     def __post_init__(self) -> None:
-        resolve_precision(self.precision, self.device, native=True)  # checks both, detects nothing
+        if self.precision not in PRECISIONS:  # resolved by the run, on its device
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        resolve_device(self.device, here=False)  # parsed only: a config may name a GPU not here
         check_instance("model", self.model, TransformerConfig, "a TransformerConfig")
         for name in ("batch_size", "steps", "eval_interval", "eval_batches"):
             check_int(name, getattr(self, name), low=1)
@@ -216,14 +218,15 @@ class Schedule:
 def configure_optimizer(model: TransformerLM, cfg: TrainConfig, fused: bool = False):
     """AdamW that decays the weight matrices of Linear layers; not biases, LayerNorm gains or
     embeddings (the tied head is the token embedding). nanoGPT's ``p.dim() >= 2`` rule would
-    decay the embeddings too. The order within a group indexes a checkpoint's optimizer state."""
+    decay the embeddings too."""
     tables = (m for m in model.modules() if isinstance(m, torch.nn.Embedding) or m is model.pos_emb)
     embeddings = {id(p) for m in tables for p in m.parameters()}
     matrices = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    # last.pt stores AdamW state by position: --resume of an older version's run needs this order
     params, last = list(model.parameters()), lambda p: id(p) in embeddings or not p.requires_grad
     decay = [p for p in params if id(p) in matrices and not last(p)]
     other = [p for p in params if id(p) not in matrices and not last(p)]
-    other += [p for p in params if last(p)]  # the embeddings (and frozen parameters) last
+    other += [p for p in params if last(p)]  # the embeddings last, as that version appended them
     groups = [
         {"params": decay, "weight_decay": cfg.weight_decay},
         {"params": other, "weight_decay": 0.0},

@@ -24,7 +24,7 @@ from .checks import check_float
 
 __all__ = [
     "GPU_PEAK_FLOPS",
-    "CPU_BF16_MIN_D_MODEL",
+    "ddp_ranks",
     "resolve_device",
     "resolve_precision",
     "log_label",
@@ -60,6 +60,14 @@ PRECISIONS = ("auto", "fp32", "bf16")
 #: (``train_step_1thread_cpuclock.json``). Narrower models (``tiny``, the chapters'
 #: experiments) stay float32: not measured there, and stored outputs must not change.
 CPU_BF16_MIN_D_MODEL = 128
+
+
+def ddp_ranks() -> tuple[int, int, int]:
+    """``(rank, local_rank, world_size)`` from torchrun's environment; ``(0, 0, 1)`` without it."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 0, 1
+    return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0")), world
 
 
 def resolve_device(
@@ -122,7 +130,7 @@ def resolve_precision(
     precision: str, device: str | torch.device, d_model: int | None = None, native=None
 ) -> str:
     """``"fp32"`` or ``"bf16"``. ``"auto"`` picks bf16 only where it is native, and on a CPU
-    only from :data:`CPU_BF16_MIN_D_MODEL` up. A forced ``"bf16"`` runs where a CPU emulates
+    only from ``CPU_BF16_MIN_D_MODEL`` up. A forced ``"bf16"`` runs where a CPU emulates
     it (slowly), not on a CUDA GPU without it. ``native`` overrides the detection (tests)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -185,8 +193,6 @@ def gpu_peak_flops(name: str) -> tuple[float | None, str]:
 
     >>> gpu_peak_flops("NVIDIA H100 PCIe")
     (756000000000000.0, 'data sheet, bf16 dense (H100 PCIe)')
-    >>> gpu_peak_flops("NVIDIA H100 80GB HBM3")[1]
-    'data sheet, bf16 dense (H100)'
     >>> gpu_peak_flops("Tesla T4")
     (None, "unknown GPU 'Tesla T4': pass --peak-tflops")
     """
@@ -197,27 +203,19 @@ def gpu_peak_flops(name: str) -> tuple[float | None, str]:
 
 
 def measure_matmul_flops(
-    n: int = 1024,
-    repeats: int = 5,
-    device: str = "cpu",
-    dtype: torch.dtype = torch.float32,
-    clock=time.perf_counter,
+    n: int = 1024, repeats: int = 5, dtype: torch.dtype = torch.float32, clock=time.perf_counter
 ) -> float:
-    """Best FLOP/s of ``repeats`` timed ``n x n`` matmuls: the most efficient thing a CPU or
-    GPU does, so a realistic ceiling for a step. Its own generator leaves dropout's RNG alone."""
-    g = torch.Generator(device=device).manual_seed(0)
-    a, b = torch.randn(2, n, n, device=device, dtype=dtype, generator=g)
-    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    """Best FLOP/s of ``repeats`` timed ``n x n`` matmuls on the CPU: the most efficient thing it
+    does, so a realistic ceiling for a step. Its own generator leaves dropout's RNG alone."""
+    a, b = torch.randn(2, n, n, dtype=dtype, generator=torch.Generator().manual_seed(0))
     inner = max(1, int(2e9 // (2 * n**3)))  # about 2 GFLOP per timing
     for _ in range(2):
         a @ b
     best = float("inf")
     for _ in range(repeats):
-        sync()
         t0 = clock()
         for _ in range(inner):
             a @ b
-        sync()
         best = min(best, clock() - t0)
     return 2 * n**3 * inner / best
 

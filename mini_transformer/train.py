@@ -16,7 +16,6 @@ import contextlib
 import functools
 import json
 import math
-import os
 import shutil
 import signal
 import sys
@@ -47,6 +46,7 @@ from .checkpoints import (
 from .core import TrainConfig, configure_optimizer, estimate_loss, get_preset, train_step
 from .data import CharTokenizer, get_batch, load_corpus
 from .hardware import GPU_PEAK_FLOPS
+from .hardware import ddp_ranks as _ddp_ranks
 from .model import TransformerLM
 
 __all__ = [  # the loop, and the names the chapters use
@@ -448,14 +448,6 @@ def _stop_at_step_boundary() -> Iterator[types.SimpleNamespace]:
 
 
 # ---------------------------------------------------------------- data parallel (torchrun)
-
-
-def _ddp_ranks() -> tuple[int, int, int]:
-    """(rank, local_rank, world_size) from torchrun's environment."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return 0, 0, 1
-    return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0")), world
 
 
 @contextlib.contextmanager

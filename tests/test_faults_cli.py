@@ -158,7 +158,7 @@ def test_a_failed_export_leaves_no_file_behind(tmp_path, monkeypatch):
     out = tmp_path / "w" / "weights.pt"
     out.parent.mkdir()
     with pytest.raises(OSError, match="could not write"):
-        checkpoints.export_weights(ckpt, out, tmp_path / "log.jsonl")
+        checkpoints.prepare_export(ckpt, out, tmp_path / "log.jsonl")()
     assert list(out.parent.iterdir()) == []
 
 

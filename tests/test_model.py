@@ -312,16 +312,15 @@ def test_each_scheme_builds_exactly_its_own_modules(positional):
     assert model.embed_scale == scale
 
 
+@pytest.mark.parametrize("block_size", [12, 4100])  # 4100: past the shortest sinusoidal table
 @pytest.mark.parametrize("positional", POSITIONAL_SCHEMES)
-def test_declared_table_size_covers_the_tables_the_model_builds(positional):
+def test_declared_table_size_is_the_bytes_of_the_tables_the_model_builds(positional, block_size):
     # The checkpoint loader refuses a config whose tables would not fit in memory, from this
-    # estimate, before building anything: it must not undercount what the model allocates.
-    from mini_transformer.checkpoints import _table_floats
+    # count, before building anything.
+    from mini_transformer.checkpoints import _table_bytes
 
-    model = make(positional)
-    built = sum(b.numel() for name, b in model.named_buffers() if b.is_floating_point())
-    estimate = _table_floats(model.config)
-    assert built <= estimate <= 2 * built + 1
+    model = make(positional, block_size=block_size)
+    assert _table_bytes(model.config) == sum(b.nbytes for b in model.buffers())
 
 
 @pytest.mark.parametrize("positional", POSITIONAL_SCHEMES)

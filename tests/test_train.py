@@ -196,9 +196,9 @@ def test_loading_into_a_model_of_another_config_lists_the_difference(tmp_path):
 
 def test_exported_weights_are_half_precision_and_load_back(tmp_path):
     T.train(tiny(steps=2, eval_interval=2), tmp_path / "run")
-    out = checkpoints.export_weights(
+    out = checkpoints.prepare_export(
         tmp_path / "run" / "best.pt", tmp_path / "w.pt", log_path=tmp_path / "run" / "metrics.jsonl"
-    )
+    )()
     raw = torch.load(out, weights_only=True)
     assert raw["format"] == "mini_transformer.weights" and "optimizer" not in raw
     assert raw["model"]["tok_emb.weight"].dtype == torch.float16
