@@ -46,7 +46,6 @@ from .checkpoints import (
 from .core import TrainConfig, configure_optimizer, estimate_loss, get_preset, train_step
 from .data import CharTokenizer, get_batch, load_corpus
 from .hardware import GPU_PEAK_FLOPS
-from .hardware import ddp_ranks as _ddp_ranks
 from .model import TransformerLM
 
 __all__ = [  # the loop, and the names the chapters use
@@ -209,7 +208,7 @@ def _seed_for(*keys: int) -> int:
 
 def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
     """Device, data, model and optimizer (restored on resume), DDP and compile."""
-    rank, local_rank, world = _ddp_ranks()
+    rank, local_rank, world = hardware.ddp_ranks()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     device = hardware.resolve_device(cfg.device, local_rank)
@@ -453,7 +452,7 @@ def _stop_at_step_boundary() -> Iterator[types.SimpleNamespace]:
 @contextlib.contextmanager
 def _ddp_group(cfg: TrainConfig) -> Iterator[None]:
     """Under torchrun, one process group for the run."""
-    world = _ddp_ranks()[2]
+    world = hardware.ddp_ranks()[2]
     if world > 1 and not dist.is_initialized():
         gpu = cfg.device != "cpu" and torch.cuda.is_available()
         dist.init_process_group("nccl" if gpu else "gloo")
