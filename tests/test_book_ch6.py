@@ -1,11 +1,12 @@
 """Chapter 6's checks moved out of the reader's way (2026-11-25).
 
 Three kinds: regression pins of committed data (the corpus, the two committed logs and
-models, the presets the text quotes); the side analyses the chapter now folds into one
-sentence (the line-length comparison of the sample, the streak cut-off sweep of the attention
-maps); and the chapter's open training loop against the package's loop on a second
-configuration (bf16 autocast, a short schedule). Everything is computed from the package
-(``train.read_log``, ``train.load_model``, ``data.load_corpus``), never copied from the notebook.
+models, the presets the text quotes); independent recomputations of the side analyses the
+chapter folds (the line-length comparison of the sample, the streak cut-off sweep of the
+attention maps, the repeats among the cpu run's windows); and the chapter's open training
+loop against the package's loop on a second configuration (bf16 autocast, a short
+schedule). Everything is computed from the package (``train.read_log``,
+``train.load_model``, ``data.load_corpus``), never copied from the notebook.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ def corpus():
 @pytest.fixture(scope="module")
 def cpu_model():
     torch.set_num_threads(1)
-    lm, _, weights_file = train.load_model(train.PRETRAINED["cpu"])
-    return lm, weights_file
+    lm, _, ckpt = train.load_model(train.PRETRAINED["cpu"])  # model, tokenizer, checkpoint dict
+    return lm, ckpt
 
 
 # ---------------------------------------------------------------- pins of committed data
@@ -114,6 +115,30 @@ def test_gpu_log_as_the_chapter_quotes_it(corpus):
     assert round(evals[-1]["tokens_seen"] / len(train_ids)) == 18
     assert len(evals) == 21 and start["torch"] == "2.11.0+cu130"
     assert round(_training_share(log), 2) == 0.64
+
+
+def test_the_5_percent_h100_mfu_is_the_committed_runs_whole_run_rate():
+    """Section 6.6's 5%: the preset's FLOPs (training plus forward-only evaluation) over the
+    committed H100 run's whole wall time and the H100's bf16 peak, not an independent guess."""
+    cfg = train.get_preset("gpu")
+    T = cfg.model.block_size
+    per_token = TransformerLM(cfg.model).flops_per_token()
+    evaluated = (cfg.steps // cfg.eval_interval + 1) * 2 * cfg.eval_batches * cfg.batch_size * T
+    total = cfg.steps * cfg.batch_size * T * per_token + evaluated * per_token / 3
+    wall = train.read_log("gpu")[-1]["wall_time_s"]
+    assert f"{total:.2e}" == "7.46e+15"
+    assert round(total / (wall * train.GPU_PEAK_FLOPS["H100"]), 3) == 0.048
+
+
+def test_a_quarter_of_the_cpu_runs_characters_were_repeats(corpus):
+    """0.61 passes are not 0.61 epochs: windows are drawn with replacement, so a character's
+    count is about Poisson(0.61), and about 25% of what was processed had been seen before."""
+    train_ids = corpus[3]
+    log = train.read_log("cpu")
+    evals = [r for r in log if r["event"] == "eval"]
+    lam = evals[-1]["tokens_seen"] / len(train_ids)
+    assert round(lam, 2) == 0.61
+    assert round(1 - (1 - math.exp(-lam)) / lam, 2) == 0.25
 
 
 def test_cpu_run_spent_most_of_its_time_training():
