@@ -298,7 +298,8 @@ exercise(
     explanation=(
         "The mean of n independent windows has standard error sigma / sqrt(n), sigma the spread "
         "of one window's loss: halving it needs sqrt(n) to double, so 4 times the windows "
-        "(16,384 -> 65,536 characters). 2 would be right for an error falling like 1 / n. The "
-        "whole held-out text has no sampling error at all, which is why section 6.5 reports it."
+        "(16,384 -> 65,536 characters). 2 would be right for an error falling like 1 / n. Every "
+        "window of the held-out text removes the error of choosing windows (not that of the four "
+        "plays being one sample of Shakespeare), which is why section 6.5 reports it."
     ),
 )(lambda: 4)
