@@ -26,7 +26,7 @@ __version__ = "0.2.0"
 # The seven modules of the book's contract, importable as attributes (d2l's habit):
 # ``import mini_transformer as mt; mt.attention.causal_mask(4)``. ``train`` and ``exercises``
 # load on first use: ``python -m mini_transformer.train`` would warn that train was imported
-# before it ran, and a model needs none of the 36 checkers.
+# before it ran, and a model needs none of the checkers.
 from . import attention, data, layers, model, positional  # noqa: E402
 
 __all__ = ["attention", "data", "exercises", "layers", "model", "positional", "train"]

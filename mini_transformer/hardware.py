@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from .checks import check_float
+from .checks import check_float, check_int
 
 __all__ = [
     "GPU_PEAK_FLOPS",
@@ -134,8 +134,8 @@ def resolve_precision(
     it (slowly), not on a CUDA GPU without it. ``native`` overrides the detection (tests)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if d_model is not None and (type(d_model) is not int or d_model < 1):
-        raise ValueError(f"d_model must be a positive integer or None, got {d_model!r}")
+    if d_model is not None:
+        check_int("d_model", d_model, low=1, why=" or None")
     device = resolve_device(device, here=False)
     native = native_bf16(device) if native is None else native
     if precision == "bf16" and device.type == "cuda" and not native:
@@ -221,9 +221,10 @@ def measure_matmul_flops(
 
 
 def peak_flops(device: torch.device, given: float | None = None) -> tuple[float | None, str]:
-    """Peak FLOP/s of one device for MFU, and where the number comes from (``given``: as is)."""
+    """Peak FLOP/s of one device for MFU, and where the number comes from (``given``: the run's
+    ``peak_flops`` setting, as is)."""
     if given is not None:
-        return check_float("given", given, low=0, low_open=True), "given"
+        return check_float("peak_flops", given, low=0, low_open=True), "given"
     if device.type == "cuda":
         return gpu_peak_flops(torch.cuda.get_device_name(device))
     return measure_matmul_flops(), (

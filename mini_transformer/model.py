@@ -97,7 +97,7 @@ class TransformerConfig:
         self.dropout = check_probability("dropout", self.dropout)
         for name in ("bias", "fused_attention", "tie_weights"):
             setattr(self, name, check_bool(name, getattr(self, name)))
-        d, L = self.d_model, self.n_layers  # parameters, float32, before building the model
+        d, L = self.d_model, self.n_layers  # the weight matrices, float32, before building
         n_params = self.vocab_size * d * 2 + L * (4 * d * d + 2 * d * self.d_ff)
         check_size("the parameters (from vocab_size, d_model, d_ff, n_layers)", (n_params,))
 
@@ -139,7 +139,7 @@ class TransformerLM(nn.Module):
         if c.positional == "learned":  # GPT-2: a trained vector per position, none past block_size
             self.pos_emb = LearnedPositionalEmbedding(c.block_size, c.d_model, init_std=0.02)
         elif c.positional == "sinusoidal":  # fixed sin/cos added to sqrt(d_model) * embeddings
-            self.embed_scale = math.sqrt(c.d_model)  # comparable sizes (Vaswani et al., 3.4)
+            self.embed_scale = math.sqrt(c.d_model)  # as Vaswani et al. (section 3.4) do
             self.pos_emb = SinusoidalPositionalEncoding(c.d_model, max(MAX_LEN, c.block_size))
         elif c.positional == "memn2n":  # x * l: a weight per position and dimension, set by T
             self.pos_emb = MemN2NPositionalEncoding(c.d_model)

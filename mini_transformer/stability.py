@@ -193,6 +193,7 @@ def train_run(
 
 
 def warmup_lr(step: int, lr: float, warmup_steps: int) -> float:
-    """The sweep's rate ``lr * min(1, (s + 1) / w)``, then ``lr``: the committed sweep's rounding
-    (:class:`~mini_transformer.core.Schedule`'s warm-up, ``lr * (s + 1) / w``, differs in it)."""
-    return lr * min(1.0, (step + 1) / warmup_steps) if step < warmup_steps else lr
+    """The sweep's rate ``lr * ((s + 1) / w)``, then ``lr``: the same warm-up as
+    :class:`~mini_transformer.core.Schedule`'s ``lr * (s + 1) / w``, rounded in the order the
+    committed sweep used (the two can differ in the last bit)."""
+    return lr * ((step + 1) / warmup_steps) if step < warmup_steps else lr

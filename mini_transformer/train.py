@@ -5,9 +5,10 @@ is :mod:`~mini_transformer.core`, the files :mod:`~mini_transformer.checkpoints`
 line ``python -m mini_transformer.train`` runs :func:`mini_transformer.cli.main`.
 
 Each robustness concern is one call defined below the loop: ``_read_window`` (divergence; the
-losses are read once per window, so the host waits for the GPU once), ``_interrupt`` (Ctrl-C,
-read between steps, saves ``last.pt`` at a step boundary: a resumed run is bit-identical),
-``_unsaveable`` (nothing diverged is saved), ``_logged`` (the log) and ``_ddp_*`` (torchrun).
+losses are read once per window, so on one GPU the host waits for it once; under torchrun the
+Ctrl-C flag syncs every step), ``_interrupt`` (Ctrl-C, read between steps, saves ``last.pt`` at
+a step boundary: a resumed run is bit-identical), ``_unsaveable`` (nothing diverged is saved),
+``_logged`` (the log) and ``_ddp_*`` (torchrun).
 """
 
 from __future__ import annotations

@@ -63,9 +63,11 @@ def test_bad_precision_is_a_value_error_naming_the_choices(bad):
         P.resolve_precision(bad, "cpu")
 
 
-@pytest.mark.parametrize("bad", [0, -3, 1.5, True])
-def test_bad_d_model_is_a_value_error(bad):
-    with pytest.raises(ValueError, match="d_model must be a positive integer"):
+@pytest.mark.parametrize(
+    "bad, error", [(0, ValueError), (-3, ValueError), (1.5, TypeError), (True, TypeError)]
+)
+def test_bad_d_model_names_it(bad, error):  # a wrong value: ValueError; a wrong type: TypeError
+    with pytest.raises(error, match="d_model must be a positive integer or None"):
         P.resolve_precision("auto", "cpu", d_model=bad)
 
 
