@@ -15,17 +15,24 @@ Usage::
 ``--scheme-lr alibi=0.01`` gives one scheme its own learning rate; ``--eval-lengths`` sets
 the evaluation lengths (and the model's ``block_size``, the longest). A quick run:
 ``--steps 100 --seeds 0``. The committed ``mini_transformer/results/extrapolation.json`` came
-from two processes side by side, then a merge that attached a one-seed learning-rate check::
+from two processes side by side, a one-seed learning-rate check in two runs and a merge, then
+a merge that attached the check (``--overwrite``: the output is a committed result)::
 
     python tools/extrapolation_lab.py --steps 10000 --schemes none learned sinusoidal \\
         --eval-lengths 32 48 64 128 256 --out runs/part1.json
     python tools/extrapolation_lab.py --steps 10000 --schemes memn2n rope alibi \\
         --eval-lengths 32 48 64 128 256 --out runs/part2.json
-    python tools/extrapolation_lab.py --merge runs/part1.json runs/part2.json \\
+    python tools/extrapolation_lab.py --steps 10000 --seeds 0 --schemes memn2n \\
+        --scheme-lr memn2n=0.01 --out runs/lr1.json
+    python tools/extrapolation_lab.py --steps 10000 --seeds 0 --schemes none alibi \\
+        --scheme-lr none=0.01 alibi=0.01 --out runs/lr2.json
+    python tools/extrapolation_lab.py --merge runs/lr1.json runs/lr2.json --out runs/lr_check.json
+    python tools/extrapolation_lab.py --merge runs/part1.json runs/part2.json --overwrite \\
         --attach lr_check=runs/lr_check.json --out mini_transformer/results/extrapolation.json
 
-(the commands are stored in the file; they ran as ``python -m mini_transformer.lab`` with
-the same flags before the command line moved here on 2026-11-23).
+(the commands are stored in the file, the check's without the ``runs/`` folder; the sweep ran
+as ``python -m mini_transformer.lab`` with the same flags before the command line moved here
+on 2026-11-23).
 """
 
 from __future__ import annotations
