@@ -51,8 +51,7 @@ def test_wavelengths_at_d_model_128():
 
 def test_tensor2tensor_spacing():
     omega = P.sinusoidal_frequencies(128)
-    omega_t2t = 10.0 ** (-4 * np.arange(64) / 63)
-    assert math.isclose(2 * np.pi / omega_t2t[-1], 2 * np.pi * 10000, rel_tol=1e-12)
+    omega_t2t = 10.0 ** (-4 * np.arange(64) / 63)  # retyped: its slowest wavelength is not a check
     assert np.all(omega >= omega_t2t) and math.isclose(
         np.max(omega / omega_t2t), 10000 ** (2 / 128)
     )
@@ -147,8 +146,13 @@ def test_dot_product_curve_numbers():
 def test_blog_code_with_column_index_fails_the_checks():
     enc = np.array([p / np.power(10000, 2 * i / 8) for p in range(100) for i in range(8)])
     enc[::2], enc[1::2] = np.sin(enc[::2]), np.cos(enc[1::2])
-    norms = np.linalg.norm(enc.reshape(100, 8), axis=1)
+    enc = enc.reshape(100, 8)
+    norms = np.linalg.norm(enc, axis=1)
     assert f"{norms.min():.2f} {norms.max():.2f}" == "1.76 2.37"
+    # the dropdown's "up to 2.50 for the offsets k = 1 to 9"; k = 1 alone happens to give 2.50 too
+    gram = enc @ enc.T
+    spreads = [np.ptp(np.diagonal(gram, offset=k)) for k in range(1, 10)]
+    assert f"{max(spreads):.2f}" == f"{spreads[0]:.2f}" == "2.50"
 
 
 # --- 2.6: the attention score -------------------------------------------------------------
@@ -188,6 +192,16 @@ def test_lab_sinusoidal_beyond_training_length_is_pinned():
     learned = res["results"]["learned"]["accuracy_beyond"]
     assert within == [1.0, 1.0, 1.0]
     assert round(max(max(v["per_seed"]) for T, v in learned.items() if int(T) > 32), 2) == 0.13
+    # the baselines the prose quotes: no encoding does better beyond (0.23, though 0.67 within),
+    # and at every length each of its seeds beats every sinusoidal seed; RoPE reaches 1.00
+    none = res["results"]["none"]
+    assert round(min(none["accuracy"]["32"]["per_seed"]), 2) == 0.67
+    none_beyond = {T: v["per_seed"] for T, v in none["accuracy_beyond"].items() if int(T) > 32}
+    assert round(max(max(v) for v in none_beyond.values()), 2) == 0.23
+    assert all(min(none_beyond[T]) > max(beyond[T]["per_seed"]) for T in none_beyond)
+    rope = res["results"]["rope"]["accuracy_beyond"]
+    assert round(max(max(v["per_seed"]) for T, v in rope.items() if int(T) > 32), 2) == 1.0
+    assert len(res["seeds"]) == 3 and max(res["eval_lengths"]) == 256
 
 
 # --- 2.7: limits --------------------------------------------------------------------------
@@ -209,6 +223,23 @@ def test_float32_drift_numbers():
     assert 1e-4 < dev[:4096].max() < 5e-4 and round(dev[:4096].max(), 5) == 0.00024
     assert first_bad == 17_780
     assert np.all(dev <= pos * 2.0**-23 + 1e-15)
+
+
+def test_rope_drawing_score():
+    # section 2.8's drawing: one pair (d_model = 2), q = (1, 0), key = (-0.2, 0.95), offset 2
+    q, key = np.array([1.0, 0.0]), np.array([-0.2, 0.95])
+    scores = [
+        (P.rotation_matrix(m, 2) @ q) @ (P.rotation_matrix(n, 2) @ key) for m, n in [(1, 3), (6, 8)]
+    ]
+    assert math.isclose(scores[0], -0.2 * math.cos(2) + 0.95 * math.sin(2), rel_tol=1e-12)
+    assert f"{scores[0]:.4f}" == f"{scores[1]:.4f}" == "0.9471"
+
+
+def test_float32_table_error_is_half_an_ulp():
+    # the prose's 2^-25 (round to nearest of numbers in [-1, 1]), reached at 4,096 positions
+    module = P.SinusoidalPositionalEncoding(128, max_len=4096)
+    err = np.abs(module.pe.double().numpy() - P.sinusoidal_encoding(4096, 128)).max()
+    assert 2.0**-26 < err <= 2.0**-25 and f"{err:.1e}" == "3.0e-08"
 
 
 def test_rope_applied_to_pe0_is_the_encoding():
