@@ -204,7 +204,7 @@ exercise(
     explanation=(
         "Each pair contributes q_i^T R_i(k) q_i = |q_i|^2 cos(k w_i): the sine terms cancel "
         "because q_i is rotated against itself. The score is sum_i |q_i|^2 cos(k w_i), even "
-        "in k. The same holds whenever q and k are parallel within every pair; RoPE tells "
+        "in k. The same holds whenever query and key are parallel within every pair; RoPE tells "
         "before from after only for generic projections and content."
     ),
 )(lambda: True)
