@@ -2,7 +2,8 @@
 
 Every module maps ``(B, T, d_model)`` to the same shape. Dropout on each sub-layer's output
 before the residual sum (the paper), on the attention weights and on the feed-forward hidden
-activation (the original code, tensor2tensor); ``dropout=0.0`` (the default) is deterministic.
+activation (options of the paper's code, tensor2tensor: off in its first base configuration,
+0.1 from ``transformer_base_v2``); ``dropout=0.0`` (the default) is deterministic.
 """
 
 from __future__ import annotations

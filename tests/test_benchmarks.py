@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from mini_transformer.hardware import where_it_ran
@@ -75,3 +76,19 @@ def test_the_step_ab_benchmark_times_the_loops_own_step(capsys, monkeypatch):
     ab.main(["1", '[{"batch_size": 2, "block_size": 16, "d_model": 32, "n_heads": 2}]', "1"])
     assert "ms/step" in capsys.readouterr().out
     assert len(calls) == 4 and all(k["grad_clip"] > 0 for k in calls)  # warm-up + 3, clipped
+
+
+def test_fused_qkv_packs_the_projections_and_agrees_with_fused():
+    variants = load_benchmark("attention").make_variants(16, 2)
+    x = torch.randn(2, 8, 16)
+    concat = variants["fused-qkv"][0]
+    separate = [concat.q_proj, concat.k_proj, concat.v_proj]
+    hooks = [
+        m.register_forward_hook(lambda *a: pytest.fail("a separate projection ran"))
+        for m in separate
+    ]
+    for causal in (False, True):
+        packed = variants["fused-qkv"][1](x, causal)
+        assert torch.allclose(packed, variants["fused"][1](x, causal), atol=1e-6)
+    for h in hooks:
+        h.remove()
