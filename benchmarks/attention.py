@@ -58,7 +58,7 @@ from sweep_cli import non_negative_int, write_json  # noqa: E402  (tools/, besid
 class ConcatQKVMHA(MultiHeadAttention):
     """The fused path, with q, k and v from one matmul with the concatenated weights (plain
     self-attention only; anything else runs the parent's forward). It overrides ``forward``:
-    ``MultiHeadAttention`` has no projection hook to override (the stored runs of 22-23 Nov
+    ``MultiHeadAttention`` has no projection hook to override (the stored runs of 22 Nov
     used one, ``_project``, since removed; tests/test_benchmarks.py holds that it packs)."""
 
     def forward(self, x, memory=None, mask=None, causal=False, score_bias=None, **kw):
