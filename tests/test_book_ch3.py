@@ -165,6 +165,10 @@ def test_accuracy_pins_learned_and_sinusoidal(res):
         beyond = [_r2(_mean(res, s, m * L, "accuracy_beyond")) for m in (2, 4, 8)]
         assert beyond == [0.11, 0.10, 0.09]
         assert _r2(_mean(res, s, 2 * L)) == 0.53 and 0.19 <= _r2(_mean(res, s, 8 * L)) <= 0.20
+        # "under twice chance, and below no encoding at every length" (t >= L)
+        for T in [T for T in res["eval_lengths"] if T > L]:
+            assert _mean(res, s, T, "accuracy_beyond") < 2 * res["chance_accuracy"]
+            assert _mean(res, s, T, "accuracy_beyond") < _mean(res, "none", T, "accuracy_beyond")
 
 
 def test_accuracy_pins_no_encoding(res):
@@ -230,3 +234,9 @@ def test_learned_table_pins(res):
         round(trained, 2) == 0.28 and round(diag3.mean(), 2) == -0.40 and round(spread, 2) == 0.28
     )
     assert round(random_cos, 3) == 0.100
+    # seed 0's table only: offset 3 is the most negative on average, but its +-1 std band
+    # overlaps those of offsets 7 and 16 (the prose quotes -0.21 and -0.24)
+    by = {k: np.diagonal(sim[:Lr, :Lr], k) for k in range(1, Lr // 2 + 1)}
+    assert min(by, key=lambda k: by[k].mean()) == 3
+    assert [_r2(by[k].mean()) for k in (7, 16)] == [-0.21, -0.24]
+    assert all(by[3].mean() + by[3].std() > by[k].mean() - by[k].std() for k in (7, 16))
