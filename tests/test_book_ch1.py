@@ -408,3 +408,36 @@ def test_shift_map_exact_for_sinusoid_absent_for_learned_table_past_d_model():
     # at N = 10 (9 equations in 16 dimensions) even random rows have an exact shift map,
     # which is why the chapter scores this column at N = 100 only
     assert _shift_residual(learned(SHORT)) < TOL
+
+
+# --- second cold read: claims added to the chapter ----------------------------------------
+
+
+def test_past_the_trained_length_no_encoding_beats_learned_and_sinusoidal_at_48():
+    # quoted in 1.1 (0.22 against 0.12): accuracy on positions >= 32 of 48-token inputs
+    res = data.load_result("extrapolation")["results"]
+    beyond = {s: res[s]["accuracy_beyond"]["48"]["mean"] for s in ("none", "learned", "sinusoidal")}
+    assert round(beyond["none"], 2) == 0.22
+    assert round(beyond["learned"], 2) == round(beyond["sinusoidal"], 2) == 0.12
+    # over all 48 positions the order reverses (quoted in the caveats of 1.5)
+    overall = {s: res[s]["accuracy"]["48"]["mean"] for s in ("none", "learned", "sinusoidal")}
+    assert round(overall["none"], 2) == 0.52
+    assert round(overall["learned"], 2) == round(overall["sinusoidal"], 2) == 0.69
+
+
+@pytest.mark.parametrize("d", [4, 16, 64, 256, 1024])
+def test_sinusoid_has_more_neighbour_distance_than_the_energy_matched_scalar(d):
+    # 1.4: at equal mean squared norm d/2, the sinusoid's neighbours are farther apart
+    p = positional.normalized_index_encoding(10)[:, 0]
+    step_matched = 0.1 * np.sqrt((d / 2) / np.mean(p**2))
+    sin = positional.sinusoidal_encoding(10, d)
+    assert np.isclose(np.mean((sin**2).sum(axis=1)), d / 2)
+    assert np.linalg.norm(sin[1] - sin[0]) > step_matched
+
+
+def test_at_sixteen_dims_all_neighbour_pairs_tie_and_others_are_farther():
+    pe = positional.sinusoidal_encoding(100, 16)
+    dist = np.linalg.norm(pe[:, None] - pe[None, :], axis=-1)
+    gap = np.abs(np.arange(100)[:, None] - np.arange(100)[None, :])
+    assert np.ptp(dist[gap == 1]) < 1e-9
+    assert dist[gap > 1].min() > dist[gap == 1].max() + 0.05
