@@ -133,6 +133,21 @@ def test_folded_code_is_folded_in_jupyterlab_and_an_asides_output_with_it(path):
         assert cell["metadata"].get("jupyter", {}).get("source_hidden") is True, _text(cell)[:80]
         # the cell computing a folded aside shows nothing in the open: its output folds too
         aside = _text(before).rstrip()
-        last = aside[aside.rfind("```{") :] if "```{" in aside else ""
-        if before["cell_type"] == "markdown" and last.startswith("```{dropdown}"):
+        last = aside[aside.rfind(":::{") :] if ":::{" in aside else ""
+        if before["cell_type"] == "markdown" and last.startswith(":::{dropdown}"):
             assert "hide-cell" in tags, f"aside cell shows its output: {_text(cell)[:80]}"
+
+
+@pytest.mark.parametrize("path", [*CHAPTERS, *ROOT.glob("book/*.md")], ids=lambda p: p.name)
+def test_directives_are_colon_fenced_so_jupyterlab_and_colab_show_markdown(path):
+    """A backtick fence (```` ```{dropdown} ````) is a code block to every renderer without
+    MyST: JupyterLab without jupyterlab-myst, Colab, GitHub. A colon fence (``:::{dropdown}``)
+    shows its content as Markdown there. Code and math fences are not directives."""
+    if path.suffix == ".ipynb":
+        texts = [_text(c) for c in _cells(path) if c["cell_type"] == "markdown"]
+    else:
+        texts = [path.read_text()]
+    allowed = ("{math}", "{code-cell}", "{code}", "{bibliography}", "{toctree}", "{eval-rst}")
+    for text in texts:
+        for m in re.finditer(r"^\s*`{3,}\s*(\{[\w:-]+\})", text, re.M):
+            assert m.group(1) in allowed, f"{path.name}: backtick-fenced {m.group(1)}: use :::"

@@ -195,7 +195,7 @@ def test_the_four_seed_gradient_claims_at_initialisation(init_grads):
     g = {k: v[:4] for k, v in init_grads.items()}
     stored = data.load_result("05_stability")["grad_norms"]["layers"]
     for (p, L), rows in g.items():
-        assert np.allclose(rows.mean(0), stored[str(L)][p], rtol=1e-6)
+        assert np.allclose(rows.mean(0), stored[str(L)][p], rtol=1e-4)  # float32 sums (TOLERANCES)
     post12 = g["post", 12].mean(0)
     assert _trend(post12) > 0 and post12[-1] > post12[0]
     trends6 = [_trend(r) for r in g["post", 6]]

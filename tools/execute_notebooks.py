@@ -85,11 +85,11 @@ def _ensure_install_cell(nb: nbformat.NotebookNode) -> None:
 
 def _set_stamp(nb: nbformat.NotebookNode, versions: dict[str, str], seconds: float, when: str):
     text = (
-        "```{admonition} Tested with\n:class: tip\n"
+        ":::{admonition} Tested with\n:class: tip\n"
         f"The outputs on this page were produced on {when} by Python {versions['python']}, "
         f"torch {versions['torch']} and NumPy {versions['numpy']} on a CPU "
         f"(executed in {seconds:.0f} s by `make execute`). If your numbers differ in the last "
-        "digits, compare these versions with yours first.\n```"
+        "digits, compare these versions with yours first.\n:::"
     )
     for cell in nb.cells:
         if "tested-with" in cell.metadata.get("tags", []):
