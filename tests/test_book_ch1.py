@@ -303,6 +303,11 @@ def _shift_residual(pe, k=1):
     return np.abs(pe[:-k] @ M - pe[k:]).max()
 
 
+def _offset_dot_spread(pe, offsets=(1, 2, 3)):
+    # how much p_(pos+k) . p_pos varies over pos: 0 when it depends on the offset alone
+    return max(np.ptp((pe[k:] * pe[:-k]).sum(axis=1)) for k in offsets)
+
+
 def _score(encode):
     pe_s, pe_l = encode(SHORT), encode(LONG)
     a, b = positional.encoding_properties(pe_s), positional.encoding_properties(pe_l)
@@ -311,13 +316,17 @@ def _score(encode):
         extends = np.array_equal(longer[:LONG], pe_l)
     except ValueError:
         extends = False
+    try:  # the largest entry at N = 1000, or at the longest length the code has
+        far_max = np.abs(encode(1000)).max()
+    except ValueError:
+        far_max = b["max_abs"]
     return {
         "unique": a["unique"] and b["unique"],
-        "bounded": b["max_abs"] <= 2 * a["max_abs"],
+        "bounded": far_max <= 1.5 * a["max_abs"],
         "equal norm": max(a["norm_spread"], b["norm_spread"]) < TOL,
         "equal step": max(a["neighbour_distance_spread"], b["neighbour_distance_spread"]) < TOL,
         "length-independent": np.array_equal(pe_l[:SHORT], pe_s) and extends,
-        "relative": _shift_residual(pe_l) < TOL,
+        "relative": _offset_dot_spread(pe_l) < TOL,
         "d_model dims": a["dim"] == D,
     }, (a, b)
 
@@ -395,6 +404,21 @@ def test_tolerance_separates_rounding_from_real_spreads(scored):
         for k in ("neighbour_distance_min", "neighbour_distance_max")
     ]
     assert all(s < TOL or s >= 1e-3 for s in spreads), sorted(spreads)
+
+
+def test_bounded_column_rejects_logarithmic_growth_and_relative_column_needs_offset_only_dots():
+    # D8 of the 2026-11-28 review: the bounded test must fail a code whose entries grow like
+    # log(pos), and the relative test must fail a code with an exact linear (non-orthogonal)
+    # shift map, whose dot products depend on pos
+    def log_code(n):
+        return np.log1p(np.arange(n, dtype=float))[:, None].repeat(D, axis=1)
+
+    def stretched(n):
+        return np.array([1.05**pos * positional.sinusoidal_encoding(1, D)[0] for pos in range(n)])
+
+    assert not _score(log_code)[0]["bounded"]
+    assert not _score(stretched)[0]["relative"]
+    assert _offset_dot_spread(positional.sinusoidal_encoding(LONG, D)) < 1e-12
 
 
 def test_binary_largest_step_grows_with_n(scored):
