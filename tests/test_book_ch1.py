@@ -467,8 +467,11 @@ def _section_1_4_readout():
         e = gen.standard_normal((500, N, d))
         scalar = np.zeros((N, d))
         scalar[:, 0] = p
-        codes = {"scalar": scalar, "centred": _centred(N, d),
-                 "sinusoid": positional.sinusoidal_encoding(N, d)}
+        codes = {
+            "scalar": scalar,
+            "centred": _centred(N, d),
+            "sinusoid": positional.sinusoidal_encoding(N, d),
+        }
         for name, pe in codes.items():
             score = (e + pe) @ pe.T - 0.5 * (pe**2).sum(axis=1)
             out[name, d] = float(np.mean(score.argmax(axis=-1) == np.arange(N)))
@@ -478,8 +481,14 @@ def _section_1_4_readout():
 def test_section_1_4_readout_numbers_quoted_in_the_prose():
     # "0.273 against 0.264 at d_model = 4, 0.712 against 0.577 at 64, 1.000 against 0.992"
     r = _section_1_4_readout()
-    quoted = {("centred", 4): 0.273, ("sinusoid", 4): 0.264, ("centred", 64): 0.712,
-              ("sinusoid", 64): 0.577, ("centred", 1024): 1.000, ("sinusoid", 1024): 0.992}
+    quoted = {
+        ("centred", 4): 0.273,
+        ("sinusoid", 4): 0.264,
+        ("centred", 64): 0.712,
+        ("sinusoid", 64): 0.577,
+        ("centred", 1024): 1.000,
+        ("sinusoid", 1024): 0.992,
+    }
     for key, value in quoted.items():
         assert round(r[key], 3) == value, key
 
@@ -503,7 +512,7 @@ def test_from_64_on_the_centred_scalars_nearest_codes_are_farther_apart(d):
     # "from 64 on, its nearest codes lie farther apart (7.88 against 5.21 at 1024)"
     sin = positional.sinusoidal_encoding(10, d)
     dist = np.linalg.norm(sin[:, None] - sin[None, :], axis=-1)[~np.eye(10, dtype=bool)]
-    step = np.ptp(_centred(10, d)[:, 0]) / 9   # the 9 equal steps of the line
+    step = np.ptp(_centred(10, d)[:, 0]) / 9  # the 9 equal steps of the line
     assert np.isclose(np.mean((sin**2).sum(axis=1)), d / 2)
     assert np.isclose(np.mean((_centred(10, d) ** 2).sum(axis=1)), d / 2)
     assert step > dist.min() + 0.3
@@ -542,6 +551,7 @@ def test_section_1_4_probe_numbers_quoted_in_the_prose():
     p = positional.normalized_index_encoding(N)[:, 0]
     r2 = {}
     for d in (4, 16, 64, 256, 1024):
+
         def sample(m, d=d):
             y = p[gen.integers(0, N, m)]
             x = gen.standard_normal((m, d))
