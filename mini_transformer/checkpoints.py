@@ -11,11 +11,13 @@ r"""Checkpoints, exported weights, the committed models and their logs (chapter 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +40,7 @@ __all__ = [
 
 CHECKPOINT_FORMAT = "mini_transformer.checkpoint"
 WEIGHTS_FORMAT = "mini_transformer.weights"
-VERSION = 2  # 2: with a checksum; 1: without (still readable)
+VERSION = 3  # 3: optimizer groups in parameter order; 2: embeddings last; 1: no checksum
 
 #: The committed models. The ``cpu`` preset trained on a 2-core CPU and the ``gpu`` preset
 #: on one H100, each with a ``.jsonl`` metrics log and a ``.json`` configuration beside it.
@@ -66,20 +68,23 @@ _PACKAGE = Path(__file__).resolve().parent
 COMMITTED_DIRS = (_PACKAGE / "results", ASSETS_DIR, _PACKAGE.parent / "benchmarks" / "results")
 
 
-def check_output_file(path: str | Path, *, overwrite: bool = False, name: str = "--out") -> Path:
+def check_output_file(
+    path: str | Path, *, overwrite: bool = False, name: str = "--out", inputs=()
+) -> Path:
     """``path`` as a regular file that can be written (the atomic rename would replace a FIFO
-    or a device); a committed result only with ``overwrite``. ``name`` names it in messages."""
+    or a device), never one of ``inputs``; an existing file only with ``overwrite``. ``name``
+    names it in messages."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{name} {path} is a folder, not a file")
     if path.exists() and not path.is_file():
         raise ValueError(f"{name} {path} exists and is not a regular file (a FIFO or a device?)")
-    folder = next((d for d in COMMITTED_DIRS if path.resolve().parent == d.resolve()), None)
-    if path.exists() and folder is not None and not overwrite:
-        raise ValueError(
-            f"{name} {path} is a committed result (in {folder}); choose another path, "
-            "or pass --overwrite to replace it"
-        )
+    if any(path.resolve() == Path(i).resolve() for i in inputs if i is not None):
+        raise ValueError(f"{name} {path} is also an input of this command; choose another path")
+    if path.exists() and not overwrite:
+        folder = next((d for d in COMMITTED_DIRS if path.resolve().parent == d.resolve()), None)
+        what = f"is a committed result (in {folder})" if folder else "already exists"
+        raise ValueError(f"{name} {path} {what}; choose another path, or pass --overwrite")
     if not path.parent.is_dir():
         raise ValueError(f"{name} {path}: the folder {path.parent} does not exist")
     writable = os.access(path.parent, os.W_OK | os.X_OK)
@@ -88,9 +93,33 @@ def check_output_file(path: str | Path, *, overwrite: bool = False, name: str = 
     return path
 
 
+#: A run folder's own files; ``LOCK`` holds the PID of the run writing it (removed at its end).
+RUN_FILES, LOCK = ("last.pt", "best.pt", "config.json", "metrics.jsonl"), "run.lock"
+
+
+class RunFolderInUse(ValueError):
+    """Another run (a live process) holds the folder's ``run.lock``."""
+
+
+def _locked_by(path: Path) -> str | None:
+    """``"PID n"`` if ``path/run.lock`` names a live process (or one of another host)."""
+    try:
+        pid, host = (path / LOCK).read_text().split()[:2]
+        if (pid := int(pid)) < 1:
+            return None
+        if host == socket.gethostname():
+            os.kill(pid, 0)  # sends nothing: ProcessLookupError if the run has ended
+    except PermissionError:  # alive, another user's
+        pass
+    except (OSError, ValueError, OverflowError):  # no lock, a foreign file, an ended run
+        return None
+    return f"PID {pid}" + ("" if host == socket.gethostname() else f" on {host}")
+
+
 def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool) -> Path:
-    """``path`` as a run folder that exists or can be created, and can be written to; with
-    ``resume`` it must hold ``last.pt``, without ``overwrite`` it must not."""
+    """``path`` as a run folder that can be written: new, empty, or a run of ours (its
+    ``config.json`` names a model and training config), continued with ``resume`` (it must hold
+    ``last.pt``) or replaced with ``overwrite``; never a folder another run holds (its lock)."""
     path = existing = Path(path)
     while not existing.exists():
         existing = existing.parent
@@ -98,12 +127,60 @@ def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool)
         raise ValueError(f"out_dir {path}: {existing} is a file, not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"out_dir {path}: {existing} is not writable")
-    last = path / "last.pt"
-    if resume and not last.is_file():
-        raise FileNotFoundError(f"cannot resume: checkpoint not found: {last}")
-    if not resume and last.exists() and not overwrite:
-        raise ValueError(f"{path} already holds a checkpoint; resume it or choose another --out")
+    if path != existing or not (names := sorted(p.name for p in path.iterdir())):
+        if resume:
+            raise FileNotFoundError(f"cannot resume: checkpoint not found: {path / 'last.pt'}")
+        return path
+    if holder := _locked_by(path):
+        raise RunFolderInUse(f"{path} is in use by another run ({holder}, {path / LOCK})")
+    try:
+        ours = set(json.loads((path / "config.json").read_text())) >= {
+            "model_config",
+            "train_config",
+        }
+    except (OSError, ValueError, TypeError):
+        ours = False
+    shown = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+    if not ours:
+        raise ValueError(
+            f"{path} is not empty ({shown}) and is not a folder of a mini_transformer run; "
+            "a run writes only into a new or empty folder, or its own: choose another folder"
+        )
+    has_last = (path / "last.pt").is_file()
+    if resume and not has_last:
+        raise FileNotFoundError(f"cannot resume: checkpoint not found: {path / 'last.pt'}")
+    if not resume and not overwrite:
+        what = "a checkpoint; resume it (--resume)" if has_last else "a run that saved nothing;"
+        raise ValueError(
+            f"{path} already holds {what} or pass --overwrite to replace its files ({shown}), "
+            "or choose another --out"
+        )
     return path
+
+
+@contextlib.contextmanager
+def output_lock(path: Path) -> Iterator[None]:
+    """Hold ``path/run.lock`` (this process's PID and host) while the ``with`` block runs: a
+    second run into the folder is refused (a lock whose process ended is replaced)."""
+    path.mkdir(parents=True, exist_ok=True)
+    lock, mine = path / LOCK, f"{os.getpid()} {socket.gethostname()}\n"
+    if not _locked_by(path):
+        lock.unlink(missing_ok=True)  # stale: its process ended
+    try:  # link a complete file into place: atomic, and fails if another run got there first
+        atomic_write(path / f"{LOCK}.{os.getpid()}", mine)
+        os.link(path / f"{LOCK}.{os.getpid()}", lock)
+    except FileExistsError:
+        raise RunFolderInUse(
+            f"{path} is in use by another run ({_locked_by(path)}, {lock})"
+        ) from None
+    finally:
+        (path / f"{LOCK}.{os.getpid()}").unlink(missing_ok=True)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if lock.read_text() == mine:
+                lock.unlink()
 
 
 def json_safe(value):
@@ -188,6 +265,8 @@ def save_checkpoint(
     """Write a full checkpoint atomically, with a checksum of everything it stores: plain types
     only (``weights_only=True`` reads it), with the RNG states (for an exact resume)."""
     step = check_int("step", step, low=0)
+    if taken := sorted(set(extra) & {"format", "model_config", "rng", "version", "checksum"}):
+        raise ValueError(f"save_checkpoint's extra keys {taken} would replace its own entries")
     for k, v in extra.items():  # NumPy/torch scalars as Python numbers: plain types only
         if isinstance(v, (np.generic, torch.Tensor)) and np.ndim(v) == 0:
             extra[k] = v.item()
@@ -270,6 +349,11 @@ def _read(path: Path, map_location) -> dict:
             )
     elif ckpt.pop("checksum", None) != checksum(ckpt):  # every file since must carry its own
         raise ValueError(f"checkpoint {path} is corrupt: its contents do not match the checksum")
+    step, best = ckpt.get("step", 0), ckpt.get("best_val_loss")
+    if type(step) is not int or step < 0:
+        raise ValueError(f"checkpoint {path} holds step={step!r}, not an integer >= 0")
+    if best is not None and (type(best) is not float or math.isnan(best) or best == -math.inf):
+        raise ValueError(f"checkpoint {path} holds best_val_loss={best!r}, not a loss or inf")
     train, model = ckpt.get("train_config"), ckpt.get("model_config")
     # the committed models' train_config["model"] has no vocab_size: their model_config has it
     if isinstance(train, dict) and isinstance(train.get("model"), dict) and model:
@@ -297,6 +381,12 @@ def load_checkpoint(
     if optimizer is not None:
         if ckpt.get("optimizer") is None:
             raise ValueError(f"checkpoint {path} holds no optimizer state (a weights-only file?)")
+        if ckpt.get("version", 1) < 3:  # its weights load; AdamW's state is in another order
+            raise ValueError(
+                f"checkpoint {path} was written by an older version (checkpoint version "
+                f"{ckpt.get('version', 1)}), whose optimizer state cannot be resumed; its weights "
+                "load (sample, export): start a new run from them, or resume with that version"
+            )
         optimizer.load_state_dict(ckpt["optimizer"])
     return ckpt
 
@@ -379,7 +469,8 @@ def prepare_export(
             f"out_path must end in '.pt' (a .json and .jsonl go beside it), got {str(out_path)!r}"
         )
     for suffix in (".pt", ".json", ".jsonl"):
-        check_output_file(out_path.with_suffix(suffix), overwrite=overwrite, name="out_path")
+        out = out_path.with_suffix(suffix)
+        check_output_file(out, overwrite=overwrite, name="out_path", inputs=(ckpt_path, log_path))
     ckpt = load_checkpoint(ckpt_path)
     if ckpt["format"] != CHECKPOINT_FORMAT:
         raise ValueError(f"{ckpt_path} is already a weights file")
@@ -395,7 +486,7 @@ def prepare_export(
     config = {k: ckpt.get(k) for k in ("model_config", "train_config", "step", "val_loss")}
     texts = {out_path.with_suffix(".json"): json.dumps(json_safe(config), indent=2) + "\n"}
     if log_path is not None:
-        texts[out_path.with_suffix(".jsonl")] = Path(log_path).read_text()
+        texts[out_path.with_suffix(".jsonl")] = _log_text(log_path)
 
     def write() -> Path:  # atomic_write renames at once, so the texts are staged as .new files
         staged: dict[Path, Path] = {}
@@ -411,6 +502,18 @@ def prepare_export(
         return out_path
 
     return write
+
+
+def _log_text(path: str | Path) -> str:
+    """A metrics log's text, once every line parses as JSON (not binary, not another file)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        [json.loads(line) for line in text.splitlines() if line.strip()]
+    except ValueError as err:  # UnicodeDecodeError, JSONDecodeError
+        raise ValueError(
+            f"log_path {path} is not a metrics log (UTF-8 JSON lines): {err}"
+        ) from None
+    return text
 
 
 def load_pretrained(

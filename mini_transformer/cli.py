@@ -24,6 +24,7 @@ import torch
 from . import hardware
 from .checkpoints import (
     PRETRAINED,
+    RunFolderInUse,
     check_output_dir,
     config_diff,
     load_checkpoint,
@@ -97,6 +98,9 @@ def run_cli(
 #: fp32, 2-core EPYC, 57% on 2 threads, 70% on 1 by CPU clock); the estimate uses 50%.
 CPU_STEP_CEILING_SHARE = 0.5
 
+#: The most characters ``sample --tokens`` generates (one forward each): about a play.
+MAX_SAMPLE_TOKENS = 100_000
+
 
 def _train_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -108,17 +112,16 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="run folder (checkpoints, metrics.jsonl)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     p.add_argument("--overwrite", action="store_true", help="start afresh even if OUT has a run")
-    p.add_argument("--steps", type=positive_int, help="total steps (on --resume: a new total)")
-    for name in ("--batch-size", "--eval-interval", "--eval-batches"):
-        p.add_argument(name, type=positive_int)
-    p.add_argument("--lr", type=positive_float)
-    p.add_argument("--seed", type=int)
+    p.add_argument("--steps", type=int, help="total steps (on --resume: a new total)")
+    for name in ("--batch-size", "--eval-interval", "--eval-batches", "--seed"):
+        p.add_argument(name, type=int)  # TrainConfig checks them all (exit 2)
+    p.add_argument("--lr", type=float)
     p.add_argument("--positional", choices=POSITIONAL_SCHEMES)
     p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
     p.add_argument(
         "--compile", nargs="?", const="default", choices=COMPILE_MODES, help="torch.compile"
     )
-    p.add_argument("--threads", type=positive_int, help="default: one per physical core")
+    p.add_argument("--threads", type=int, help="default: one per physical core")
     p.add_argument("--precision", choices=hardware.PRECISIONS, help="auto (default), fp32 or bf16")
     p.add_argument("--peak-tflops", type=positive_float, help="device peak for MFU (TFLOP/s)")
     p.add_argument("--no-progress", action="store_false", dest="progress", default=None)
@@ -130,7 +133,7 @@ def _overrides(args: argparse.Namespace) -> dict:
     names = ("steps", "batch_size", "lr", "eval_interval", "eval_batches", "seed", "positional")
     overrides = {k: getattr(args, k) for k in (*names, "device", "precision", "progress")}
     cores = None if args.resume else max(1, hardware.physical_cores() // hardware.ddp_ranks()[2])
-    overrides["threads"] = args.threads or cores
+    overrides["threads"] = args.threads if args.threads is not None else cores
     overrides["peak_flops"] = args.peak_tflops * 1e12 if args.peak_tflops else None
     if args.compile:
         overrides |= {"compile": True, "compile_mode": args.compile}
@@ -180,17 +183,19 @@ def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
 def _main_train(argv: list[str]) -> int:
     parser = _train_parser()
     args = parser.parse_args(argv)
-    overrides = _overrides(args)
 
     def check() -> TrainConfig:  # what the run would refuse, before it starts (writes nothing)
-        check_output_dir(args.out, resume=args.resume, overwrite=args.overwrite)
+        rank, local_rank, _ = hardware.ddp_ranks()  # torchrun's environment, checked
+        overrides = _overrides(args)
+        if rank == 0:  # the folder is rank 0's
+            check_output_dir(args.out, resume=args.resume, overwrite=args.overwrite)
         if args.resume:
             cfg = _resume_config(parser, args, overrides)
         elif args.preset is None:
             raise ValueError("--preset is required (unless --resume)")
         else:
             cfg = get_preset(args.preset, **overrides)
-        device = hardware.resolve_device(cfg.device, hardware.ddp_ranks()[1])
+        device = hardware.resolve_device(cfg.device, local_rank)
         hardware.resolve_precision(cfg.precision, device, d_model=cfg.model.d_model)
         if not args.allow_cpu and (refusal := gpu_preset_refusal(cfg)):  # times a matmul on a CPU
             raise ValueError(refusal)
@@ -198,7 +203,12 @@ def _main_train(argv: list[str]) -> int:
 
     def work(cfg: TrainConfig) -> int:  # a diverged run: run_cli's one line and exit 1
         command = ["python", "-m", "mini_transformer.train", *argv]
-        result = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite, argv=command)
+        try:
+            result = train(
+                cfg, args.out, resume=args.resume, overwrite=args.overwrite, argv=command
+            )
+        except RunFolderInUse as err:  # another run took the folder since check(): exit 2
+            parser.error(_one_line(err))
         if hardware.ddp_ranks()[0] == 0:
             print(
                 f"done: step {result['step']}, val loss {result['val_loss']:.4f}, "
@@ -225,8 +235,16 @@ def _main_sample(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     def check():
+        if not args.prompt:
+            raise ValueError("--prompt must hold at least one character (default: a newline)")
+        if args.tokens > MAX_SAMPLE_TOKENS:
+            raise ValueError(f"--tokens must be at most {MAX_SAMPLE_TOKENS:,}, got {args.tokens}")
         hardware.resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
         model, tok, _ = load_model(args.ckpt, args.device)
+        if args.top_k is not None and args.top_k > (v := model.config.vocab_size):
+            raise ValueError(
+                f"--top-k must be at most the model's vocab_size {v}, got {args.top_k}"
+            )
         return model, tok, tok.encode(args.prompt)[None, :].to(args.device)
 
     def work(checked) -> int:
@@ -255,7 +273,9 @@ def _main_export(argv: list[str]) -> int:
             raise FileNotFoundError(f"--log {args.log}: no such file")
         log = Path(args.log) if args.log else Path(args.ckpt).parent / "metrics.jsonl"
         log = log if log.is_file() else None
-        return prepare_export(args.ckpt, args.out, log, overwrite=args.overwrite)
+        return prepare_export(
+            args.ckpt, args.out, log, overwrite=args.overwrite
+        )  # not over an input
 
     def work(write: Callable[[], Path]) -> int:
         path = write()

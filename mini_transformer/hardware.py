@@ -64,10 +64,21 @@ CPU_BF16_MIN_D_MODEL = 128
 
 def ddp_ranks() -> tuple[int, int, int]:
     """``(rank, local_rank, world_size)`` from torchrun's environment; ``(0, 0, 1)`` without it."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = _env_int("WORLD_SIZE", "1")
     if world <= 1:
         return 0, 0, 1
-    return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0")), world
+    return _env_int("RANK", None, below=world), _env_int("LOCAL_RANK", "0"), world
+
+
+def _env_int(name: str, default: str | None, below: int | None = None) -> int:
+    text = os.environ.get(name, default)
+    if text is None or not text.strip().isdigit() or (below is not None and int(text) >= below):
+        limit = f" below WORLD_SIZE={below}" if below is not None else ""
+        raise ValueError(
+            f"environment variable {name} must be an integer >= 0{limit} (torchrun "
+            f"sets it), got {text!r}"
+        )
+    return int(text)
 
 
 def resolve_device(
@@ -230,8 +241,7 @@ def peak_flops(device: torch.device, given: float | None = None) -> tuple[float 
     return measure_matmul_flops(), (
         f"measured: fp32 1024x1024 matmul, {torch.get_num_threads()} thread(s); the 'mfu' "
         "of a CPU run is a share of this measured ceiling, not of a hardware peak; "
-        "re-measured at each evaluation, the best so far is used (a shared CPU's rate "
-        "varies with its load)"
+        "measured once, at the start of the run (a shared CPU's rate varies with its load)"
     )
 
 

@@ -92,6 +92,11 @@ class TransformerConfig:
         d_ff = 4 * self.d_model if self.d_ff is None else self.d_ff
         self.d_ff = check_int("d_ff", d_ff, low=1, why=" or None")
         check_heads(self.d_model, self.n_heads)
+        if self.positional == "rope" and self.d_head % 2:  # RoPE rotates pairs of dimensions
+            raise ValueError(
+                f"positional='rope' needs an even d_head = d_model / n_heads, got d_head="
+                f"{self.d_head} (d_model={self.d_model}, n_heads={self.n_heads})"
+            )
         check_choice("positional", self.positional, POSITIONAL_SCHEMES)
         check_choice("norm_position", self.norm_position, ("pre", "post"))
         self.dropout = check_probability("dropout", self.dropout)
@@ -211,6 +216,8 @@ class TransformerLM(nn.Module):
     def _check_idx(self, idx: torch.Tensor, name: str = "idx", shape=None, crop=False) -> None:
         dims = "(B, T) of token ids"
         check_tensor(name, idx, integer=True, ndim=2, shape=shape, dims=dims, nonempty=True)
+        if idx.dtype not in ((torch.long, torch.int32) if name == "idx" else (torch.long,)):
+            raise TypeError(f"{name} must be a torch.long tensor, got dtype {idx.dtype}")
         T, c = idx.shape[1], self.config  # crop: the model sees the last block_size tokens
         if T > c.block_size and not crop and c.positional not in EXTRAPOLATING:
             raise ValueError(

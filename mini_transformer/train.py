@@ -40,6 +40,7 @@ from .checkpoints import (
     load_checkpoint,
     load_model,
     load_pretrained,
+    output_lock,
     read_log,
     save_checkpoint,
     write_record,
@@ -90,20 +91,21 @@ def train(
     full: what was saved stays intact)."""
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
-    created = not Path(out_dir).exists()
-    out_dir = check_output_dir(out_dir, resume=resume, overwrite=overwrite)
-    with _ddp_group(cfg):
+    out_dir, lock = Path(out_dir), contextlib.nullcontext()
+    if hardware.ddp_ranks()[0] == 0:  # the folder is rank 0's until the run ends (others read)
+        lock = output_lock(check_output_dir(out_dir, resume=resume, overwrite=overwrite))
+    with lock, _ddp_group(cfg):
         run = _prepare(cfg, out_dir, resume, setup_hook)
         main, show = run.rank == 0, cfg.progress and run.rank == 0
         T, opt = run.model.config.block_size, run.optimizer
         with (
-            _logged(run, resume, argv, created),
+            _logged(run, argv),
             tqdm(
                 total=cfg.steps, initial=run.step, disable=not show, desc=f"train {cfg.preset}"
             ) as bar,
             _stop_at_step_boundary() as flag,
         ):
-            if main and not resume:
+            if main and not run.resume:
                 _evaluate_and_save(run, None)  # the loss before any training: about ln(vocab_size)
             run.model.train()
             losses, norms, t0, stopping = [], [], time.perf_counter(), False  # tensors, unread
@@ -152,6 +154,7 @@ class Run:
     train_ids: torch.Tensor
     val_ids: torch.Tensor
     precision: str  # resolved: "fp32" or "bf16"
+    resume: bool = False  # continues last.pt (restored by _prepare)
     rank: int = 0
     world: int = 1
     step_model: torch.nn.Module | None = None  # what a step calls: model, DDP or compiled
@@ -231,7 +234,7 @@ def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
         setup_hook(model)
     optimizer = configure_optimizer(model, cfg, fused=is_cuda)
     precision = hardware.resolve_precision(cfg.precision, device, d_model=model.config.d_model)
-    run = Run(cfg, out_dir, device, model, optimizer, tok, train_ids, val_ids, precision)
+    run = Run(cfg, out_dir, device, model, optimizer, tok, train_ids, val_ids, precision, resume)
     run.rank, run.world, run.step_model = rank, world, model
     if resume:
         _restore(run)
@@ -262,37 +265,26 @@ def _restore(run: Run) -> None:
 
 
 @contextlib.contextmanager
-def _logged(run: Run, resume: bool, argv: list[str] | None, created: bool) -> Iterator[None]:
-    """The log's first record and its last (why the run ended); a fresh run stopped before its
-    first checkpoint leaves no files (one that diverged keeps its log, which says why)."""
+def _logged(run: Run, argv: list[str] | None) -> Iterator[None]:
+    """The log's first record and its last (why the run ended: the files stay, and say it)."""
     reason = "error"
+    if run.rank == 0:
+        _log_start(run, argv)
     try:
-        if run.rank == 0:
-            _log_start(run, resume, argv)
-        try:
-            yield
-            reason = "completed"
-        except (TrainingDivergedError, KeyboardInterrupt) as err:
-            reason = "diverged" if isinstance(err, TrainingDivergedError) else "interrupted"
-            raise
-        finally:
-            end = {"event": "end", "step": run.step, "reason": reason, "val_loss": run.val_loss}
-            end |= {"best_val_loss": run.best_val_loss, "wall_time_s": run.elapsed()}  # inf: null
-            write_record(run.log_path, end)
-    except BaseException as err:
-        fresh = run.rank == 0 and not resume and run.saved_step is None
-        if fresh and not isinstance(err, TrainingDivergedError):
-            with contextlib.suppress(OSError):
-                for name in ("config.json", "metrics.jsonl"):
-                    (run.out_dir / name).unlink(missing_ok=True)
-                if created:
-                    run.out_dir.rmdir()  # only if empty
+        yield
+        reason = "completed"
+    except (TrainingDivergedError, KeyboardInterrupt) as err:
+        reason = "diverged" if isinstance(err, TrainingDivergedError) else "interrupted"
         raise
+    finally:
+        end = {"event": "end", "step": run.step, "reason": reason, "val_loss": run.val_loss}
+        end |= {"best_val_loss": run.best_val_loss, "wall_time_s": run.elapsed()}  # inf: null
+        write_record(run.log_path, end)
 
 
-def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
+def _log_start(run: Run, argv: list[str] | None) -> None:
     """The run's ``config.json`` and the log's first record (where it ran)."""
-    if not resume:
+    if not run.resume:  # --overwrite: a new log
         run.log_path.unlink(missing_ok=True)
     model, cfg = run.model, run.cfg
     configs = {"model_config": model.config.to_dict(), "train_config": cfg.to_dict()}
@@ -300,7 +292,7 @@ def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
     write_record(
         run.log_path,
         {
-            "event": "resume" if resume else "start",
+            "event": "resume" if run.resume else "start",
             "step": run.step,
             **hardware.where_it_ran(run.device),
             "world_size": run.world,
@@ -352,9 +344,7 @@ def _diverged(run: Run, what: str, value: float, step: int) -> TrainingDivergedE
 
 def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
     """Losses on both splits, a log record, and checkpoints if all is well."""
-    cfg, model = run.cfg, run.model
-    if run.device.type == "cpu" and cfg.peak_flops is None and tokens_per_s is not None:
-        run.peak = max(run.peak, hardware.measure_matmul_flops(repeats=3))
+    model = run.model
     train_loss, val_loss = run.estimate("train"), run.estimate("val")
     mfu = None
     if tokens_per_s is not None and run.peak:

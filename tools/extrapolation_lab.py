@@ -338,7 +338,7 @@ def _read_json(path: str) -> dict:
     try:
         with open(path) as f:
             return json.load(f)
-    except json.JSONDecodeError as err:
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError (a binary file)
         raise ValueError(f"{path} is not a JSON file ({err})") from None
 
 
@@ -390,8 +390,9 @@ def main(argv: list[str] | None = None) -> dict:
     command = command_line(PROG, argv)
 
     def check():
-        if args.out:
-            check_output_file(args.out, overwrite=args.overwrite)
+        if args.out:  # never over one of the files it reads
+            inputs = [*(args.merge or []), *(a.partition("=")[2] for a in args.attach)]
+            check_output_file(args.out, overwrite=args.overwrite, inputs=inputs)
         if args.attach and not args.merge:
             raise ValueError("--attach only works together with --merge")
         if args.merge:  # reading and merging the parts is the check; nothing runs
