@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import json
 import math
 import os
-import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -35,7 +35,6 @@ __all__ = [
     "load_model",
     "prepare_export",
     "load_pretrained",
-    "read_log",
 ]
 
 CHECKPOINT_FORMAT = "mini_transformer.checkpoint"
@@ -93,33 +92,18 @@ def check_output_file(
     return path
 
 
-#: A run folder's own files; ``LOCK`` holds the PID of the run writing it (removed at its end).
-RUN_FILES, LOCK = ("last.pt", "best.pt", "config.json", "metrics.jsonl"), "run.lock"
+LOCK = "run.lock"  # a run's folder is locked while it runs (flock: the kernel frees it)
+fcntl = None if os.name == "nt" else importlib.import_module("fcntl")  # Windows: no lock
 
 
 class RunFolderInUse(ValueError):
-    """Another run (a live process) holds the folder's ``run.lock``."""
-
-
-def _locked_by(path: Path) -> str | None:
-    """``"PID n"`` if ``path/run.lock`` names a live process (or one of another host)."""
-    try:
-        pid, host = (path / LOCK).read_text().split()[:2]
-        if (pid := int(pid)) < 1:
-            return None
-        if host == socket.gethostname():
-            os.kill(pid, 0)  # sends nothing: ProcessLookupError if the run has ended
-    except PermissionError:  # alive, another user's
-        pass
-    except (OSError, ValueError, OverflowError):  # no lock, a foreign file, an ended run
-        return None
-    return f"PID {pid}" + ("" if host == socket.gethostname() else f" on {host}")
+    """Another live run holds the folder's lock."""
 
 
 def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool) -> Path:
-    """``path`` as a run folder that can be written: new, empty, or a run of ours (its
-    ``config.json`` names a model and training config), continued with ``resume`` (it must hold
-    ``last.pt``) or replaced with ``overwrite``; never a folder another run holds (its lock)."""
+    """``path`` as a run folder that can be written: new, empty, or a run of ours (it holds
+    ``last.pt``, or a run's ``config.json``) continued with ``resume`` (``last.pt`` needed) or
+    replaced with ``overwrite``. A folder holding anything else is never written into."""
     path = existing = Path(path)
     while not existing.exists():
         existing = existing.parent
@@ -127,60 +111,41 @@ def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool)
         raise ValueError(f"out_dir {path}: {existing} is a file, not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"out_dir {path}: {existing} is not writable")
-    if path != existing or not (names := sorted(p.name for p in path.iterdir())):
-        if resume:
-            raise FileNotFoundError(f"cannot resume: checkpoint not found: {path / 'last.pt'}")
-        return path
-    if holder := _locked_by(path):
-        raise RunFolderInUse(f"{path} is in use by another run ({holder}, {path / LOCK})")
-    try:
-        ours = set(json.loads((path / "config.json").read_text())) >= {
-            "model_config",
-            "train_config",
-        }
-    except (OSError, ValueError, TypeError):
-        ours = False
-    shown = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
-    if not ours:
-        raise ValueError(
-            f"{path} is not empty ({shown}) and is not a folder of a mini_transformer run; "
-            "a run writes only into a new or empty folder, or its own: choose another folder"
+    last, there = path / "last.pt", sorted(p.name for p in path.glob("*") if p.name != LOCK)
+    if resume and not last.is_file():
+        raise FileNotFoundError(f"cannot resume: checkpoint not found: {last}")
+    ours, shown = last.is_file(), ", ".join(there[:6]) + (", ..." if len(there) > 6 else "")
+    with contextlib.suppress(OSError, ValueError, TypeError):  # or a run's config.json
+        ours = ours or {"model_config", "train_config"} <= set(
+            json.loads((path / "config.json").read_text())
         )
-    has_last = (path / "last.pt").is_file()
-    if resume and not has_last:
-        raise FileNotFoundError(f"cannot resume: checkpoint not found: {path / 'last.pt'}")
-    if not resume and not overwrite:
-        what = "a checkpoint; resume it (--resume)" if has_last else "a run that saved nothing;"
-        raise ValueError(
-            f"{path} already holds {what} or pass --overwrite to replace its files ({shown}), "
-            "or choose another --out"
-        )
+    if there and not (ours and (resume or overwrite)):
+        what = "already holds a run" if ours else "holds files of no run (a run needs an empty one)"
+        fix = "continue it with --resume or replace its files with --overwrite, or " if ours else ""
+        raise ValueError(f"{path} {what}: {shown}; {fix}choose another folder")
     return path
 
 
 @contextlib.contextmanager
 def output_lock(path: Path) -> Iterator[None]:
-    """Hold ``path/run.lock`` (this process's PID and host) while the ``with`` block runs: a
-    second run into the folder is refused (a lock whose process ended is replaced)."""
+    """Hold an exclusive ``flock`` on ``path/run.lock`` (the file holds this process's PID)
+    while the block runs, or raise ``RunFolderInUse``. The kernel releases it however the
+    process ends, so the file a killed run leaves behind is stale and taken over."""
     path.mkdir(parents=True, exist_ok=True)
-    lock, mine = path / LOCK, f"{os.getpid()} {socket.gethostname()}\n"
-    if not _locked_by(path):
-        lock.unlink(missing_ok=True)  # stale: its process ended
-    try:  # link a complete file into place: atomic, and fails if another run got there first
-        atomic_write(path / f"{LOCK}.{os.getpid()}", mine)
-        os.link(path / f"{LOCK}.{os.getpid()}", lock)
-    except FileExistsError:
-        raise RunFolderInUse(
-            f"{path} is in use by another run ({_locked_by(path)}, {lock})"
-        ) from None
-    finally:
-        (path / f"{LOCK}.{os.getpid()}").unlink(missing_ok=True)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            if lock.read_text() == mine:
-                lock.unlink()
+    with (path / LOCK).open("a+") as f:
+        try:
+            fcntl and fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no fcntl: Windows, no lock
+        except BlockingIOError:
+            f.seek(0)
+            pid = f.read().strip() or "?"
+            raise RunFolderInUse(f"{path} is in use by another run (PID {pid})") from None
+        f.truncate(0)
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        try:
+            yield
+        finally:
+            (path / LOCK).unlink(missing_ok=True)
 
 
 def json_safe(value):
@@ -381,12 +346,8 @@ def load_checkpoint(
     if optimizer is not None:
         if ckpt.get("optimizer") is None:
             raise ValueError(f"checkpoint {path} holds no optimizer state (a weights-only file?)")
-        if ckpt.get("version", 1) < 3:  # its weights load; AdamW's state is in another order
-            raise ValueError(
-                f"checkpoint {path} was written by an older version (checkpoint version "
-                f"{ckpt.get('version', 1)}), whose optimizer state cannot be resumed; its weights "
-                "load (sample, export): start a new run from them, or resume with that version"
-            )
+        if ckpt.get("version", 1) < 3:  # AdamW's state in another order; the weights load
+            raise ValueError(f"checkpoint {path} is of an older version: it cannot be resumed")
         optimizer.load_state_dict(ckpt["optimizer"])
     return ckpt
 
@@ -485,8 +446,12 @@ def prepare_export(
     weights = {"format": WEIGHTS_FORMAT, "model": state, **{k: ckpt.get(k) for k in keep}}
     config = {k: ckpt.get(k) for k in ("model_config", "train_config", "step", "val_loss")}
     texts = {out_path.with_suffix(".json"): json.dumps(json_safe(config), indent=2) + "\n"}
-    if log_path is not None:
-        texts[out_path.with_suffix(".jsonl")] = _log_text(log_path)
+    if log_path is not None:  # a metrics log: UTF-8 JSON lines, not a binary or another file
+        try:
+            text = texts[out_path.with_suffix(".jsonl")] = Path(log_path).read_text("utf-8")
+            [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError as err:  # UnicodeDecodeError, JSONDecodeError
+            raise ValueError(f"log_path {log_path} is not a metrics log: {err}") from None
 
     def write() -> Path:  # atomic_write renames at once, so the texts are staged as .new files
         staged: dict[Path, Path] = {}
@@ -502,18 +467,6 @@ def prepare_export(
         return out_path
 
     return write
-
-
-def _log_text(path: str | Path) -> str:
-    """A metrics log's text, once every line parses as JSON (not binary, not another file)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-        [json.loads(line) for line in text.splitlines() if line.strip()]
-    except ValueError as err:  # UnicodeDecodeError, JSONDecodeError
-        raise ValueError(
-            f"log_path {path} is not a metrics log (UTF-8 JSON lines): {err}"
-        ) from None
-    return text
 
 
 def load_pretrained(
@@ -538,14 +491,3 @@ def write_record(path: Path | None, record: dict) -> None:
         except BaseException:
             os.ftruncate(f.fileno(), start)
             raise
-
-
-def read_log(which: str | Path = "cpu") -> list[dict]:
-    """The records of a JSONL metrics log (``"cpu"``/``"gpu"``: a committed model's): ``"start"``
-    (device, versions, configs, command, seed, peak FLOP/s), ``"eval"`` (``step``, ``val_loss``,
-    ``train_loss``, ``lr``, ``tokens_per_s``, ``mfu``, ...), ``"resume"`` where a run continued,
-    and ``"end"`` (``reason``, ``wall_time_s``, ``best_val_loss``)."""
-    path = PRETRAINED[which].with_suffix(".jsonl") if which in PRETRAINED else Path(which)
-    if not path.is_file():
-        raise FileNotFoundError(f"metrics log not found: {path}")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

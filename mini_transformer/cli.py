@@ -51,6 +51,10 @@ def positive_int(text: str) -> int:
     return _number(text, int, lambda v: v >= 1, "a positive integer")
 
 
+def _tokens(text: str) -> int:  # sample --tokens: one forward each, at most about a play
+    return _number(text, int, lambda v: 1 <= v <= 100_000, "an integer in [1, 100000]")
+
+
 def positive_float(text: str) -> float:
     return _number(text, float, lambda v: v > 0 and math.isfinite(v), "a positive number")
 
@@ -97,9 +101,6 @@ def run_cli(
 #: ceiling a training step of the gpu model reaches on a CPU (benchmarks/results/train_step_*:
 #: fp32, 2-core EPYC, 57% on 2 threads, 70% on 1 by CPU clock); the estimate uses 50%.
 CPU_STEP_CEILING_SHARE = 0.5
-
-#: The most characters ``sample --tokens`` generates (one forward each): about a play.
-MAX_SAMPLE_TOKENS = 100_000
 
 
 def _train_parser() -> argparse.ArgumentParser:
@@ -227,7 +228,7 @@ def _main_sample(argv: list[str]) -> int:
     )
     p.add_argument("--ckpt", default="cpu", help="a checkpoint or weights file, 'cpu' or 'gpu'")
     p.add_argument("--prompt", default="\n", help="text to continue")
-    p.add_argument("--tokens", type=positive_int, default=500, help="characters to generate")
+    p.add_argument("--tokens", type=_tokens, default=500, help="characters to generate")
     p.add_argument("--temperature", type=positive_float, default=0.8)
     p.add_argument("--top-k", type=positive_int, default=None)
     p.add_argument("--seed", type=int, default=0)
@@ -237,14 +238,10 @@ def _main_sample(argv: list[str]) -> int:
     def check():
         if not args.prompt:
             raise ValueError("--prompt must hold at least one character (default: a newline)")
-        if args.tokens > MAX_SAMPLE_TOKENS:
-            raise ValueError(f"--tokens must be at most {MAX_SAMPLE_TOKENS:,}, got {args.tokens}")
         hardware.resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
         model, tok, _ = load_model(args.ckpt, args.device)
-        if args.top_k is not None and args.top_k > (v := model.config.vocab_size):
-            raise ValueError(
-                f"--top-k must be at most the model's vocab_size {v}, got {args.top_k}"
-            )
+        if (args.top_k or 0) > (v := model.config.vocab_size):  # before any sampling
+            raise ValueError(f"--top-k must be at most the model's vocab_size {v}")
         return model, tok, tok.encode(args.prompt)[None, :].to(args.device)
 
     def work(checked) -> int:
@@ -273,9 +270,7 @@ def _main_export(argv: list[str]) -> int:
             raise FileNotFoundError(f"--log {args.log}: no such file")
         log = Path(args.log) if args.log else Path(args.ckpt).parent / "metrics.jsonl"
         log = log if log.is_file() else None
-        return prepare_export(
-            args.ckpt, args.out, log, overwrite=args.overwrite
-        )  # not over an input
+        return prepare_export(args.ckpt, args.out, log, overwrite=args.overwrite)
 
     def work(write: Callable[[], Path]) -> int:
         path = write()

@@ -64,21 +64,11 @@ CPU_BF16_MIN_D_MODEL = 128
 
 def ddp_ranks() -> tuple[int, int, int]:
     """``(rank, local_rank, world_size)`` from torchrun's environment; ``(0, 0, 1)`` without it."""
-    world = _env_int("WORLD_SIZE", "1")
-    if world <= 1:
-        return 0, 0, 1
-    return _env_int("RANK", None, below=world), _env_int("LOCAL_RANK", "0"), world
-
-
-def _env_int(name: str, default: str | None, below: int | None = None) -> int:
-    text = os.environ.get(name, default)
-    if text is None or not text.strip().isdigit() or (below is not None and int(text) >= below):
-        limit = f" below WORLD_SIZE={below}" if below is not None else ""
-        raise ValueError(
-            f"environment variable {name} must be an integer >= 0{limit} (torchrun "
-            f"sets it), got {text!r}"
-        )
-    return int(text)
+    env = {k: os.environ.get(k, "0") for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    if bad := next((k for k, v in env.items() if not v.strip().isdecimal()), None):
+        raise ValueError(f"environment variable {bad} must be an integer >= 0, got {env[bad]!r}")
+    rank, local_rank, world = (int(v) for v in env.values())
+    return (rank, local_rank, world) if world > 1 else (0, 0, 1)
 
 
 def resolve_device(

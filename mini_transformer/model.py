@@ -92,11 +92,8 @@ class TransformerConfig:
         d_ff = 4 * self.d_model if self.d_ff is None else self.d_ff
         self.d_ff = check_int("d_ff", d_ff, low=1, why=" or None")
         check_heads(self.d_model, self.n_heads)
-        if self.positional == "rope" and self.d_head % 2:  # RoPE rotates pairs of dimensions
-            raise ValueError(
-                f"positional='rope' needs an even d_head = d_model / n_heads, got d_head="
-                f"{self.d_head} (d_model={self.d_model}, n_heads={self.n_heads})"
-            )
+        if self.positional == "rope":  # RoPE rotates pairs of each head's dimensions
+            check_int("d_head = d_model / n_heads", self.d_head, even=True, why=" for 'rope'")
         check_choice("positional", self.positional, POSITIONAL_SCHEMES)
         check_choice("norm_position", self.norm_position, ("pre", "post"))
         self.dropout = check_probability("dropout", self.dropout)

@@ -41,7 +41,6 @@ from .checkpoints import (
     load_model,
     load_pretrained,
     output_lock,
-    read_log,
     save_checkpoint,
     write_record,
 )
@@ -313,6 +312,17 @@ def _log_start(run: Run, argv: list[str] | None) -> None:
             "val_tokens": len(run.val_ids),
         },
     )
+
+
+def read_log(which: str | Path = "cpu") -> list[dict]:
+    """The records of a JSONL metrics log (``"cpu"``/``"gpu"``: a committed model's): ``"start"``
+    (device, versions, configs, command, seed, peak FLOP/s), ``"eval"`` (``step``, ``val_loss``,
+    ``train_loss``, ``lr``, ``tokens_per_s``, ``mfu``, ...), ``"resume"`` where a run continued,
+    and ``"end"`` (``reason``, ``wall_time_s``, ``best_val_loss``)."""
+    path = PRETRAINED[which].with_suffix(".jsonl") if which in PRETRAINED else Path(which)
+    if not path.is_file():
+        raise FileNotFoundError(f"metrics log not found: {path}")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _read_window(run: Run, losses: list, norms: list, t0: float, bar) -> float | None:
