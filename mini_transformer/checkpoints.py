@@ -137,11 +137,11 @@ def output_lock(path: Path) -> Iterator[None]:
             fcntl and fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no fcntl: Windows, no lock
         except BlockingIOError:
             f.seek(0)
-            pid = f.read().strip() or "?"
-            raise RunFolderInUse(f"{path} is in use by another run (PID {pid})") from None
+            raise RunFolderInUse(
+                f"{path} is in use by another run (PID {f.read().strip()})"
+            ) from None
         f.truncate(0)
-        f.write(f"{os.getpid()}\n")
-        f.flush()
+        print(os.getpid(), file=f, flush=True)
         try:
             yield
         finally:

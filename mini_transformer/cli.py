@@ -8,7 +8,8 @@ r"""The command line of chapter 6, ``python -m mini_transformer.train`` (train.p
     python -m mini_transformer.train export --ckpt runs/cpu/best.pt --overwrite  # -> assets/
 
 This command line and the sweeps in ``tools/`` refuse bad arguments and output paths (exit 2)
-before they write anything (``run_cli``); a committed result is replaced only with ``--overwrite``.
+before they write anything (``run_cli``); an existing file is replaced only with ``--overwrite``,
+an input never.
 """
 
 from __future__ import annotations
@@ -51,10 +52,6 @@ def positive_int(text: str) -> int:
     return _number(text, int, lambda v: v >= 1, "a positive integer")
 
 
-def _tokens(text: str) -> int:  # sample --tokens: one forward each, at most about a play
-    return _number(text, int, lambda v: 1 <= v <= 100_000, "an integer in [1, 100000]")
-
-
 def positive_float(text: str) -> float:
     return _number(text, float, lambda v: v > 0 and math.isfinite(v), "a positive number")
 
@@ -90,6 +87,8 @@ def run_cli(
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+    except RunFolderInUse as err:  # another run took the folder after check(): exit 2
+        parser.error(_one_line(err))
     except Exception as err:  # not SystemExit: parser.error's exit 2 passes through
         print(f"{parser.prog}: error: {_one_line(err)}", file=sys.stderr)
         raise SystemExit(1) from None
@@ -204,12 +203,7 @@ def _main_train(argv: list[str]) -> int:
 
     def work(cfg: TrainConfig) -> int:  # a diverged run: run_cli's one line and exit 1
         command = ["python", "-m", "mini_transformer.train", *argv]
-        try:
-            result = train(
-                cfg, args.out, resume=args.resume, overwrite=args.overwrite, argv=command
-            )
-        except RunFolderInUse as err:  # another run took the folder since check(): exit 2
-            parser.error(_one_line(err))
+        result = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite, argv=command)
         if hardware.ddp_ranks()[0] == 0:
             print(
                 f"done: step {result['step']}, val loss {result['val_loss']:.4f}, "
@@ -228,7 +222,7 @@ def _main_sample(argv: list[str]) -> int:
     )
     p.add_argument("--ckpt", default="cpu", help="a checkpoint or weights file, 'cpu' or 'gpu'")
     p.add_argument("--prompt", default="\n", help="text to continue")
-    p.add_argument("--tokens", type=_tokens, default=500, help="characters to generate")
+    p.add_argument("--tokens", type=positive_int, default=500, help="characters to generate")
     p.add_argument("--temperature", type=positive_float, default=0.8)
     p.add_argument("--top-k", type=positive_int, default=None)
     p.add_argument("--seed", type=int, default=0)
@@ -238,6 +232,8 @@ def _main_sample(argv: list[str]) -> int:
     def check():
         if not args.prompt:
             raise ValueError("--prompt must hold at least one character (default: a newline)")
+        if args.tokens > 100_000:  # one forward each: about a play at most
+            raise ValueError(f"--tokens must be at most 100000, got {args.tokens}")
         hardware.resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
         model, tok, _ = load_model(args.ckpt, args.device)
         if (args.top_k or 0) > (v := model.config.vocab_size):  # before any sampling

@@ -40,6 +40,9 @@ __all__ = [
 ]
 
 
+SIZES = ("vocab_size", "block_size", "d_model", "n_heads", "n_layers", "d_ff")  # the model's
+
+
 @dataclass
 class LabConfig:
     """One lab run: task, model, training budget and evaluation (``train_length`` is ``L``).
@@ -90,11 +93,7 @@ class LabConfig:
             check_choice("scheme_lr keys", scheme, POSITIONAL_SCHEMES)
             check_float(f"scheme_lr[{scheme!r}]", lr, low=0, low_open=True)
         check_int("curve_every", self.curve_every, low=1)
-        TransformerConfig(**self._sizes(), positional="none")  # the model's sizes, checked now
-
-    def _sizes(self) -> dict:
-        sizes = ("vocab_size", "block_size", "d_model", "n_heads", "n_layers", "d_ff")
-        return {k: getattr(self, k) for k in sizes}
+        TransformerConfig(**{k: getattr(self, k) for k in SIZES}, positional="none")  # checked
 
     def lr_for(self, scheme: str) -> float:
         """The peak learning rate for ``scheme``: ``scheme_lr[scheme]`` if given, else ``lr``."""
@@ -115,7 +114,7 @@ def make_model(scheme: str, cfg: LabConfig, seed: int = 0) -> TransformerLM:
     """The lab's model for ``scheme``: the same size and initial RNG state for every scheme."""
     check_choice("scheme", scheme, POSITIONAL_SCHEMES)
     torch.manual_seed(seed)
-    config = TransformerConfig(**cfg._sizes(), positional=scheme)
+    config = TransformerConfig(**{k: getattr(cfg, k) for k in SIZES}, positional=scheme)
     return TransformerLM(config)  # dropout 0 (the default)
 
 

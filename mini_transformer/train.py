@@ -87,7 +87,8 @@ def train(
     evaluates, logs and saves; ``setup_hook(model)`` runs once the model is built (tests inject
     faults with it). Raises ``TrainingDivergedError`` (nothing diverged was saved),
     ``KeyboardInterrupt`` after saving ``last.pt`` at a step boundary, or ``OSError`` (disk
-    full: what was saved stays intact)."""
+    full: what was saved stays intact). ``out_dir`` is new, empty or a run's (``resume`` or
+    ``overwrite`` it); another file there is never touched, and a second run into it is refused."""
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     out_dir, lock = Path(out_dir), contextlib.nullcontext()

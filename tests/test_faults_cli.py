@@ -407,7 +407,7 @@ def test_a_malformed_torchrun_environment_exits_2_naming_the_variable(
     [
         (["--prompt", ""], "--prompt must hold at least one character"),
         (["--top-k", "85"], "--top-k must be at most the model's vocab_size 84"),
-        (["--tokens", "100000000"], "--tokens: expected an integer in [1, 100000]"),
+        (["--tokens", "100000000"], "--tokens must be at most 100000, got 100000000"),
         (["--prompt", "a\udc80"], "U+DC80) at position 1 is not in the tokenizer's vocabulary"),
     ],
 )
