@@ -253,11 +253,11 @@ def _restore(run: Run) -> None:
     run.step = run.saved_step = ckpt["step"]
     run.val_loss = ckpt.get("val_loss")
     run.elapsed_before = ckpt.get("elapsed_s", 0.0)
-    run.best_val_loss = ckpt.get("best_val_loss", math.inf)
+    bests = [ckpt.get("best_val_loss")]  # each a loss, inf or None (checked by the loader)
     if run.best_path.is_file():  # a crash between writing best.pt and last.pt
         with contextlib.suppress(ValueError):
-            best = load_checkpoint(run.best_path).get("best_val_loss")
-            run.best_val_loss = min(run.best_val_loss, best if best is not None else math.inf)
+            bests.append(load_checkpoint(run.best_path).get("best_val_loss"))
+    run.best_val_loss = min((b for b in bests if b is not None), default=math.inf)
     if run.world == 1:  # RNG states must be CPU ByteTensors, whatever map_location did
         torch.set_rng_state(ckpt["rng"]["torch"].cpu())  # (torchrun: the loop seeds each step)
         if run.device.type == "cuda" and "cuda" in ckpt["rng"]:

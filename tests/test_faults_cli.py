@@ -427,3 +427,16 @@ def test_a_binary_log_or_merge_file_is_named_in_the_refusal(tmp_path, capsys, mo
     argv = ["--merge", str(binary), "--out", str(tmp_path / "m.json")]
     code, err = exit_code(extrapolation_lab.main, argv, capsys)
     assert code == 2 and f"{binary} is not a JSON file" in err
+
+
+def test_a_last_pt_without_a_best_loss_resumes_and_keeps_saving_its_best(tmp_path):
+    cfg = T.get_preset("tiny", steps=1, progress=False, device="cpu", threads=1)
+    T.train(cfg, tmp_path)
+    _crafted(tmp_path / "last.pt", best_val_loss=None)
+    (tmp_path / "best.pt").unlink()
+    T.train(
+        T.get_preset("tiny", steps=2, eval_interval=1, progress=False, device="cpu", threads=1),
+        tmp_path,
+        resume=True,
+    )
+    assert T.load_checkpoint(tmp_path / "best.pt")["step"] == 2
