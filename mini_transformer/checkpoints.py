@@ -317,8 +317,8 @@ def _read(path: Path, map_location) -> dict:
     step, best = ckpt.get("step", 0), ckpt.get("best_val_loss")
     if type(step) is not int or step < 0:
         raise ValueError(f"checkpoint {path} holds step={step!r}, not an integer >= 0")
-    if best is not None and (type(best) is not float or math.isnan(best) or best == -math.inf):
-        raise ValueError(f"checkpoint {path} holds best_val_loss={best!r}, not a loss or inf")
+    if best is not None and (type(best) not in (int, float) or not best >= 0):  # NaN, -inf
+        raise ValueError(f"checkpoint {path} holds best_val_loss={best!r}, not a loss (>= 0, inf)")
     train, model = ckpt.get("train_config"), ckpt.get("model_config")
     # the committed models' train_config["model"] has no vocab_size: their model_config has it
     if isinstance(train, dict) and isinstance(train.get("model"), dict) and model:

@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 
-SIZES = ("vocab_size", "block_size", "d_model", "n_heads", "n_layers", "d_ff")  # the model's
+_SIZES = ("vocab_size", "block_size", "d_model", "n_heads", "n_layers", "d_ff")  # the model's
 
 
 @dataclass
@@ -93,7 +93,7 @@ class LabConfig:
             check_choice("scheme_lr keys", scheme, POSITIONAL_SCHEMES)
             check_float(f"scheme_lr[{scheme!r}]", lr, low=0, low_open=True)
         check_int("curve_every", self.curve_every, low=1)
-        TransformerConfig(**{k: getattr(self, k) for k in SIZES}, positional="none")  # checked
+        TransformerConfig(**{k: getattr(self, k) for k in _SIZES}, positional="none")  # checked
 
     def lr_for(self, scheme: str) -> float:
         """The peak learning rate for ``scheme``: ``scheme_lr[scheme]`` if given, else ``lr``."""
@@ -114,7 +114,7 @@ def make_model(scheme: str, cfg: LabConfig, seed: int = 0) -> TransformerLM:
     """The lab's model for ``scheme``: the same size and initial RNG state for every scheme."""
     check_choice("scheme", scheme, POSITIONAL_SCHEMES)
     torch.manual_seed(seed)
-    config = TransformerConfig(**{k: getattr(cfg, k) for k in SIZES}, positional=scheme)
+    config = TransformerConfig(**{k: getattr(cfg, k) for k in _SIZES}, positional=scheme)
     return TransformerLM(config)  # dropout 0 (the default)
 
 

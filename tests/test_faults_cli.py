@@ -370,7 +370,7 @@ def _crafted(path: Path, **changes) -> None:
 @pytest.mark.parametrize(
     "changes,message",
     [
-        ({"best_val_loss": math.nan}, "best_val_loss=nan, not a loss or inf"),
+        ({"best_val_loss": math.nan}, "best_val_loss=nan, not a loss (>= 0, inf)"),
         ({"best_val_loss": -math.inf}, "best_val_loss=-inf"),
         ({"step": 200.0}, "step=200.0, not an integer >= 0"),
     ],
