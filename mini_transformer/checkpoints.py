@@ -135,7 +135,9 @@ def output_lock(path: Path) -> Iterator[None]:
     with (path / LOCK).open("a+") as f:
         try:
             fcntl and fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no fcntl: Windows, no lock
-        except BlockingIOError:
+            if os.stat(path / LOCK).st_ino != os.fstat(f.fileno()).st_ino:
+                raise BlockingIOError  # its run removed that file just now, while it held it
+        except (BlockingIOError, FileNotFoundError):
             f.seek(0)
             raise RunFolderInUse(
                 f"{path} is in use by another run (PID {f.read().strip()})"

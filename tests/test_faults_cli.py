@@ -440,3 +440,15 @@ def test_a_last_pt_without_a_best_loss_resumes_and_keeps_saving_its_best(tmp_pat
         resume=True,
     )
     assert T.load_checkpoint(tmp_path / "best.pt")["step"] == 2
+
+
+def test_a_folders_lock_is_exclusive_and_gone_after_the_run(tmp_path):
+    with checkpoints.output_lock(tmp_path):
+        assert (tmp_path / "run.lock").read_text() == f"{os.getpid()}\n"
+        with pytest.raises(checkpoints.RunFolderInUse, match=f"PID {os.getpid()}"):
+            with checkpoints.output_lock(tmp_path):  # a second open file: flock refuses it
+                pass
+        assert (tmp_path / "run.lock").exists()  # the refused one left the holder's lock alone
+    assert not (tmp_path / "run.lock").exists()
+    with checkpoints.output_lock(tmp_path):  # free again
+        pass
