@@ -301,6 +301,8 @@ def check_size(
     if torch.compiler.is_compiling():  # int() would specialise the graph: eager calls only
         return 0
     kind = dtype if isinstance(dtype, torch.dtype) else np.dtype(dtype)
+    if any(int(s) < 0 for s in shape):
+        raise ValueError(f"{name} of shape {tuple(int(s) for s in shape)} has a negative size")
     n = math.prod([int(s) for s in shape]) * kind.itemsize
     if n > MAX_BYTES:
         raise ValueError(

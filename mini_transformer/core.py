@@ -130,8 +130,8 @@ class TrainConfig:
         check_instance("model", self.model, TransformerConfig, "a TransformerConfig")
         for name in ("batch_size", "steps", "eval_interval", "eval_batches"):
             check_int(name, getattr(self, name), low=1)
-        for name in ("warmup_steps", "seed"):
-            check_int(name, getattr(self, name), low=0)
+        check_int("warmup_steps", self.warmup_steps, low=0)
+        check_int("seed", self.seed, low=0, high=2**64 - 1)  # what torch.manual_seed takes
         for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
             check_float(name, getattr(self, name), low=0)
         if self.min_lr > self.lr:
@@ -144,7 +144,7 @@ class TrainConfig:
         for name in ("compile", "progress"):
             check_bool(name, getattr(self, name))
         if self.threads is not None:
-            check_int("threads", self.threads, low=1, why=" or None")
+            check_int("threads", self.threads, low=1, high=1024, why=" or None")
 
     def schedule(self) -> Schedule:
         return Schedule(self.lr, self.warmup_steps, self.steps, self.min_lr)
@@ -222,11 +222,9 @@ def configure_optimizer(model: TransformerLM, cfg: TrainConfig, fused: bool = Fa
     tables = (m for m in model.modules() if isinstance(m, torch.nn.Embedding) or m is model.pos_emb)
     embeddings = {id(p) for m in tables for p in m.parameters()}
     matrices = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
-    # last.pt stores AdamW state by position: --resume of an older version's run needs this order
-    params, last = list(model.parameters()), lambda p: id(p) in embeddings or not p.requires_grad
-    decay = [p for p in params if id(p) in matrices and not last(p)]
-    other = [p for p in params if id(p) not in matrices and not last(p)]
-    other += [p for p in params if last(p)]  # the embeddings last, as that version appended them
+    decayed = matrices - embeddings
+    decay = [p for p in model.parameters() if id(p) in decayed]
+    other = [p for p in model.parameters() if id(p) not in decayed]  # in parameter order (v3)
     groups = [
         {"params": decay, "weight_decay": cfg.weight_decay},
         {"params": other, "weight_decay": 0.0},

@@ -132,7 +132,8 @@ class CharTokenizer:
     def encode(self, text: str) -> torch.Tensor:
         """The token ids of ``text``, ``(len(text),)`` ``torch.long``."""
         check_instance("text", text, str, "a str")
-        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+        utf32 = text.encode("utf-32-le", "surrogatepass")  # a lone surrogate: "not in the vocab"
+        codes = np.frombuffer(utf32, dtype=np.uint32).astype(np.int64)
         n = len(self._lut)
         ids = np.where(codes < n, self._lut[np.minimum(codes, n - 1)], -1)
         if (ids < 0).any():

@@ -40,6 +40,9 @@ __all__ = [
 ]
 
 
+_SIZES = ("vocab_size", "block_size", "d_model", "n_heads", "n_layers", "d_ff")  # the model's
+
+
 @dataclass
 class LabConfig:
     """One lab run: task, model, training budget and evaluation (``train_length`` is ``L``).
@@ -69,7 +72,7 @@ class LabConfig:
     curve_every: int = 100
     extra: dict = field(default_factory=dict)
 
-    def __post_init__(self) -> None:  # model sizes: TransformerConfig checks them
+    def __post_init__(self) -> None:
         check_choice("task", self.task, sorted(SYNTHETIC_TASKS))
         L = check_int("train_length", self.train_length, low=1)
         offset = check_int("offset", self.offset, low=1)
@@ -89,6 +92,8 @@ class LabConfig:
         for scheme, lr in self.scheme_lr.items():
             check_choice("scheme_lr keys", scheme, POSITIONAL_SCHEMES)
             check_float(f"scheme_lr[{scheme!r}]", lr, low=0, low_open=True)
+        check_int("curve_every", self.curve_every, low=1)
+        TransformerConfig(**{k: getattr(self, k) for k in _SIZES}, positional="none")  # checked
 
     def lr_for(self, scheme: str) -> float:
         """The peak learning rate for ``scheme``: ``scheme_lr[scheme]`` if given, else ``lr``."""
@@ -109,8 +114,7 @@ def make_model(scheme: str, cfg: LabConfig, seed: int = 0) -> TransformerLM:
     """The lab's model for ``scheme``: the same size and initial RNG state for every scheme."""
     check_choice("scheme", scheme, POSITIONAL_SCHEMES)
     torch.manual_seed(seed)
-    sizes = ("vocab_size", "block_size", "d_model", "n_heads", "n_layers", "d_ff")
-    config = TransformerConfig(**{k: getattr(cfg, k) for k in sizes}, positional=scheme)
+    config = TransformerConfig(**{k: getattr(cfg, k) for k in _SIZES}, positional=scheme)
     return TransformerLM(config)  # dropout 0 (the default)
 
 

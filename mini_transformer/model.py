@@ -62,6 +62,7 @@ COMPONENTS = {  # parameter name -> part, for num_parameters
 
 POSITIONAL_SCHEMES = ("none", "learned", "sinusoidal", "memn2n", "rope", "alibi")
 EXTRAPOLATING = tuple(s for s in POSITIONAL_SCHEMES if s != "learned")  # accept T > block_size
+ID_DTYPES = {"idx": (torch.long, torch.int32), "targets": (torch.long,)}
 
 
 @dataclass
@@ -92,6 +93,8 @@ class TransformerConfig:
         d_ff = 4 * self.d_model if self.d_ff is None else self.d_ff
         self.d_ff = check_int("d_ff", d_ff, low=1, why=" or None")
         check_heads(self.d_model, self.n_heads)
+        if self.positional == "rope":  # RoPE rotates pairs of each head's dimensions
+            check_int("d_head", self.d_head, low=1, even=True, why=" for a rotation")
         check_choice("positional", self.positional, POSITIONAL_SCHEMES)
         check_choice("norm_position", self.norm_position, ("pre", "post"))
         self.dropout = check_probability("dropout", self.dropout)
@@ -211,6 +214,7 @@ class TransformerLM(nn.Module):
     def _check_idx(self, idx: torch.Tensor, name: str = "idx", shape=None, crop=False) -> None:
         dims = "(B, T) of token ids"
         check_tensor(name, idx, integer=True, ndim=2, shape=shape, dims=dims, nonempty=True)
+        check_choice(f"{name}.dtype", idx.dtype, ID_DTYPES[name])  # what embedding, loss take
         T, c = idx.shape[1], self.config  # crop: the model sees the last block_size tokens
         if T > c.block_size and not crop and c.positional not in EXTRAPOLATING:
             raise ValueError(

@@ -276,3 +276,8 @@ def test_device():
             C.check_device("device", "cuda")
     with pytest.raises(TypeError, match="device must be None, a device string"):
         C.check_device("device", 0)
+
+
+def test_check_size_refuses_a_negative_size():  # issue 36: it returned -20 bytes
+    with pytest.raises(ValueError, match=r"s of shape \(-1, 5\) has a negative size"):
+        C.check_size("s", (-1, 5))

@@ -47,10 +47,9 @@ def test_config_rejects_an_unknown_positional_scheme():
         TransformerConfig(vocab_size=5, block_size=4, positional="relative")
 
 
-def test_model_rejects_an_odd_head_dimension_for_rope():
-    cfg = TransformerConfig(vocab_size=5, block_size=4, d_model=6, n_heads=2, positional="rope")
+def test_model_rejects_an_odd_head_dimension_for_rope():  # the config, with the model's words
     with pytest.raises(ValueError, match="d_head must be a positive even integer for a rotation"):
-        TransformerLM(cfg)
+        TransformerConfig(vocab_size=5, block_size=4, d_model=6, n_heads=2, positional="rope")
 
 
 def test_config_rejects_a_non_positive_vocab_size():
@@ -361,8 +360,9 @@ def test_a_models_parts_do_not_recheck_the_hidden_state(positional):
     calls = _check_calls(lambda: model(idx))
     parts = ("layers.py", "attention.py", "positional.py", "alibi.py", "memn2n.py")
     assert not [c for c in calls if c[0].endswith(parts)]
-    if positional == "rope":  # the default: idx's tensor, its scores' size and its ids
-        assert [name for _, name in calls] == ["check_tensor", "check_size", "check_ids"]
+    if positional == "rope":  # the default: idx's tensor and dtype, its scores' size, its ids
+        names = ["check_tensor", "check_choice", "check_size", "check_ids"]
+        assert [name for _, name in calls] == names
 
 
 def _standalone_bad_calls():

@@ -90,7 +90,11 @@ def parser() -> argparse.ArgumentParser:
     """The tool's arguments (also used by the tests to parse the command stored in JSON)."""
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--overwrite", action="store_true", help="--out may be a committed result")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --out (a committed result too)",
+    )
     p.add_argument("--d-ks", type=positive_int, nargs="+", default=[4, 16, 64, 256, 1024])
     p.add_argument("--lrs", type=positive_float, nargs="+", default=[1e-3, 1e-2])
     p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
