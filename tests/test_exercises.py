@@ -300,25 +300,52 @@ def test_a_function_exercise_without_cases_is_refused():
     assert "test-empty" not in exercises.available()
 
 
-def test_a_checked_prediction_explains_the_right_answer_after_the_verdict(capsys):
+@pytest.fixture
+def prediction():
+    """A checked prediction (2 + 2) with a hint and an explanation, no wrong tries yet."""
+    name = "test-prediction"
+    checking.exercise(
+        name, "predict 2 + 2", mistakes={"off by one": 5}, hint="count on your fingers",
+        explanation="two and two make four",
+    )(lambda: 4)  # fmt: skip
+    checking._WRONG.pop(name, None)
+    yield name
+    checking._REGISTRY.pop(name)
 
-    name = "test-prediction-explained"
-    checking._REGISTRY.pop(name, None)
-    checking.exercise(name, "predict 2 + 2", explanation="two and two make four")(lambda: 4)
-    try:
-        assert not exercises.check(name, 5)
-        wrong = capsys.readouterr().out
-        assert exercises.check(name, 4)
-        right = capsys.readouterr().out
-        assert "Why: two and two make four" in wrong and "Why: two and two make four" in right
-        assert not exercises.check(name, None)
-        assert "Why:" not in capsys.readouterr().out  # no prediction committed yet
-        assert not exercises.check(name, "four")  # the wrong kind: rejected, no spoiler
-        assert "Why:" not in capsys.readouterr().out
-        with pytest.raises(ValueError, match="explanation"):
-            checking.exercise("test-bad", "x", inputs=lambda rng: (1,), explanation="no")
-    finally:
-        checking._REGISTRY.pop(name, None)
+
+def test_a_first_wrong_prediction_gets_a_hint_and_another_try(prediction, capsys):
+    assert not exercises.check(prediction, 5)
+    out = capsys.readouterr().out
+    assert "This looks like: off by one." in out and "Hint: count on your fingers" in out
+    assert "Why:" not in out and "four" not in out and "why=True" in out
+    assert not exercises.check(prediction, 5)  # the same answer again: still a first try
+    assert "Hint:" in capsys.readouterr().out
+    assert not exercises.check(prediction, 3)  # a second, different wrong answer: the why
+    out = capsys.readouterr().out
+    assert "Why: two and two make four" in out and "Hint:" not in out
+
+
+def test_the_explanation_on_request_and_after_a_right_answer(prediction, capsys):
+    assert not exercises.check(prediction, 5, why=True)
+    assert "Why: two and two make four" in capsys.readouterr().out
+    checking._WRONG.pop(prediction)
+    assert exercises.check(prediction, 4)
+    assert "Why: two and two make four" in capsys.readouterr().out
+
+
+def test_no_explanation_and_no_try_used_without_a_prediction_of_the_right_kind(prediction, capsys):
+    assert not exercises.check(prediction, None)
+    assert not exercises.check(prediction, "four")  # the wrong kind: rejected, no spoiler
+    out = capsys.readouterr().out
+    assert "Why:" not in out and "Hint:" not in out and prediction not in checking._WRONG
+
+
+def test_hint_and_explanation_come_together_for_value_exercises_only():
+    with pytest.raises(ValueError, match="explanation and hint"):
+        checking.exercise("test-bad", "x", explanation="no")
+    with pytest.raises(ValueError, match="explanation and hint"):
+        checking.exercise("test-bad", "x", inputs=lambda rng: (1,), explanation="a", hint="b")
+    assert "test-bad" not in exercises.available()
 
 
 # --- messages name the actual difference (issue 25) --------------------------------------

@@ -95,10 +95,11 @@ exercise(
 )(_rotation)
 
 
-def _near_repeat(d_model, base, n, tol, shift=0, exponent=2) -> int | None:
+def _near_repeat(d_model, base, n, tol, shift=0, exponent=2, argmax=False) -> int | None:
     pe = _pe(n, d_model, base, exponent)
-    hits = np.flatnonzero(np.linalg.norm(pe[1:] - pe[0], axis=1) < tol)  # positions 1..n-1
-    return int(hits[0]) + 1 - shift if len(hits) else None
+    near = np.linalg.norm(pe[1:] - pe[0], axis=1) < tol  # positions 1..n-1
+    hits = np.flatnonzero(near)
+    return int(np.argmax(near)) + 1 if argmax else int(hits[0]) + 1 - shift if len(hits) else None
 
 
 exercise(
@@ -122,19 +123,22 @@ exercise(
         "searched from position 0, which always repeats itself (distance 0)": lambda d, b, n, t: (
             0 if n >= 1 else None
         ),
+        "argmax of an all-False array is 0, so 'no hit' came back as position 1: check that "
+        "there is a hit (None when there is none)": partial(_near_repeat, argmax=True),
     },
     compare=exact_int,
 )(_near_repeat)
 
 
-def _rope_half(x, pos, base, sign=1, interleaved=False, exponent=2) -> np.ndarray:
+def _rope_half(x, pos, base, sign=1, interleaved=False, exponent=2, stale=False) -> np.ndarray:
     # (u, v) -> (u cos a - v sin a, u sin a + v cos a), a = pos * base^(-2i/d)
     d = x.shape[1]
     ang = np.asarray(pos, dtype=np.float64)[:, None] * _omega(d, base, exponent)[None, :]
     c, s = np.cos(ang), sign * np.sin(ang)
     u, v = (slice(0, d, 2), slice(1, d, 2)) if interleaved else (slice(0, d // 2), slice(d // 2, d))
     out = np.empty_like(x, dtype=np.float64)
-    out[:, u], out[:, v] = x[:, u] * c - x[:, v] * s, x[:, u] * s + x[:, v] * c
+    out[:, u] = x[:, u] * c - x[:, v] * s
+    out[:, v] = (out if stale else x)[:, u] * s + x[:, v] * c
     return out
 
 
@@ -146,7 +150,8 @@ def _rope_inputs(rng: np.random.Generator) -> tuple:
 exercise(
     "rope-half",
     "f(x, pos, base) -> RoPE in the half-split (concat) layout: for x of shape (T, d), rotate "
-    "each pair (x[:, i], x[:, i + d/2]) by the angle pos * base^(-2i/d), counter-clockwise.",
+    "each pair (x[:, i], x[:, i + d/2]) by the angle +pos * base^(-2i/d), counter-clockwise "
+    "(RoFormer's sign; P.RotaryEmbedding rotates by -pos * omega, so compare it with -pos).",
     inputs=_rope_inputs,
     edge_cases={"position 0 (unchanged)": (np.arange(4.0)[None, :], np.array([0]), 1e4)},
     mistakes={
@@ -159,6 +164,10 @@ exercise(
         ),
         "exponent i/d instead of 2i/d: the frequencies fall too slowly": partial(
             _rope_half, exponent=1
+        ),
+        "the second half computed from the already rotated first half: keep the original "
+        "x[:, :d/2] for both halves (a copy, or both halves in one expression)": partial(
+            _rope_half, stale=True
         ),
     },
 )(_rope_half)
@@ -177,6 +186,8 @@ exercise(
         "just under one half": 32,
     },
     compare=exact_int,
+    hint="pair i turns once every 2 pi / omega_i = 2 pi * 10000^(2i/128) positions: solve "
+    "2 pi * 10000^(2i/128) < 512 for i, and remember that i counts from 0.",
     explanation=(
         "lambda_i = 2 pi * 10000^(2i/128) is below 512 while 2i/128 is below "
         "log10(512 / (2 pi)) / 4 = 0.478, that is for i = 0..30: 31 pairs. The fraction "
@@ -201,6 +212,8 @@ exercise(
         "R(k) differs from R(-k), but the score q^T R(k) q does not see the difference": False
     },
     compare=_bool_answer,
+    hint="take one pair: q_i^T R_i(k) q_i with R_i(k) the 2 x 2 rotation by k omega_i. Write "
+    "it out with cos and sin: which term would change sign with k, and what is it here?",
     explanation=(
         "Each pair contributes q_i^T R_i(k) q_i = |q_i|^2 cos(k w_i): the sine terms cancel "
         "because q_i is rotated against itself. The score is sum_i |q_i|^2 cos(k w_i), even "

@@ -40,15 +40,15 @@ exercise(
 )(lambda T: _bool_mask(T, lambda i, j: j <= i))
 
 
-def _softmax_rows(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Row by row: softmax over the allowed keys (shifted by their maximum), 0 elsewhere."""
-    out = torch.zeros_like(scores, dtype=torch.float64)
+def _softmax_rows(scores: torch.Tensor, mask: torch.Tensor, log: bool = False) -> torch.Tensor:
+    """Row by row: softmax (or its log) over the allowed keys (shifted by their maximum), 0
+    (log 0 = -inf) elsewhere."""
+    out = torch.full(scores.shape, -math.inf if log else 0.0, dtype=torch.float64)
     for i in range(scores.shape[0]):
         allowed = mask[i]
         if allowed.any():
-            s = scores[i, allowed].double()
-            e = torch.exp(s - s.max())
-            out[i, allowed] = e / e.sum()
+            s = scores[i, allowed].double() - scores[i, allowed].double().max()
+            out[i, allowed] = s - s.exp().sum().log() if log else s.exp() / s.exp().sum()
     return out.to(scores.dtype)
 
 
@@ -65,6 +65,23 @@ def _masked_softmax_inputs(rng: np.random.Generator) -> tuple:
 def _softmax_fill_2_30(s, m):
     """The blog post's TensorFlow recipe: add -2**30 where masked, then zero empty rows."""
     return (s + (~m) * -(2**30)).softmax(-1) * m.any(-1, keepdim=True)
+
+
+_FIXED_FILL = (  # a fill like -1e4 loses to allowed scores below it, in float32 and in float16
+    "a fixed fill (-1e4): allowed scores below it lose to the masked ones; fill with "
+    "torch.finfo(scores.dtype).min"
+)
+_T, _F = True, False
+_LARGE = {  # allowed scores far below zero (float16: 16 apart, its spacing there)
+    "allowed scores near -20000 in float32": (
+        torch.tensor([[-20000.0, -20001.0, 5.0], [1.0, 2.0, 3.0]]),
+        torch.tensor([[_T, _T, _F], [_F, _F, _F]]),
+    ),
+    "float16 scores near -20000, with a fully masked row": (
+        torch.tensor([[-20000.0, -20016.0, 0.0], [0.5, -1.0, 2.0]], dtype=torch.float16),
+        torch.tensor([[_T, _T, _F], [_F, _F, _F]]),
+    ),
+}
 
 
 exercise(
@@ -90,8 +107,10 @@ exercise(
             ),
             torch.tensor([[True, False, True], [False, False, False], [True, True, True]]),
         ),
+        **_LARGE,
     },
     mistakes={
+        _FIXED_FILL: lambda s, m: s.masked_fill(~m, -1e4).softmax(-1) * m.any(-1, keepdim=True),
         "the blog post's fill -2**30: in float16 it overflows to -inf, so a fully masked row "
         "is NaN again (use torch.finfo(scores.dtype).min)": _softmax_fill_2_30,
         "masked scores filled with -inf: a fully masked row becomes 0/0 = NaN": lambda s, m: (
@@ -106,6 +125,41 @@ exercise(
     },
     compare=close(same_dtype=True),  # float16 and bfloat16: to their own precision
 )(_softmax_rows)
+
+
+exercise(
+    "masked-log-softmax",
+    "f(scores, mask) -> the log of the masked softmax, computed without NaN: log-softmax over "
+    "the True entries of each row, -inf (log 0) at the False ones and along a fully masked "
+    "row; same dtype as scores.",
+    inputs=_masked_softmax_inputs,
+    edge_cases={
+        "a fully masked row": (
+            torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]]),
+            torch.tensor([[_T, _F, _T], [_F, _F, _F]]),
+        ),
+        "an allowed score 200 below its row's maximum (its probability underflows)": (
+            torch.tensor([[0.0, -200.0, 1.0], [3.0, 1.0, -1.0]]),
+            torch.tensor([[_T, _T, _F], [_T, _T, _T]]),
+        ),
+        **_LARGE,
+    },
+    mistakes={
+        "masked scores filled with -inf: along a fully masked row, -inf - (-inf) = "
+        "NaN": lambda s, m: s.masked_fill(~m, -math.inf).log_softmax(-1),
+        "the masked entries left finite: a probability of 0 has log -inf": lambda s, m: (
+            s.masked_fill(~m, torch.finfo(s.dtype).min).log_softmax(-1)
+        ),
+        _FIXED_FILL: lambda s, m: (
+            s.masked_fill(~m, -1e4).log_softmax(-1).masked_fill(~m, -math.inf)
+        ),
+        "the log of the softmax: a probability that underflows to 0 gives -inf where the "
+        "log-probability is finite; subtract the logsumexp instead": lambda s, m: _softmax_rows(
+            s, m
+        ).log(),
+    },
+    compare=close(same_dtype=True),
+)(partial(_softmax_rows, log=True))
 
 
 def _attention_inputs(rng: np.random.Generator) -> tuple:
@@ -177,9 +231,9 @@ def _jacobian_inputs(rng: np.random.Generator) -> tuple:
     return (random_tensor(rng, int(rng.integers(1, 9)), scale=float(rng.choice([0.5, 3.0, 10.0]))),)
 
 
-def _jacobian(s, unstable=False, sign=1, outer=True, diagonal_only=False) -> torch.Tensor:
+def _jacobian(s, unstable=False, sign=1, outer=True, diagonal_only=False, mean=False):
     # J[i, j] = d p_i / d s_j = p_i (delta_ij - p_j): J = diag(p) - p p^T
-    e = s.exp() if unstable else (s - s.max()).exp()  # exp(800) overflows without the shift
+    e = s.exp() if unstable else (s - (s.mean() if mean else s.max())).exp()  # exp(800) = inf
     p = e / e.sum()
     if diagonal_only:
         return torch.diag(p * (1 - p))
@@ -197,6 +251,7 @@ exercise(
         "large scores (exp(800) overflows)": (
             torch.tensor([800.0, 798.0, 0.0], dtype=torch.float64),
         ),
+        "scores spread both ways": (torch.tensor([1000.0, -1000.0], dtype=torch.float64),),
     },
     mistakes={
         "softmax without subtracting the maximum: exp overflows to inf, inf / inf = NaN": (
@@ -205,6 +260,8 @@ exercise(
         "sign flipped: p p^T - diag(p)": partial(_jacobian, sign=-1),
         "diagonal only: diag(p (1 - p))": partial(_jacobian, diagonal_only=True),
         "diag(p) alone (the -p p^T term forgotten)": partial(_jacobian, outer=False),
+        "the mean subtracted, not the maximum: exp(s - mean) still overflows when the scores "
+        "spread both ways ([1000, -1000])": partial(_jacobian, mean=True),
     },
 )(_jacobian)
 
@@ -251,6 +308,8 @@ exercise(
         "the causal count of visible pairs T(T + 1)/2": _ZEROS_T * (_ZEROS_T + 1) // 2,
     },
     compare=exact_int,
+    hint="a block d out_t / d x_t' is exactly zero when query t cannot see key t' at all. "
+    "Draw the 10 x 10 mask: which cells does the prompt open above the diagonal?",
     explanation=(
         "a block d out_t / d x_t' is zero exactly where the mask hides key t' from query t "
         "(query t always sees itself). The causal mask hides T(T - 1)/2 = 45 pairs; the prompt "

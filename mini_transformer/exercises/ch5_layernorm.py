@@ -67,6 +67,44 @@ exercise(
 )(lambda x, g, b, eps: _ln(x.double(), g.double(), b.double(), eps).to(x.dtype))  # in float64
 
 
+def _fold_inputs(rng: np.random.Generator) -> tuple:
+    d, d_out = int(rng.integers(1, 7)), int(rng.integers(1, 7))
+    gamma, beta = 1.0 + random_tensor(rng, d, scale=0.5), random_tensor(rng, d, scale=0.5)
+    return gamma, beta, random_tensor(rng, d_out, d), random_tensor(rng, d_out)
+
+
+def _fold(gamma, beta, weight, bias, rows=False, shift="W beta"):
+    # W (gamma * n + beta) + b = (W * gamma) n + (W beta + b): gamma scales W's columns
+    w = weight * (gamma[:, None] if rows else gamma)
+    b = {"W beta": weight @ beta, "beta": beta, "none": 0.0, "W gb": weight @ (gamma * beta)}
+    return w, bias + b[shift]
+
+
+_g3 = torch.tensor([2.0, 0.5, -1.0], dtype=torch.float64)
+
+exercise(
+    "fold-layer-norm",
+    "f(gamma, beta, weight, bias) -> (weight2, bias2) such that weight2 @ n + bias2 = "
+    "weight @ (gamma * n + beta) + bias for every normalised token n: LayerNorm's gain and "
+    "shift folded into the linear layer after it (weight (d_out, d), the others 1-D).",
+    inputs=_fold_inputs,
+    edge_cases={
+        "a square layer": (_g3, -_g3, torch.arange(9.0).double().reshape(3, 3), _g3.abs()),
+        "d_out = 2, d = 3": (_g3, _g3 + 1, torch.ones(2, 3).double(), torch.zeros(2).double()),
+    },
+    mistakes={
+        "gamma scaled the rows of weight (weight * gamma[:, None]); it multiplies the input, "
+        "so it scales the columns: weight * gamma": partial(_fold, rows=True),
+        "bias + beta: beta passes through the layer too (weight @ beta + bias)": partial(
+            _fold, shift="beta"
+        ),
+        "beta forgotten (bias2 = bias)": partial(_fold, shift="none"),
+        "beta scaled by gamma too (weight @ (gamma * beta)): the shift comes after the "
+        "gain": partial(_fold, shift="W gb"),
+    },
+)(_fold)
+
+
 def _bn_inputs(rng: np.random.Generator) -> tuple:
     B, T, d = int(rng.integers(2, 6)), int(rng.integers(1, 6)), int(rng.integers(1, 6))
     return (random_tensor(rng, B, T, d, scale=2.0) + random_tensor(rng, d, scale=2.0),)
@@ -117,7 +155,7 @@ def _block_inputs(rng: np.random.Generator) -> tuple:
             for ln in (ln1, ln2):
                 ln.weight.normal_(1.0, 0.3)
                 ln.bias.normal_(0.0, 0.3)
-        x = 2.0 * torch.randn(int(rng.integers(1, 4)), int(rng.integers(1, 7)), d)
+        x = 2.0 * torch.randn(int(rng.integers(2, 4)), int(rng.integers(1, 7)), d)  # B >= 2
     return x, attn, ffn, ln1, ln2
 
 
@@ -184,13 +222,13 @@ exercise(
 )(_rms)
 
 
-def _ln_jac(x, eps, drop_mean=False, drop_scale=False, unbiased=False):
+def _ln_jac(x, eps, drop_mean=False, drop_scale=False, unbiased=False, outer_d=1, sign=1):
     # J = (I - 1/d - y y^T / d) / sigma with y = (x - mean) / sigma, sigma = sqrt(var + eps):
     # the mean gives the -1/d term, the standard deviation the -y y^T / d term
     d, sigma = x.shape[0], torch.sqrt(x.var(unbiased=unbiased) + eps)
     y = (x - x.mean()) / sigma
     j = torch.eye(d, dtype=x.dtype) - (0.0 if drop_mean else 1.0 / d)
-    return (j - (0.0 if drop_scale else torch.outer(y, y) / d)) / sigma
+    return (j - (0.0 if drop_scale else sign * torch.outer(y, y) / d**outer_d)) / sigma
 
 
 exercise(
@@ -201,7 +239,10 @@ exercise(
         random_tensor(rng, int(rng.integers(2, 9)), scale=float(rng.uniform(0.3, 3))),
         float(rng.choice([1e-5, 0.1])),
     ),
-    edge_cases={"d = 2": (torch.tensor([1.0, 3.0], dtype=torch.float64), 1e-5)},
+    edge_cases={  # d = 4 first: at d = 2 many wrong formulas are a multiple of the right one
+        "d = 4": (torch.tensor([1.0, 3.0, -2.0, 0.5], dtype=torch.float64), 1e-5),
+        "d = 2": (torch.tensor([1.0, 3.0], dtype=torch.float64), 1e-5),
+    },
     mistakes={
         "the mean treated as a constant (no -1/d term)": partial(_ln_jac, drop_mean=True),
         "the standard deviation treated as a constant (no -y y^T / d term)": partial(
@@ -211,6 +252,10 @@ exercise(
         "both the mean and the standard deviation treated as constants (J = I / sigma: the "
         "-1/d and -y y^T / d terms are missing)": partial(_ln_jac, drop_mean=True, drop_scale=True),
         "eps left out of sigma = sqrt(var + eps)": lambda x, e: _ln_jac(x, 0.0),
+        "the 1/d missing on the y y^T term (d sigma / d x_j = y_j / d)": partial(
+            _ln_jac, outer_d=0
+        ),
+        "the y y^T / d term with the wrong sign": partial(_ln_jac, sign=-1),
     },
 )(_ln_jac)
 
@@ -273,6 +318,12 @@ def _deepnorm_block(x, attn, ffn, ln1, ln2, alpha):
 _ADAM_SHAPE, _ADAM_GRAD_NORM, _ADAM_LR = (32, 32), 1e-3, 3e-3
 
 
+def warm_up_optimizers() -> None:
+    """An optimizer's first construction imports ``torch._dynamo`` (seconds): done here, in the
+    reader's process, before the checking child starts the reader's clock."""
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+
+
 @exercise(
     "adam-first-step",
     "A number: the Frobenius norm of Adam's first update of a 32 x 32 weight matrix whose "
@@ -285,6 +336,8 @@ _ADAM_SHAPE, _ADAM_GRAD_NORM, _ADAM_LR = (32, 32), 1e-3, 3e-3
         "lr times the number of entries: norms add in squares": _ADAM_LR * 32 * 32,
     },
     compare=close(rtol=0.02, atol=0.0),
+    hint="write the first step for one entry: after the bias correction m = g and v = g^2. "
+    "How far does that entry move, and how do 32 x 32 such moves add up in the norm?",
     explanation=(
         "Adam's first step is lr * m / (sqrt(v) + eps) with m = (1 - b1) g and v = (1 - b2) g^2, "
         "bias-corrected to m = g and v = g^2: every entry moves by lr * g / |g| = lr * sign(g) "
@@ -293,11 +346,10 @@ _ADAM_SHAPE, _ADAM_GRAD_NORM, _ADAM_LR = (32, 32), 1e-3, 3e-3
         "eps: a gradient 1,000 times larger gives the same first step. That is why Xiong et "
         "al.'s gradient-size argument does not carry over to Adam directly (section 5.8)."
     ),
+    warm_up=warm_up_optimizers,  # for an answer that runs an optimizer
 )
-def _adam_first_step():
-    g = torch.Generator().manual_seed(0)
-    w = torch.zeros(_ADAM_SHAPE, dtype=torch.float64, requires_grad=True)
-    grad = torch.randn(_ADAM_SHAPE, generator=g, dtype=torch.float64)
-    w.grad = grad * (_ADAM_GRAD_NORM / grad.norm())
-    torch.optim.Adam([w], lr=_ADAM_LR).step()  # w was 0, so w is now the update
-    return float(w.detach().norm())
+def _adam_first_step(gradient: np.ndarray | None = None) -> float:
+    # bias-corrected m / (sqrt(v) + eps) = g / (|g| + eps) per entry (tests: = torch's Adam)
+    g = np.random.default_rng(0).standard_normal(_ADAM_SHAPE) if gradient is None else gradient
+    g = g * (_ADAM_GRAD_NORM / np.linalg.norm(g))
+    return float(np.linalg.norm(_ADAM_LR * g / (np.abs(g) + 1e-8)))

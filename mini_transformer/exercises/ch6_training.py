@@ -11,6 +11,7 @@ from functools import partial
 import numpy as np
 import torch
 
+from .ch5_layernorm import warm_up_optimizers
 from .checking import exercise, random_tensor
 from .comparing import close, exact_int
 
@@ -49,8 +50,46 @@ exercise(
         "warm-up from 0 (update 0 gets rate 0 and is wasted)": partial(_lr, from_zero=True),
         "cosine down to 0 instead of min_lr": partial(_lr, to_zero=True),
     },
-    compare=close(rtol=1e-9, atol=1e-15),
+    compare=close(rtol=1e-6, atol=1e-12),  # float32 arithmetic is right too (rounding ~1e-7)
+    warm_up=warm_up_optimizers,  # for an answer that asks torch.optim.lr_scheduler
 )(_lr)
+
+
+def _noam(step, d_model, warmup, from_zero=False, w_exp=1.5, pick=min, scale=True):
+    s = step if from_zero else step + 1  # the paper's step_num counts from 1
+    rate = pick(s**-0.5 if s else math.inf, s * warmup**-w_exp)  # the two meet at s = warmup
+    return rate * (d_model**-0.5 if scale else 1.0)
+
+
+exercise(
+    "noam-schedule",
+    "f(step, d_model, warmup_steps) -> the learning rate of the original Transformer's "
+    "schedule for update step = 0, 1, ... (the paper's step_num = step + 1): d_model^-0.5 * "
+    "min(step_num^-0.5, step_num * warmup_steps^-1.5).",
+    inputs=lambda rng: (
+        int(rng.integers(0, 20000)),
+        int(2 ** rng.integers(6, 11)),
+        int(rng.integers(1, 5000)),
+    ),
+    edge_cases={
+        "the first update (step 0, step_num 1)": (0, 512, 4000),
+        "the peak (step_num = warmup_steps)": (3999, 512, 4000),
+        "long after the warm-up": (100_000, 512, 4000),
+    },
+    mistakes={
+        "step_num = step: the paper counts from 1, so update 0 must get a rate": partial(
+            _noam, from_zero=True
+        ),
+        "warmup_steps^-1 instead of ^-1.5: the two branches no longer meet at the peak": partial(
+            _noam, w_exp=1.0
+        ),
+        "max instead of min: the rate must rise during the warm-up, then fall": partial(
+            _noam, pick=max
+        ),
+        "the factor d_model^-0.5 left out": partial(_noam, scale=False),
+    },
+    compare=close(rtol=1e-6, atol=0.0),
+)(_noam)
 
 
 def _ppl_inputs(rng: np.random.Generator) -> tuple:
@@ -60,13 +99,13 @@ def _ppl_inputs(rng: np.random.Generator) -> tuple:
     return logits + offset, torch.from_numpy(targets)
 
 
-def _ppl(z, t, per_token=False, no_exp=False, naive=False, log_of_softmax=False):
+def _ppl(z, t, per_token=False, no_exp=False, naive=False, log_of_softmax=False, axis=-1):
     if log_of_softmax:  # softmax in the logits' own dtype, then log: exp(-200) is 0 in float32
         logp = z.softmax(-1).double().log()
     elif naive:  # exp without subtracting the maximum
         logp = (z.exp() / z.exp().sum(-1, keepdim=True)).log()
     else:  # log p = logits - logsumexp(logits), in float64
-        logp = z.double().log_softmax(-1)
+        logp = z.double().log_softmax(axis)
     nll = -logp.gather(-1, t[..., None]).squeeze(-1)  # -log p(target)
     if no_exp:
         return float(nll.mean())
@@ -110,6 +149,11 @@ exercise(
             _ppl, per_token=True
         ),
         "the cross-entropy itself, not its exponential": partial(_ppl, no_exp=True),
+        "log-softmax over the positions (axis 1): normalise over the vocabulary, the last "
+        "axis": partial(_ppl, axis=1),
+        "log-softmax over the batch (axis 0): normalise over the vocabulary, the last axis": (
+            partial(_ppl, axis=0)
+        ),
     },
     compare=close(rtol=1e-4, atol=0.0),  # float32 logits near 200: log-sum-exp error ~1e-5
 )(_ppl)
@@ -282,6 +326,7 @@ exercise(
         "gradients scaled up to max_norm when their norm is below it": partial(_clip, always=True),
     },
     compare=_compare_clip,
+    warm_up=warm_up_optimizers,  # for an answer that builds an optimizer
 )(_clip)
 
 
@@ -295,6 +340,8 @@ exercise(
         "16: the factor for a quarter of the error, not a half": 16,
     },
     compare=exact_int,
+    hint="how does the standard error of a mean of n independent windows depend on n? Set "
+    "that expression at n' equal to half of it at n, and solve for n' / n.",
     explanation=(
         "The mean of n independent windows has standard error sigma / sqrt(n), sigma the spread "
         "of one window's loss: halving it needs sqrt(n) to double, so 4 times the windows "
