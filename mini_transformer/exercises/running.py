@@ -186,7 +186,9 @@ def _receive(read) -> tuple:
         raise
     except BaseException as error:  # noqa: BLE001 (a forged or cut message)
         return ("crash", f"its result could not be read: {type(error).__name__}")
-    return message if type(message) is tuple and message else ("crash", "a malformed result")
+    if type(message) is tuple and message and type(message[0]) is str:
+        return message
+    return ("crash", "its result was malformed")
 
 
 def _no_input(*args: Any) -> str:
@@ -220,8 +222,8 @@ def in_child(work: Callable, seconds: float) -> tuple[str, Any, int | None]:
     try:
         while read.poll(max(deadline - time.monotonic(), 0.0)):
             kind, *payload = _receive(read)
-            if kind == "run" and len(payload) == 2:  # a reader's call starts: its time counts
-                last, reader = payload[0], True
+            if kind == "run" and len(payload) == 2 and type(payload[1]) is float:  # the reader's
+                last, reader = (payload[0] if type(payload[0]) is int else None), True
                 deadline = time.monotonic() + float(payload[1]) + _GRACE
             elif kind == "ran":
                 reader, deadline = False, time.monotonic() + _OWN_WORK
