@@ -1,8 +1,7 @@
 """Chapter 2's new exercises: a right answer passes, and every named mistake is caught and named.
 
-The older chapter-2 exercises (sinusoidal-encoding, sinusoidal-dot-offset, rotation-matrix,
-near-repeat, rope-half) are covered in tests/test_exercises_answers.py. Each check runs with
-a fixed seed so that a failure is reproducible.
+The older chapter-2 exercises (sinusoidal-encoding, near-repeat, rope-half) are covered in
+tests/test_exercises_answers.py. Each check runs with a fixed seed so that a failure replays.
 """
 
 from __future__ import annotations
@@ -72,11 +71,6 @@ WRONG = {
         None,
     ),
     # mistakes the learner review (2026-11-24) found unnamed in the older exercises
-    "dot-offset: pair index from 1": (
-        "sinusoidal-dot-offset",
-        lambda k, d: float(np.cos(k * 10000.0 ** (-2 * np.arange(1, d // 2 + 1) / d)).sum()),
-        "pair index counted from 1",
-    ),
     "near-repeat: searched from position 0": (
         "near-repeat",
         lambda d, b, n, t: (lambda h: int(h[0]) if len(h) else None)(

@@ -1,7 +1,7 @@
 """Chapter 5's new exercises: the right answer passes, and each named mistake is caught by name.
 
-The exercises of chapter 5 that predate this file (layer-norm, batch-norm-stats, pre-ln-block,
-rms-norm, ln-jacobian) are tested in ``test_exercises_answers.py``; this file covers the ones
+The exercises of chapter 5 that predate this file (layer-norm, rms-norm,
+ln-jacobian) are tested in ``test_exercises_answers.py``; this file covers the ones
 added with the chapter's rewrite: ``parallel-block``, ``deepnorm-block`` and the checked
 prediction ``adam-first-step``.
 """

@@ -1,6 +1,5 @@
-"""Chapter 1's exercises (why position): binary codes, neighbour distances, the first
-return of (sin pos, cos pos), the position's share of the norm, a linear probe.
-"""
+"""Chapter 1's exercises (why position): binary codes, circles, the first return of
+(sin pos, cos pos), the position's share of the norm, a linear probe, the scalar's readout."""
 
 from __future__ import annotations
 
@@ -35,24 +34,6 @@ exercise(
         "positions counted from 1": partial(_bits, first=1),
     },
 )(_bits)
-
-
-def _distances(pe: np.ndarray, squared: bool = False, to_first: bool = False) -> np.ndarray:
-    sq = ((pe[1:] - (pe[0] if to_first else pe[:-1])) ** 2).sum(axis=1)  # ||PE[p+1] - PE[p]||^2
-    return sq if squared else np.sqrt(sq)
-
-
-exercise(
-    "neighbour-distances",
-    "f(pe) -> the Euclidean distances between consecutive rows of the (n, d) array pe, "
-    "shape (n - 1,).",
-    inputs=lambda rng: (rng.standard_normal((int(rng.integers(2, 40)), int(rng.integers(1, 9)))),),
-    edge_cases={"two rows, one column": (np.array([[0.0], [-3.0]]),)},
-    mistakes={
-        "squared distances (no square root)": partial(_distances, squared=True),
-        "distances to row 0 instead of to the previous row": partial(_distances, to_first=True),
-    },
-)(_distances)
 
 
 def _first_return(tol: float = 0.01) -> int:

@@ -1,7 +1,5 @@
-"""Chapter 2's exercises (sinusoidal encoding): the encoding, the dot product as a function
-of the offset, the rotation matrix, near repeats, RoPE by halves, two checked predictions
-(how many pairs wrap; RoPE's symmetric case) and reading the base off a stored table.
-"""
+"""Chapter 2's exercises (sinusoidal encoding): the encoding, near repeats, RoPE by halves,
+two checked predictions (pairs that wrap, RoPE's symmetric case), the base of a stored table."""
 
 from __future__ import annotations
 
@@ -45,54 +43,6 @@ exercise(
         "base^(-2i/d_model))": partial(_pe, exponent=1),
     },
 )(_pe)
-
-
-def _dot(k: int, d: int, sin=False, per_column=False, exponent=2, first=0) -> float:
-    # PE[pos] . PE[pos + k] = sum_i sin a sin(a + k w_i) + cos a cos(a + k w_i) = sum_i cos(k w_i)
-    n, f = (d if per_column else d // 2), (math.sin if sin else math.cos)
-    return float(sum(f(k * 10000.0 ** (-exponent * i / d)) for i in range(first, first + n)))
-
-
-exercise(
-    "sinusoidal-dot-offset",
-    "f(k, d_model) -> PE[pos] . PE[pos + k] (a float) for the paper's encoding, without "
-    "building the encoding.",
-    inputs=lambda rng: (int(rng.integers(-200, 201)), _even(rng)),
-    edge_cases={"offset 0": (0, 8), "negative offset": (-5, 6), "two channels": (3, 2)},
-    mistakes={
-        "sines instead of cosines": partial(_dot, sin=True),
-        "one frequency per column (d_model terms with exponent 2i/d_model for every "
-        "column i)": partial(_dot, per_column=True),
-        "exponent i/d_model instead of 2i/d_model": partial(_dot, exponent=1),
-        "pair index counted from 1 (i = 1..d_model/2): the fastest pair, omega = 1, is "
-        "missing": partial(_dot, first=1),
-    },
-)(_dot)
-
-
-def _rotation(offset: int, d_model: int, sign: int = 1, reverse: bool = False) -> np.ndarray:
-    # PE[pos + k] in block i from PE[pos]: sin(a + b) = sin a cos b + cos a sin b,
-    # cos(a + b) = cos a cos b - sin a sin b.
-    r = np.zeros((d_model, d_model))
-    for i, w in enumerate(_omega(d_model)):
-        c, s = math.cos(offset * w), sign * math.sin(offset * w)
-        r[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = [[c, s], [-s, c]]
-    return r[::-1, ::-1].copy() if reverse else r
-
-
-exercise(
-    "rotation-matrix",
-    "f(offset, d_model) -> the (d_model, d_model) matrix R with PE[pos + offset] = R @ PE[pos] "
-    "for every pos (paper layout, base 10000).",
-    inputs=lambda rng: (int(rng.integers(-100, 101)), _even(rng)),
-    edge_cases={"offset 0 (the identity)": (0, 4), "offset 1, two channels": (1, 2)},
-    mistakes={
-        "the transpose R(-offset): rotates the wrong way (PE[pos - offset])": partial(
-            _rotation, sign=-1
-        ),
-        "frequencies in reverse order (slowest pair first)": partial(_rotation, reverse=True),
-    },
-)(_rotation)
 
 
 def _near_repeat(d_model, base, n, tol, shift=0, exponent=2, argmax=False) -> int | None:

@@ -1,7 +1,5 @@
-"""Chapter 4's exercises (attention): the causal mask, masked softmax, attention, the
-prefix-LM mask, the softmax Jacobian, a sliding-window mask, and a checked prediction (how
-many blocks of a prefix-LM layer's Jacobian are exactly zero).
-"""
+"""Chapter 4's exercises (attention): masked softmax and its log, the prefix-LM mask, the
+softmax Jacobian, a sliding-window mask, the zeros of a prefix-LM's Jacobian (a prediction)."""
 
 from __future__ import annotations
 
@@ -20,24 +18,6 @@ def _bool_mask(T: int, allowed) -> torch.Tensor:
     return torch.tensor(
         [[bool(allowed(i, j)) for j in range(T)] for i in range(T)], dtype=torch.bool
     ).reshape(T, T)
-
-
-exercise(
-    "causal-mask",
-    "f(T) -> a (T, T) bool tensor, True where query i may attend to key j (j <= i).",
-    inputs=lambda rng: (int(rng.integers(1, 13)),),
-    edge_cases={"T = 1": (1,), "T = 3": (3,)},
-    mistakes={
-        "the transpose (j >= i): every query sees the future": lambda T: (
-            torch.ones(T, T).triu().bool()
-        ),
-        "strict (j < i): a token may not see itself": lambda T: torch.ones(T, T).tril(-1).bool(),
-        "a float 0/1 mask: PyTorch adds a float mask to the scores": lambda T: torch.ones(
-            T, T
-        ).tril(),
-    },
-    compare=close(same_dtype=True),
-)(lambda T: _bool_mask(T, lambda i, j: j <= i))
 
 
 def _softmax_rows(scores: torch.Tensor, mask: torch.Tensor, log: bool = False) -> torch.Tensor:
@@ -160,46 +140,6 @@ exercise(
     },
     compare=close(atol=0.01, same_dtype=True),  # float32 scores near -20000 are 0.002 apart
 )(partial(_softmax_rows, log=True))
-
-
-def _attention_inputs(rng: np.random.Generator) -> tuple:
-    T_q, T_k, d_v = (int(n) for n in rng.integers(1, 7, size=3))
-    d_k = int(rng.choice([1, 4, 16, 64]))
-    q = random_tensor(rng, T_q, d_k)  # drawn in this order: q, k, v
-    k = random_tensor(rng, T_k, d_k)
-    v = random_tensor(rng, T_k, d_v)
-    mask = torch.from_numpy(rng.random((T_q, T_k)) < 0.7)
-    mask[:, int(rng.integers(T_k))] = True  # every query may attend to at least one key
-    return q, k, v, mask
-
-
-def _attention(q, k, v, mask, by: str = "sqrt(d_k)"):
-    # weights = softmax(q k^T / sqrt(d_k)) over the allowed keys, out = weights v
-    d_k, d_v = q.shape[-1], v.shape[-1]
-    scale = {"sqrt(d_k)": 1 / math.sqrt(d_k), "d_k": 1 / d_k, "sqrt(d_v)": 1 / math.sqrt(d_v)}
-    w = _softmax_rows(q @ k.T * scale.get(by, 1.0), mask)
-    return w @ v, w
-
-
-exercise(
-    "attention-weights",
-    "f(q, k, v, mask) -> (out, weights) of masked scaled dot-product attention: weights = "
-    "softmax(q k^T / sqrt(d_k)) with masked keys at 0, out = weights v.",
-    inputs=_attention_inputs,
-    edge_cases={
-        "d_k = 64, where the scaling matters": (
-            torch.linspace(-1, 1, 128).reshape(2, 64).double(),
-            torch.linspace(1, -1, 192).reshape(3, 64).double(),
-            torch.arange(6.0).reshape(3, 2).double(),
-            torch.ones(2, 3, dtype=torch.bool),
-        )
-    },
-    mistakes={
-        "no 1/sqrt(d_k) scaling": partial(_attention, by="nothing"),
-        "divided by d_k instead of sqrt(d_k)": partial(_attention, by="d_k"),
-        "divided by sqrt(d_v) instead of sqrt(d_k)": partial(_attention, by="sqrt(d_v)"),
-    },
-)(_attention)
 
 
 def _prefix(T, P, plus=0, prefix_sees_all=False):

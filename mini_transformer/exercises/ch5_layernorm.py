@@ -1,7 +1,5 @@
-"""Chapter 5's exercises (LayerNorm, residuals, Pre-LN): LayerNorm, BatchNorm statistics,
-the Pre-LN block, RMSNorm, the LayerNorm Jacobian, a parallel block, a DeepNorm block and
-Adam's first step (a checked prediction).
-"""
+"""Chapter 5's exercises (LayerNorm, residuals): LayerNorm and its folding into a linear
+layer, RMSNorm, the LayerNorm Jacobian, parallel and DeepNorm blocks, Adam's first step."""
 
 from __future__ import annotations
 
@@ -105,32 +103,6 @@ exercise(
 )(_fold)
 
 
-def _bn_inputs(rng: np.random.Generator) -> tuple:
-    B, T, d = int(rng.integers(2, 6)), int(rng.integers(1, 6)), int(rng.integers(1, 6))
-    return (random_tensor(rng, B, T, d, scale=2.0) + random_tensor(rng, d, scale=2.0),)
-
-
-def _bn_stats(x, dims=(0, 1), unbiased=False):
-    # every token is a sample: per-feature statistics over the batch and position axes
-    return x.mean(dims), x.var(dims, unbiased=unbiased)
-
-
-exercise(
-    "batch-norm-stats",
-    "f(x) for x of shape (B, T, d) -> (mean, var): BatchNorm's per-feature statistics over the "
-    "batch and position axes, each of shape (d,), var biased.",
-    inputs=_bn_inputs,
-    edge_cases={"one position": (torch.arange(6.0).reshape(3, 1, 2).double(),)},
-    mistakes={
-        "unbiased variance": partial(_bn_stats, unbiased=True),
-        "statistics over the batch axis only (one per position and feature)": partial(
-            _bn_stats, dims=0
-        ),
-        "statistics over the features (LayerNorm's axis)": partial(_bn_stats, dims=-1),
-    },
-)(_bn_stats)
-
-
 class CausalSelfAttention(nn.Module):
     """Causal multi-head self-attention built on PyTorch's own module: attn(h) -> (B, T, d)."""
 
@@ -157,30 +129,6 @@ def _block_inputs(rng: np.random.Generator) -> tuple:
                 ln.bias.normal_(0.0, 0.3)
         x = 2.0 * torch.randn(int(rng.integers(2, 4)), int(rng.integers(1, 7)), d)  # B >= 2
     return x, attn, ffn, ln1, ln2
-
-
-@exercise(
-    "pre-ln-block",
-    "f(x, attn, ffn, ln1, ln2) -> one Pre-LN block: h = x + attn(ln1(x)), then h + ffn(ln2(h)); "
-    "attn(h) is causal self-attention returning a tensor like h.",
-    inputs=_block_inputs,
-    mistakes={
-        "Post-LN instead of Pre-LN: ln1(x + attn(x)), then "
-        "ln2(h + ffn(h))": lambda x, a, f, l1, l2: (lambda h: l2(h + f(h)))(l1(x + a(x))),
-        "no residual connections: ffn(ln2(attn(ln1(x))))": lambda x, a, f, l1, l2: f(l2(a(l1(x)))),
-        "ln1 used for both sub-layers": lambda x, a, f, l1, l2: (lambda h: h + f(l1(h)))(
-            x + a(l1(x))
-        ),
-        "residual added after the norm: x' = ln1(x) + attn(ln1(x))": lambda x, a, f, l1, l2: (
-            lambda h: l2(h) + f(l2(h))
-        )(l1(x) + a(l1(x))),
-    },
-    compare=close(rtol=1e-4, atol=1e-5),
-    n_random=6,
-)
-def _pre_ln_block(x, attn, ffn, ln1, ln2):
-    h = x + attn(ln1(x))  # x + Attn(LN1(x))
-    return h + ffn(ln2(h))  # h + FFN(LN2(h))
 
 
 def _rms(x, g, eps, center=False, l2=False, eps_outside=False):

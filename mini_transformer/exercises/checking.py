@@ -90,36 +90,24 @@ class Verdict:
 _REGISTRY: dict[str, Exercise] = {}
 
 
-def exercise(
-    name: str,
-    task: str,
-    *,
-    inputs: Callable[[np.random.Generator], tuple] | None = None,
-    edge_cases: dict[str, tuple] | None = None,
-    mistakes: dict[str, Any] | None = None,
-    compare: Callable[[Any, Any], str | None] | None = None,
-    n_random: int = 10,
-    explanation: str | None = None,
-    hint: str | None = None,
-    warm_up: Callable[[], Any] | None = None,
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register the decorated function as the reference answer of exercise ``name``."""
+def exercise(name: str, task: str, **options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """Register the decorated function as the reference answer of exercise ``name``;
+    ``options`` are :class:`Exercise`'s fields from ``inputs`` on, by keyword."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"name must be a non-empty string, got {name!r}")
     if name in _REGISTRY:
         raise ValueError(f"an exercise named {name!r} is already registered")
-    if (explanation, hint) != (None, None) and (inputs is not None or None in (explanation, hint)):
+    predicted = (options.get("explanation"), options.get("hint"))
+    if predicted != (None, None) and (options.get("inputs") or None in predicted):
         raise ValueError("explanation and hint come together, for value exercises (inputs=None)")
+    n_random = options.get("n_random", 10)
     if not isinstance(n_random, int) or n_random < 0:
         raise ValueError(f"n_random must be a non-negative integer, got {n_random!r}")
-    if inputs is not None and n_random == 0 and not edge_cases:
+    if options.get("inputs") and n_random == 0 and not options.get("edge_cases"):
         raise ValueError(f"exercise {name!r} would check nothing: give n_random > 0 or edge_cases")
 
     def register(reference: Callable[..., Any]) -> Callable[..., Any]:
-        _REGISTRY[name] = Exercise(
-            name, task, reference, inputs, dict(edge_cases or {}), dict(mistakes or {}),
-            compare, n_random, explanation, hint, warm_up,
-        )  # fmt: skip
+        _REGISTRY[name] = Exercise(name, task, reference, **{"inputs": None, **options})
         return reference
 
     return register
