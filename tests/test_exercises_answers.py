@@ -77,19 +77,18 @@ def window(m, T, w):
     return wt[:w].sum() / wt.sum()
 
 
-def masked_softmax(s, m):
-    w = s.masked_fill(~m, torch.finfo(s.dtype).min).softmax(-1)
-    return w * m.any(-1, keepdim=True)
+def masked_log_softmax(s, m):
+    lse = s.masked_fill(~m, float("-inf")).logsumexp(-1, keepdim=True)
+    return (s - lse).masked_fill(~m, float("-inf"))
+
+
+def noam(step, d_model, warmup):
+    return d_model**-0.5 * min((step + 1) ** -0.5, (step + 1) * warmup**-1.5)
 
 
 def softmax_jacobian(s):
     p = s.softmax(0)
     return torch.diag(p) - torch.outer(p, p)
-
-
-def layer_norm(x, g, b, eps):
-    mu = x.mean(-1, keepdim=True)
-    return g * (x - mu) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps) + b
 
 
 def rms_norm(x, g, eps):
@@ -101,13 +100,6 @@ def ln_jacobian(x, eps):
     sigma = torch.sqrt(x.var(unbiased=False) + eps)
     y = (x - x.mean()) / sigma
     return (torch.eye(d, dtype=x.dtype) - 1 / d - torch.outer(y, y) / d) / sigma
-
-
-def lr_at(step, lr, min_lr, w, S):
-    if step < w:
-        return lr * (step + 1) / w
-    t = min(1.0, (step - w) / (S - w))
-    return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * t))
 
 
 def perplexity(z, t):
@@ -132,28 +124,6 @@ def prefix_mask(T, P):
 
 
 # --- wrong answers ------------------------------------------------------------------------
-
-
-def softmax_inf_fill(s, m):
-    return s.masked_fill(~m, float("-inf")).softmax(-1)
-
-
-def softmax_naive(s, m):
-    e = s.exp() * m
-    return e / e.sum(-1, keepdim=True).clamp_min(torch.finfo(s.dtype).tiny)
-
-
-def layer_norm_in_place(x, g, b, eps):
-    mu = x.mean(-1, keepdim=True)
-    var = x.var(-1, keepdim=True, unbiased=False)
-    x -= mu
-    return g * x / torch.sqrt(var + eps) + b
-
-
-def lr_uncapped(step, lr, min_lr, w, S):
-    if step < w:
-        return lr * (step + 1) / w
-    return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * (step - w) / (S - w)))
 
 
 def top_k_in_place(z, k):
@@ -340,15 +310,6 @@ CASES = {
             "memorised": (memorised_first_answer, None),
         },
     ),
-    "masked-softmax": (
-        masked_softmax,
-        {
-            "-inf fill": (softmax_inf_fill, "NaN"),
-            "no renormalisation": (lambda s, m: s.softmax(-1) * m, "sums to 1"),
-            "naive exp": (softmax_naive, None),
-            "float64 output": (lambda s, m: masked_softmax(s.double(), m), "dtype"),
-        },
-    ),
     "prefix-lm-mask": (
         prefix_mask,
         {
@@ -364,6 +325,31 @@ CASES = {
             "float": (lambda T, P: prefix_mask(T, P).float(), "dtype"),
         },
     ),
+    "masked-log-softmax": (
+        masked_log_softmax,
+        {
+            "-inf fill": (lambda s, m: s.masked_fill(~m, float("-inf")).log_softmax(-1), "NaN"),
+            "log of the softmax": (
+                lambda s, m: masked_log_softmax(s, m).exp().log(),
+                "log of the softmax",
+            ),
+            "float64 output": (lambda s, m: masked_log_softmax(s.double(), m), "dtype"),
+        },
+    ),
+    "fold-layer-norm": (
+        lambda g, b, w, c: (w * g, w @ b + c),
+        {
+            "rows": (lambda g, b, w, c: (w * g[:, None], w @ b + c), "columns"),
+            "beta forgotten": (lambda g, b, w, c: (w * g, c), "beta forgotten"),
+        },
+    ),
+    "noam-schedule": (
+        noam,
+        {
+            "no d_model factor": (lambda s, d, w: noam(s, 1, w), "left out"),
+            "from zero": (lambda s, d, w: noam(s - 1, d, w) if s else 0.0, "counts from 1"),
+        },
+    ),
     "softmax-jacobian": (
         softmax_jacobian,
         {
@@ -373,40 +359,6 @@ CASES = {
                 "diagonal only",
             ),
             "scores instead of probabilities": (lambda s: torch.diag(s) - torch.outer(s, s), None),
-        },
-    ),
-    "layer-norm": (
-        layer_norm,
-        {
-            "unbiased variance": (
-                lambda x, g, b, e: (
-                    g * (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + e) + b
-                ),
-                "unbiased variance",
-            ),
-            "eps outside the root": (
-                lambda x, g, b, e: (
-                    g
-                    * (x - x.mean(-1, keepdim=True))
-                    / (x.std(-1, keepdim=True, unbiased=False) + e)
-                    + b
-                ),
-                "outside the square root",
-            ),
-            "modifies x in place": (layer_norm_in_place, "in place"),
-            "one-pass variance": (
-                lambda x, g, b, e: (
-                    g
-                    * (x - x.mean(-1, keepdim=True))
-                    / torch.sqrt((x * x).mean(-1, keepdim=True) - x.mean(-1, keepdim=True) ** 2 + e)
-                    + b
-                ),
-                None,
-            ),
-            "always float64": (
-                lambda x, g, b, e: layer_norm(x.double(), g.double(), b.double(), e),
-                "dtype",
-            ),
         },
     ),
     "rms-norm": (
@@ -473,17 +425,6 @@ CASES = {
     "adam-first-step": (
         3e-3 * 32,
         {"plain gradient descent": (3e-6, "plain gradient descent"), "lr": (3e-3, "each *entry*")},
-    ),
-    "lr-schedule": (
-        lr_at,
-        {
-            "uncapped cosine": (lr_uncapped, "not capped"),
-            "warm-up from 0": (
-                lambda s, lr, mn, w, S: lr * s / w if s < w else lr_at(s, lr, mn, w, S),
-                None,
-            ),
-            "to zero": (lambda s, lr, mn, w, S: lr_at(s, lr, 0.0, w, S), None),
-        },
     ),
     "perplexity": (
         perplexity,

@@ -42,11 +42,6 @@ def _masked_softmax_inputs(rng: np.random.Generator) -> tuple:
     return scores, mask
 
 
-def _softmax_fill_2_30(s, m):
-    """The blog post's TensorFlow recipe: add -2**30 where masked, then zero empty rows."""
-    return (s + (~m) * -(2**30)).softmax(-1) * m.any(-1, keepdim=True)
-
-
 _FIXED_FILL = (  # a fill like -1e4 loses to allowed scores below it, in float32 and in float16
     "a fixed fill (-1e4): allowed scores below it lose to the masked ones; fill with "
     "torch.finfo(scores.dtype).min"
@@ -65,49 +60,6 @@ _LARGE = {  # allowed scores far below zero (float16: 16 apart, its spacing ther
 
 
 exercise(
-    "masked-softmax",
-    "f(scores, mask) -> softmax over the last axis of scores where mask is True, exactly 0 "
-    "where it is False, an all-zero row where a row is fully masked; same dtype as scores.",
-    inputs=_masked_softmax_inputs,
-    edge_cases={
-        "a fully masked row": (
-            torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]]),
-            torch.tensor([[True, False, True], [False, False, False]]),
-        ),
-        "large scores in float32": (
-            torch.tensor([[1000.0, 998.0, 990.0], [-1000.0, -1001.0, 5.0]]),
-            torch.tensor([[True, True, False], [True, True, False]]),
-        ),
-        "one allowed key": (torch.tensor([[3.0, 4.0]]), torch.tensor([[False, True]])),
-        # float16: the blog post's fill -2**30 does not exist there (it becomes -inf), so with
-        # a fully masked row it gives NaN again; finfo(float16).min = -65504 stays finite.
-        "float16, with a fully masked row": (
-            torch.tensor(
-                [[1.0, 2.0, 3.0], [0.5, -1.0, 2.0], [-3.0, 4.0, 0.0]], dtype=torch.float16
-            ),
-            torch.tensor([[True, False, True], [False, False, False], [True, True, True]]),
-        ),
-        **_LARGE,
-    },
-    mistakes={
-        _FIXED_FILL: lambda s, m: s.masked_fill(~m, -1e4).softmax(-1) * m.any(-1, keepdim=True),
-        "the blog post's fill -2**30: in float16 it overflows to -inf, so a fully masked row "
-        "is NaN again (use torch.finfo(scores.dtype).min)": _softmax_fill_2_30,
-        "masked scores filled with -inf: a fully masked row becomes 0/0 = NaN": lambda s, m: (
-            s.masked_fill(~m, float("-inf")).softmax(-1)
-        ),
-        "softmax over all keys, then zeroed (the row no longer sums to 1)": lambda s, m: (
-            s.softmax(-1) * m
-        ),
-        "exp without subtracting the row maximum: overflows for large scores": lambda s, m: (
-            (s.exp() * m) / (s.exp() * m).sum(-1, keepdim=True).clamp_min(1e-300)
-        ),
-    },
-    compare=close(same_dtype=True),  # float16 and bfloat16: to their own precision
-)(_softmax_rows)
-
-
-exercise(
     "masked-log-softmax",
     "f(scores, mask) -> the log of the masked softmax, computed without NaN: log-softmax over "
     "the True entries of each row, -inf (log 0) at the False ones and along a fully masked "
@@ -116,6 +68,10 @@ exercise(
     edge_cases={
         "a fully masked row": (
             torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]]),
+            torch.tensor([[_T, _F, _T], [_F, _F, _F]]),
+        ),
+        "float16, with a fully masked row": (
+            torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]], dtype=torch.float16),
             torch.tensor([[_T, _F, _T], [_F, _F, _F]]),
         ),
         "an allowed score 200 below its row's maximum (its probability underflows)": (

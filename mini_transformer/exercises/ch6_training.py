@@ -16,45 +16,6 @@ from .checking import exercise, random_tensor
 from .comparing import close, exact_int
 
 
-def _lr(step, lr, min_lr, warmup, steps, cap=True, from_zero=False, to_zero=False):
-    if step < warmup:
-        return lr * (step if from_zero else step + 1) / warmup  # linear warm-up
-    progress = (step - warmup) / max(1, steps - warmup)  # 0 -> 1 over the decay
-    progress = min(1.0, progress) if cap else progress  # min_lr after the schedule
-    low = 0.0 if to_zero else min_lr
-    return low + 0.5 * (lr - low) * (1 + math.cos(math.pi * progress))
-
-
-def _lr_inputs(rng: np.random.Generator) -> tuple:
-    lr = float(10 ** rng.uniform(-4, -2))
-    warmup = int(rng.integers(0, 50))
-    steps = warmup + int(rng.integers(1, 500))
-    step, min_lr = int(rng.integers(0, steps + 200)), float(lr * rng.choice([0.0, 0.1, 0.5]))
-    return step, lr, min_lr, warmup, steps
-
-
-exercise(
-    "lr-schedule",
-    "f(step, lr, min_lr, warmup_steps, steps) -> the rate of update step (0-based): lr * (step "
-    "+ 1) / warmup_steps during warm-up, then half a cosine from lr to min_lr at step = steps, "
-    "and min_lr after it.",
-    inputs=_lr_inputs,
-    edge_cases={
-        "no warm-up, first step": (0, 1e-3, 1e-4, 0, 100),
-        "well past the last step": (250, 1e-3, 1e-4, 10, 100),
-        "the last step": (100, 1e-3, 1e-4, 10, 100),
-        "first warm-up step": (0, 1e-3, 0.0, 10, 100),
-    },
-    mistakes={
-        "cosine not capped past the last step (the rate climbs back up)": partial(_lr, cap=False),
-        "warm-up from 0 (update 0 gets rate 0 and is wasted)": partial(_lr, from_zero=True),
-        "cosine down to 0 instead of min_lr": partial(_lr, to_zero=True),
-    },
-    compare=close(rtol=1e-6, atol=1e-12),  # float32 arithmetic is right too (rounding ~1e-7)
-    warm_up=warm_up_optimizers,  # for an answer that asks torch.optim.lr_scheduler
-)(_lr)
-
-
 def _noam(step, d_model, warmup, from_zero=False, w_exp=1.5, pick=min, scale=True):
     s = step if from_zero else step + 1  # the paper's step_num counts from 1
     rate = pick(s**-0.5 if s else math.inf, s * warmup**-w_exp)  # the two meet at s = warmup

@@ -18,18 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .comparing import (
-    _array,
-    _copy,
-    _describe,
-    _describe_kind,
-    _Described,
-    _numeric,
-    _safe_repr,
-    _small,
-    close,
-    explain,
-)
+from . import comparing as C
+from .comparing import _array, _copy, _describe, close, explain
 from .running import in_child, run_limited
 
 #: Run each check in a forked child process where the platform has ``fork`` (Linux). Set to
@@ -212,7 +202,7 @@ def check(
     if ex.explanation is not None and outcome.committed:  # not on a wrong kind: no spoiler
         wrong = _WRONG.setdefault(name, set())
         if not outcome.passed:
-            wrong.add(_safe_repr(outcome.got) or "?")
+            wrong.add(C._safe_repr(outcome.got) or "?")
         if outcome.passed or why or len(wrong) > 1:
             print(f"  Why: {ex.explanation}")
         else:
@@ -274,13 +264,13 @@ def _plain(x: Any, depth: int = 0) -> Any:
             return kind(_plain(e, depth + 1) for e in kind.__iter__(x))
     except Exception:  # an object that cannot be read: described below
         pass
-    return x if type(x) is torch.Tensor else _Described(_describe(x))
+    return x if type(x) is torch.Tensor else C._Described(_describe(x))
 
 
 def _pack(x: Any) -> Any:
     """Plain data as ``torch.load(weights_only=True)`` reads it: arrays as tensors, what is
     too large or not numbers by its description."""
-    if isinstance(x, (tuple, list)) and not isinstance(x, _Described):
+    if isinstance(x, (tuple, list)) and not isinstance(x, C._Described):
         return type(x)(_pack(e) for e in x)
     try:
         if isinstance(x, (np.generic, np.ndarray)) and x.dtype.kind in "biufc":
@@ -300,7 +290,7 @@ def _unpack(x: Any) -> Any:
     if type(x) is dict:
         if isinstance(x.get("np"), torch.Tensor):
             return x["np"].numpy()[()] if x.get("scalar") else x["np"].numpy()
-        return _Described(str(x.get("described")))
+        return C._Described(str(x.get("described")))
     return type(x)(_unpack(e) for e in x) if type(x) in (tuple, list) else x
 
 
@@ -308,9 +298,11 @@ def _outcome(fields: Any) -> _Outcome:
     """The child's outcome, each field of the kind it must be (else the check failed)."""
     kinds = {f.name: f.type for f in dataclasses.fields(_Outcome)}
     plain = {"bool": bool, "str": str, "int | None": (int, type(None)), "Any": object}
-    if type(fields) is not dict or set(fields) != set(kinds):
-        return _Outcome(False, "the check could not read its result.")
-    if not all(isinstance(fields[k], plain[kinds[k]]) for k in kinds):
+    if (
+        type(fields) is not dict
+        or set(fields) != set(kinds)
+        or not all(isinstance(fields[k], plain[kinds[k]]) for k in kinds)
+    ):
         return _Outcome(False, "the check could not read its result.")
     fields["expected"], fields["got"] = _unpack(fields["expected"]), _unpack(fields["got"])
     return _Outcome(**fields)
@@ -319,7 +311,7 @@ def _outcome(fields: Any) -> _Outcome:
 def _details(ex: Exercise, answer: Any, seed: int, outcome: _Outcome) -> str:
     """The lines after a failure: small arrays in full, and how to replay the case."""
     lines = []
-    e, g = _small(outcome.expected), _small(outcome.got)
+    e, g = C._small(outcome.expected), C._small(outcome.got)
     if e is not None and g is not None:
         lines += [f"  expected: {e}", f"  got:      {g}"]
     fname = getattr(answer, "__name__", None)
@@ -377,7 +369,7 @@ def _check_value(ex: Exercise, answer: Any, expected: Any, time_limit: float, re
     try:
         msg = compare(expected, answer)
     except Exception:  # a comparison that cannot read the answer at all
-        msg = f"expected {_describe_kind(expected)}, got {_describe(answer)}"
+        msg = f"expected {C._describe_kind(expected)}, got {_describe(answer)}"
     if msg is None:
         return _Outcome(True, "correct.", got=answer, committed=True)
     if msg.startswith(("expected a", "expected shape")) and "differ" not in msg:
@@ -385,7 +377,7 @@ def _check_value(ex: Exercise, answer: Any, expected: Any, time_limit: float, re
         return _Outcome(False, msg + ".", got=answer)
     side = ""
     e, g = _array(expected), _array(answer)
-    if _numeric(e) and _numeric(g) and e.ndim == 0 and g.ndim == 0 and g.dtype.kind in "iuf":
+    if C._numeric(e) and C._numeric(g) and e.ndim == 0 and g.ndim == 0 and g.dtype.kind in "iuf":
         side = " (too small)" if g < e else " (too large)"
     if isinstance(expected, tuple) and len(expected) > 1:  # which parts are right
         ok = [compare((x,), (y,)) is None for x, y in zip(expected, answer, strict=True)]
@@ -418,7 +410,7 @@ def _check_function(ex: Exercise, answer: Any, seed: int, time_limit: float, rep
         try:
             msg = compare(expected, got)
         except Exception as err:  # a comparison that cannot read the answer at all
-            msg = f"expected {_describe_kind(expected)}, got {_describe(got)} ({_text(err)})"
+            msg = f"expected {C._describe_kind(expected)}, got {_describe(got)} ({_text(err)})"
         if msg is not None:
             hint = explain(ex.mistakes, compare, expected, got, args)
             return _Outcome(False, f"{where}{msg}.{hint}", index, expected, got, replay=True)
@@ -427,35 +419,23 @@ def _check_function(ex: Exercise, answer: Any, seed: int, time_limit: float, rep
 
 
 def _unchanged(before: Any, after: Any) -> bool:
-    """The reader's copy of an argument (tensor, array, module, or a list, tuple or dict of
-    them) still equals the original."""
+    """The reader's copy of an argument (a tensor, array or module, or a list, tuple or dict
+    of them) still equals the original, in type, dtype and value."""
     try:
-        if isinstance(before, torch.Tensor):
-            return (
-                type(after) is type(before)
-                and (before.dtype, before.shape) == (after.dtype, after.shape)
-                and torch.equal(before, after)
-            )
-        if isinstance(before, np.ndarray):
-            return (
-                type(after) is np.ndarray
-                and before.dtype == after.dtype
-                and np.array_equal(before, after, equal_nan=before.dtype.kind in "fc")
-            )
         if isinstance(before, torch.nn.Module):
-            s1, s2 = before.state_dict(), after.state_dict()
-            return s1.keys() == s2.keys() and all(torch.equal(s1[k], s2[k]) for k in s1)
+            before, after = before.state_dict(), after.state_dict()
         if isinstance(before, dict):
-            before, after = list(before.items()), list(after.items()) if type(after) is dict else 0
-        if isinstance(before, (list, tuple)):
-            return (
-                type(after) is type(before)
-                and len(after) == len(before)
-                and all(_unchanged(b, a) for b, a in zip(before, after, strict=True))
-            )
-        if type(before) in (bool, int, float, str):
-            return type(after) is type(before) and (after == before or before != before)
-        return True
+            before, after = list(before.items()), list(after.items())
+        if isinstance(before, (list, tuple, str)):
+            same = type(after) is type(before) and len(after) == len(before)
+            return same and (after == before if isinstance(before, str) else all(
+                map(_unchanged, before, after)
+            ))  # fmt: skip
+        old, new = _array(before), _array(after)
+        return old is None or (
+            (type(after), getattr(after, "dtype", 0)) == (type(before), getattr(before, "dtype", 0))
+            and np.array_equal(old, new, equal_nan=old.dtype.kind in "fc")
+        )
     except Exception:  # a dtype or device changed in place, say: not the same any more
         return False
 

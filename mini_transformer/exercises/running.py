@@ -1,20 +1,19 @@
 """Running a reader's answer: a time limit, global state restored, a forked child process.
 
-Why a child process (Linux, where there is ``fork``): the parent kills it (with every process
-it started: the child leads its own process group) at most a second past the time limit
-whatever the code does (a C-level loop, a bare ``except:``, a ``__repr__`` that never
-returns), a crash or ``os._exit`` in it is reported, and what the code changes (default dtype,
-grad mode, ``np.seterr``, warning filters, random states) stays in the child. The limit counts
-the reader's calls only: the child says when one starts and ends, and the checker's own work
-between them has a separate, generous limit. The child's messages are plain data (builtin
-values and tensors) that the parent reads with ``torch.load(weights_only=True)``: nothing
-in them can run code in the parent. In-process a SIGALRM timer stops the code and the global
-state is restored after each call, but a C-level call that never returns cannot be stopped.
+Why a child process (Linux, where there is ``fork``): the parent kills it and every process it
+started (the child leads its own process group) at most a second past the time limit whatever
+the code does (a C-level loop, a bare ``except:``, a ``__repr__`` that never returns), a crash
+or ``os._exit`` in it is reported, and what the code changes (default dtype, grad mode,
+``np.seterr``, warning filters, random states) stays in the child. The limit counts the
+reader's calls only: the child says when each starts and ends; the checker's own work between
+them has a separate, generous limit. The child's messages are plain data that the parent reads
+with ``torch.load(weights_only=True)``: nothing in them can run code in the parent.
+In-process, a SIGALRM timer stops the code and the global state is restored after each call,
+but a C-level call that never returns cannot be stopped.
 
-Out of reach, by design: the answer runs in the same process as the child's checking, so
-code written to cheat can forge that process's verdict; code written to do harm can delete
-files, kill the notebook's process, or start a process of its own session (``setsid``) that
-outlives the check. This is a self-study aid, not a sandbox or a grader.
+Out of reach, by design: the answer runs in the child's process, so code written to cheat can
+forge the child's verdict; code written to do harm can delete files, kill the notebook, or
+start a process in a session of its own (``setsid``) that outlives the check.
 """
 
 from __future__ import annotations
