@@ -277,3 +277,4 @@ def test_the_tuple_habit_attn_x_0_is_caught_on_every_case(name, capsys):
 
     for seed in range(3):
         assert not exercises.check(name, answer, seed=seed)
+        assert "This looks like: attn(h)[0]" in capsys.readouterr().out

@@ -64,6 +64,9 @@ class CausalSelfAttention(nn.Module):
         return self.mha(h, h, h, attn_mask=future, need_weights=False)[0]
 
 
+_TUPLE = "attn(h)[0]: here attn returns a tensor, so [0] takes batch element 0 for every batch"
+
+
 def _block_inputs(rng: np.random.Generator) -> tuple:
     d, seed = 4 * int(rng.integers(1, 5)), int(rng.integers(2**31))
     with torch.random.fork_rng(devices=[]):
@@ -171,6 +174,7 @@ exercise(
         "no residual connection: attn(ln(x)) + ffn(ln(x))": lambda x, a, f, ln: a(ln(x)) + f(ln(x)),
         "the FFN read x, not ln(x)": lambda x, a, f, ln: x + a(ln(x)) + f(x),
         "Post-LN style: ln(x + attn(x) + ffn(x))": lambda x, a, f, ln: ln(x + a(x) + f(x)),
+        _TUPLE: lambda x, a, f, ln: x + a(ln(x))[0] + f(ln(x)),
     },
     compare=close(rtol=1e-4, atol=1e-5),
     n_random=6,
@@ -202,6 +206,7 @@ def _deepnorm_inputs(rng: np.random.Generator) -> tuple:
         "alpha only in the first sub-layer": lambda x, a, f, l1, l2, al: (lambda h: l2(h + f(h)))(
             l1(al * x + a(x))
         ),
+        _TUPLE: lambda x, a, f, l1, l2, al: (lambda h: l2(al * h + f(h)))(l1(al * x + a(x)[0])),
     },
     compare=close(rtol=1e-4, atol=1e-5),
     n_random=6,

@@ -112,6 +112,9 @@ def _describe(x: Any) -> str:
         if a.dtype.kind in "iuf" and finite.size:
             span = f", from {_num(finite.min())} to {_num(finite.max())}"
         return f"{'an' if kind == 'array' else 'a'} {kind} of shape {shape} ({dtype}{span})"
+    if isinstance(x, (list, tuple)) and x and all(isinstance(e, torch.Tensor) for e in x):
+        shapes = ", ".join(str(tuple(e.shape)) for e in x[:8]) + (", ..." if len(x) > 8 else "")
+        return f"a {type(x).__name__} of {len(x)} tensors of shapes {shapes}"
     if isinstance(x, (list, tuple)) and len(x) > 8:
         return f"a {type(x).__name__} of {len(x)} items"
     text = _safe_repr(x)
