@@ -289,8 +289,9 @@ def train_step(
     autocast: Callable[[], object] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One update on the batch ``(x, y)`` of any model with ``forward(idx, targets) ->
-    (logits, loss)``: ``(loss, grad_norm)``, detached and unread (an ``.item()`` would make the
-    host wait for the GPU). ``grad_clip=0``: no clipping, ``grad_norm`` is ``None``."""
+    (logits, loss)`` (or a function ``model(x, y) -> (output, loss)`` when ``grad_clip=0``):
+    ``(loss, grad_norm)``, detached and unread (an ``.item()`` would make the host wait for
+    the GPU). ``grad_clip=0``: no clipping, ``grad_norm`` is ``None``."""
     for group in optimizer.param_groups:
         group["lr"] = float(lr)
     optimizer.zero_grad(set_to_none=True)
