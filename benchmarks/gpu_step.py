@@ -32,8 +32,8 @@ from pathlib import Path
 
 import torch
 
+from mini_transformer import checks
 from mini_transformer.checkpoints import check_output_file
-from mini_transformer.checks import trusted
 from mini_transformer.cli import positive_int, run_cli
 from mini_transformer.core import (
     COMPILE_MODES,
@@ -109,7 +109,7 @@ def measure(args) -> dict:
     B, T = cfg.batch_size, model.config.block_size
 
     def step():
-        with trusted():  # as the training loop: no per-step checks (an ids check syncs the host)
+        with checks.trusted():  # as the training loop: no per-step checks (ids: a host sync)
             x, y = get_batch(data, B, T, g, device)
             return train_step(
                 step_model, optimizer, x, y, cfg.lr, grad_clip=cfg.grad_clip, autocast=autocast

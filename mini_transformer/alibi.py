@@ -13,7 +13,8 @@ import math
 import torch
 from torch import nn
 
-from .checks import check_int, check_size, entry
+from . import checks
+from .checks import check_int, check_size
 
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi"]
 
@@ -78,7 +79,7 @@ class ALiBi(nn.Module):
         if T_k is not None:
             check_int("T_k", T_k, low=T_q, why=" (queries are the last T_q)")
 
-    @entry(_check)  # checked or not, the same bias
+    @checks.entry(_check)  # checked or not, the same bias
     def forward(self, T_q: int, T_k: int | None = None) -> torch.Tensor:
         T_k = T_q if T_k is None else T_k
         if T_k > self.bias.shape[-1]:

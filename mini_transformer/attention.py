@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import checks
 from .alibi import ALiBi
 from .checks import (
     check_bool,
@@ -27,9 +28,8 @@ from .checks import (
     check_probability,
     check_size,
     check_tensor,
-    entry,
 )
-from .masks import _known_all, causal_mask, combine_masks, rows_with_keys
+from .masks import _known_all, causal_mask, combine_masks, rows_with_keys  # noqa: F401
 from .masks import padding_mask as padding_mask  # noqa: F401 (the API contract names it here)
 
 __all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "RotaryEmbedding"]
@@ -176,7 +176,7 @@ class RotaryEmbedding(nn.Module):
         check_tensor("x", x, floating=True, shape=(..., None, self.d_head), dims=dims)
         check_int("offset", offset, low=0)
 
-    @entry(_check)  # checked only when called directly, not inside a model
+    @checks.entry(_check)  # checked only when called directly, not inside a model
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         T = x.shape[-2]
         if offset + T > self.cos_cached.shape[0] or self.cos_cached.device != x.device:
@@ -262,7 +262,7 @@ class MultiHeadAttention(nn.Module):
         target = (len(x), self.n_heads, x.shape[1], (x if memory is None else memory).shape[1])
         _check_scores(target, x.dtype, mask, score_bias, "(B, n_heads, T_q, T_k)")
 
-    @entry(_check)
+    @checks.entry(_check)
     def forward(
         self,
         x: torch.Tensor,
@@ -298,7 +298,7 @@ class MultiHeadAttention(nn.Module):
             out, weights = _fused(q, k, v, mask, causal, score_bias, p), None
         else:
             if causal:
-                mask = combine_masks(mask, causal_mask(T_q, T_k, device=x.device))
+                mask = _and_causal(mask, T_q, T_k, x.device)
             scale = 1.0 / math.sqrt(self.d_head)
             out, weights = _attend(q, k, v, mask, score_bias, scale, p)  # softmax(QK^T/sqrt(d_k))V
             weights = weights.expand(B, self.n_heads, T_q, T_k)
@@ -308,6 +308,12 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(out), (weights if return_weights else None)  # ... W^O
 
 
+def _and_causal(mask, T_q: int, T_k: int, device) -> torch.Tensor:
+    """``combine_masks(mask, causal_mask(T_q, T_k))`` on checked arguments (a forward's)."""
+    causal = torch.ones(T_q, T_k, dtype=torch.bool, device=device).tril()  # key j <= query i
+    return causal if mask is None else mask & causal
+
+
 def _fused(q, k, v, mask, causal, score_bias, p):
     """PyTorch's fused kernel, with the from-scratch path's rules for masked rows and -inf."""
     if mask is None and score_bias is None:
@@ -315,7 +321,7 @@ def _fused(q, k, v, mask, causal, score_bias, p):
     if score_bias is not None:  # -inf entries become masked keys, as in the scratch path
         score_bias, mask = _split_bias(score_bias, mask)
     T_q, T_k = q.shape[-2], k.shape[-2]
-    full = combine_masks(mask, causal_mask(T_q, T_k, device=q.device) if causal else None)
+    full = _and_causal(mask, T_q, T_k, q.device) if causal else mask
     if (has_key := rows_with_keys(full)) is not None:  # the kernel sees a finite row,
         full = full | ~has_key  # zeroed below: the scratch path's rule
     attn_mask = full if score_bias is None else score_bias.to(q.dtype)

@@ -35,8 +35,6 @@ __all__ = [
     "check_ids",
     "check_array",
     "check_size",
-    "entry",
-    "trusted",
 ]
 
 #: Largest allocation :func:`check_size` lets through (16 GiB): bigger is almost always a typo
@@ -48,10 +46,9 @@ _INSIDE = contextvars.ContextVar("mini_transformer_checked", default=False)
 
 
 def entry(check: Callable[..., object]):
-    """Decorator: call ``check`` with the function's arguments before the function, but only
-    on the outermost call. Inside it (a model's forward calling its parts, or a
-    :func:`trusted` block) and while ``torch.compile`` traces, the function runs unchecked:
-    its inputs were made by code that was checked where they entered."""
+    """Decorator: run ``check`` on the function's arguments on the outermost call only; inside
+    it (a model's forward calling its parts), in :func:`trusted` and while ``torch.compile``
+    traces, the function runs unchecked: what it is given was made by checked code."""
 
     def decorate(fn):
         @functools.wraps(fn)
@@ -59,11 +56,8 @@ def entry(check: Callable[..., object]):
             if torch.compiler.is_compiling() or _INSIDE.get():
                 return fn(*args, **kwargs)
             check(*args, **kwargs)
-            token = _INSIDE.set(True)  # what runs inside is not checked again
-            try:
+            with trusted():
                 return fn(*args, **kwargs)
-            finally:
-                _INSIDE.reset(token)
 
         return checked
 
@@ -72,8 +66,7 @@ def entry(check: Callable[..., object]):
 
 @contextlib.contextmanager
 def trusted():
-    """Inside this block no :func:`entry` checks: for a loop that calls the package with what
-    it built itself (the training loop's batches, learning rates and steps)."""
+    """No :func:`entry` checks in this block: for a loop that gives the package what it made."""
     token = _INSIDE.set(True)
     try:
         yield

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
+from . import checks
 from .checks import (
     check_bool,
     check_choice,
@@ -27,7 +28,6 @@ from .checks import (
     check_instance,
     check_int,
     check_tensor,
-    entry,
 )
 from .data import CharTokenizer, get_batch
 from .hardware import PRECISIONS, resolve_device
@@ -207,7 +207,7 @@ class Schedule:
     def _check(self, step: int) -> None:
         check_int("step", step, low=0)
 
-    @entry(_check)  # not inside the training loop (checks.trusted)
+    @checks.entry(_check)  # not inside the training loop (checks.trusted)
     def __call__(self, step: int) -> float:
         w = self.warmup_steps
         if step < w:
@@ -277,7 +277,7 @@ def _check_step(model, optimizer, x, y, lr, *, grad_clip=0.0, autocast=None) -> 
     check_float("grad_clip", grad_clip, low=0)
 
 
-@entry(_check_step)  # not inside the training loop (checks.trusted)
+@checks.entry(_check_step)  # not inside the training loop (checks.trusted)
 def train_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,

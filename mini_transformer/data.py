@@ -20,15 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .checks import (
-    check_choice,
-    check_device,
-    check_instance,
-    check_int,
-    check_size,
-    check_tensor,
-    entry,
-)
+from . import checks
+from .checks import check_choice, check_device, check_instance, check_int, check_size, check_tensor
 from .tasks import IGNORE_INDEX, SYNTHETIC_TASKS, copy_offset_task  # noqa: F401 (contract)
 
 __all__ = [
@@ -197,7 +190,7 @@ def _check_batch(data, batch_size, block_size, generator=None, device=None) -> N
     check_device("device", device)
 
 
-@entry(_check_batch)  # not inside the training loop (checks.trusted)
+@checks.entry(_check_batch)  # not inside the training loop (checks.trusted)
 def get_batch(
     data: torch.Tensor,
     batch_size: int,

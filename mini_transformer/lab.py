@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .checks import check_choice, check_float, check_int, check_tensor, trusted
+from . import checks
+from .checks import check_choice, check_float, check_int, check_tensor
 from .core import Schedule, train_step
 from .model import POSITIONAL_SCHEMES, TransformerConfig, TransformerLM
 from .tasks import IGNORE_INDEX, SYNTHETIC_TASKS
@@ -129,7 +130,7 @@ def train_model(model: TransformerLM, cfg: LabConfig, seed: int = 0) -> list[flo
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
     losses = []
-    with trusted():  # the batches, steps and lrs are the loop's own
+    with checks.trusted():  # the batches, steps and lrs are the loop's own
         for step in range(cfg.steps):
             length = int(
                 torch.randint(cfg.min_train_length, cfg.train_length + 1, (1,), generator=g)

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import checks
 from .attention import MultiHeadAttention
 from .checks import (
     check_bool,
@@ -21,7 +22,6 @@ from .checks import (
     check_int,
     check_probability,
     check_tensor,
-    entry,
 )
 
 __all__ = ["LayerNorm", "FeedForward", "TransformerBlock", "residual_paths"]
@@ -61,7 +61,7 @@ class LayerNorm(nn.Module):
     def _check(self, x: Tensor) -> None:
         check_tensor("x", x, floating=True, shape=(..., self.d_model), dims=self._dims)
 
-    @entry(_check)  # checked only when called directly, not inside a model
+    @checks.entry(_check)  # checked only when called directly, not inside a model
     def forward(self, x: Tensor) -> Tensor:
         # float16 overflows at 65504: (x - mu)^2 does once a feature is ~256 from the mean,
         # which zeroes the whole token. Statistics in float32, as torch.nn.LayerNorm does.
@@ -101,7 +101,7 @@ class FeedForward(nn.Module):
         dims, w = f"(..., d_model={self.d_model})", self.linear1.weight
         check_tensor("x", x, floating=True, shape=(..., self.d_model), dims=dims, dtype_of=w)
 
-    @entry(_check)
+    @checks.entry(_check)
     def forward(self, x: Tensor) -> Tensor:
         h = self.linear1(x)  # x W_1 + b_1                     (..., d_ff)
         h = F.gelu(h) if self.activation == "gelu" else F.relu(h)  # phi

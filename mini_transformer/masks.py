@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .checks import check_device, check_int, check_size, check_tensor, entry
+from .checks import check_device, check_int, check_size, check_tensor
 
 __all__ = ["causal_mask", "padding_mask", "combine_masks"]
 
@@ -36,14 +36,6 @@ def rows_with_keys(mask: torch.Tensor | None) -> torch.Tensor | None:
     return None if _known_all(has_key) else has_key
 
 
-def _check_causal(T: int, T_k: int | None = None, device=None) -> None:
-    T = check_int("T", T, low=1)
-    T_k = T if T_k is None else check_int("T_k", T_k, low=1)
-    check_device("device", device)
-    check_size("the mask (T, T_k)", (T, T_k), torch.bool)
-
-
-@entry(_check_causal)  # not inside attention, whose T and T_k are shapes
 def causal_mask(
     T: int, T_k: int | None = None, device: torch.device | str | None = None
 ) -> torch.Tensor:
@@ -56,7 +48,10 @@ def causal_mask(
                 [1, 1, 0],
                 [1, 1, 1]], dtype=torch.int32)
     """
-    T_k = T if T_k is None else T_k
+    T = check_int("T", T, low=1)
+    T_k = T if T_k is None else check_int("T_k", T_k, low=1)
+    check_device("device", device)
+    check_size("the mask (T, T_k)", (T, T_k), torch.bool)
     return torch.ones(T, T_k, dtype=torch.bool, device=device).tril()
 
 
@@ -86,18 +81,14 @@ def padding_mask(
     return (torch.arange(T, device=device) < lengths[:, None])[:, None, None, :]  # (B, 1, 1, T)
 
 
-def _check_masks(*masks: torch.Tensor | None) -> None:
-    for i, m in enumerate(masks):
-        if m is not None:
-            check_tensor(f"mask {i}", m, boolean=True)
-
-
-@entry(_check_masks)
 def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
     """Logical AND of boolean masks, broadcast; ``None`` entries are skipped (all ``None``:
     ``None``). With ``causal_mask(T)`` and ``padding_mask(lengths, T)``: ``(B, 1, T, T)``."""
     out = None
-    for m in (m for m in masks if m is not None):
+    for i, m in enumerate(masks):
+        if m is None:
+            continue
+        check_tensor(f"mask {i}", m, boolean=True)
         try:
             out = m if out is None else out & m
         except RuntimeError as err:

@@ -11,7 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .checks import check_int, check_size, check_tensor, entry
+from . import checks
+from .checks import check_int, check_size, check_tensor
 
 __all__ = ["memn2n_encoding", "MemN2NPositionalEncoding"]
 
@@ -49,7 +50,7 @@ class MemN2NPositionalEncoding(nn.Module):
         shape = (None, None, self.d_model)
         check_tensor("x", x, floating=True, shape=shape, dims="(B, T, d_model)")
 
-    @entry(_check)  # checked only when called directly, not inside a model
+    @checks.entry(_check)  # checked only when called directly, not inside a model
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         J, d = x.shape[1], self.d_model
         j = torch.arange(1, J + 1, dtype=torch.float64, device=x.device)[:, None]

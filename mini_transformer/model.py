@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import checks
 from .alibi import ALiBi
 from .attention import MultiHeadAttention, RotaryEmbedding, check_heads
 from .checks import (
@@ -39,8 +40,6 @@ from .checks import (
     check_probability,
     check_size,
     check_tensor,
-    entry,
-    trusted,
 )
 from .layers import FeedForward, LayerNorm, TransformerBlock
 from .memn2n import MemN2NPositionalEncoding
@@ -180,7 +179,7 @@ class TransformerLM(nn.Module):
         if targets is not None:
             self._check_idx(targets, "targets", shape=tuple(idx.shape))
 
-    @entry(_check)  # idx and targets checked here; the parts check nothing of what it made
+    @checks.entry(_check)  # idx and targets checked here; the parts check nothing of what it made
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -250,7 +249,7 @@ class TransformerLM(nn.Module):
         random draws on any device (the text differs only where a device's logits do).
         """
         temperature = self._check_generate(idx, max_new_tokens, temperature, top_k, generator)
-        with evaluating(self), trusted():  # idx checked; every new id is the model's
+        with evaluating(self), checks.trusted():  # idx checked; every new id is the model's
             for _ in range(max_new_tokens):
                 logits, _ = self(idx[:, -self.config.block_size :])  # the last block_size tokens
                 logits = logits[:, -1, :].float().cpu()  # (B, vocab_size)

@@ -14,20 +14,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import checks
 from .alibi import ALiBi as ALiBi
 from .alibi import alibi_bias as alibi_bias
 from .alibi import alibi_slopes as alibi_slopes
 from .attention import BASE
 from .attention import RotaryEmbedding as RotaryEmbedding
-from .checks import (
-    check_array,
-    check_choice,
-    check_float,
-    check_int,
-    check_size,
-    check_tensor,
-    entry,
-)
+from .checks import check_array, check_choice, check_float, check_int, check_size, check_tensor
 from .memn2n import MemN2NPositionalEncoding as MemN2NPositionalEncoding
 from .memn2n import memn2n_encoding as memn2n_encoding
 
@@ -210,7 +203,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.base, self.layout = float(base), layout
         self.register_buffer("pe", torch.from_numpy(pe).float(), persistent=False)
 
-    @entry(_check_rows)  # checked only when called directly, not inside a model
+    @checks.entry(_check_rows)  # checked only when called directly, not inside a model
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         return _add_rows(x, self.pe, offset, "; build it with a larger max_len")
 
@@ -239,7 +232,7 @@ class LearnedPositionalEmbedding(nn.Module):
     def reset_parameters(self) -> None:
         nn.init.normal_(self.weight, mean=0.0, std=self.init_std)
 
-    @entry(_check_rows)
+    @checks.entry(_check_rows)
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         hint = ": a learned embedding has no row for unseen positions"
         return _add_rows(x, self.weight, offset, hint)

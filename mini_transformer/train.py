@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from . import hardware
+from . import checks, hardware
 from .checkpoints import (
     PRETRAINED,
     atomic_write,
@@ -44,7 +44,6 @@ from .checkpoints import (
     save_checkpoint,
     write_record,
 )
-from .checks import trusted
 from .core import TrainConfig, configure_optimizer, estimate_loss, get_preset, train_step
 from .data import CharTokenizer, get_batch, load_corpus
 from .hardware import GPU_PEAK_FLOPS
@@ -103,7 +102,7 @@ def train(
                 total=cfg.steps, initial=run.step, disable=not show, desc=f"train {cfg.preset}"
             ) as bar,
             _stop_at_step_boundary() as flag,
-            trusted(),  # the loop's own batches, steps and lrs: get_batch, the model... skip checks
+            checks.trusted(),  # the batches, lrs and steps are the loop's own: not re-checked
         ):
             if main and not resume:
                 _evaluate_and_save(run, None)  # the loss before any training: about ln(vocab_size)
