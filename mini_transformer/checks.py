@@ -45,6 +45,12 @@ MAX_BYTES = 16 * 2**30
 _INSIDE = contextvars.ContextVar("mini_transformer_checked", default=False)
 
 
+def checking() -> bool:
+    """Whether a function checks its arguments here: not in :func:`trusted`, not inside an
+    :func:`entry` (a forward checks what it is given, not what it makes), not when compiling."""
+    return not (torch.compiler.is_compiling() or _INSIDE.get())
+
+
 def entry(check: Callable[..., object]):
     """Decorator: run ``check`` on the function's arguments on the outermost call only; inside
     it (a model's forward calling its parts), in :func:`trusted` and while ``torch.compile``
@@ -53,7 +59,7 @@ def entry(check: Callable[..., object]):
     def decorate(fn):
         @functools.wraps(fn)
         def checked(*args, **kwargs):
-            if torch.compiler.is_compiling() or _INSIDE.get():
+            if not checking():
                 return fn(*args, **kwargs)
             check(*args, **kwargs)
             with trusted():

@@ -204,11 +204,9 @@ class Schedule:
             check_int("steps", self.steps, low=1, why=" or None")
         check_float("min_lr", self.min_lr, low=0, high=self.lr)
 
-    def _check(self, step: int) -> None:
-        check_int("step", step, low=0)
-
-    @checks.entry(_check)  # not inside the training loop (checks.trusted)
     def __call__(self, step: int) -> float:
+        if checks.checking():  # not in the training loop (checks.trusted)
+            check_int("step", step, low=0)
         w = self.warmup_steps
         if step < w:
             return self.lr * (step + 1) / w
@@ -272,12 +270,6 @@ def estimate_loss(
     return sum(v * len(x) for v, (x, _) in zip(losses, batches, strict=True)) / n_windows
 
 
-def _check_step(model, optimizer, x, y, lr, *, grad_clip=0.0, autocast=None) -> None:
-    check_float("lr", lr, low=0)  # a NaN would silently poison every weight
-    check_float("grad_clip", grad_clip, low=0)
-
-
-@checks.entry(_check_step)  # not inside the training loop (checks.trusted)
 def train_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -292,6 +284,9 @@ def train_step(
     (logits, loss)`` (or a function ``model(x, y) -> (output, loss)`` when ``grad_clip=0``):
     ``(loss, grad_norm)``, detached and unread (an ``.item()`` would make the host wait for
     the GPU). ``grad_clip=0``: no clipping, ``grad_norm`` is ``None``."""
+    if checks.checking():  # not in the training loop (checks.trusted); the model checks x, y
+        check_float("lr", lr, low=0)  # a NaN would silently poison every weight
+        check_float("grad_clip", grad_clip, low=0)
     for group in optimizer.param_groups:
         group["lr"] = float(lr)
     optimizer.zero_grad(set_to_none=True)

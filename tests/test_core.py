@@ -157,3 +157,15 @@ def test_the_optimizer_groups_and_their_order_are_the_old_ones(scheme, tied):
     old = old_configure_optimizer_groups(model)
     assert [[id(p) for p in g["params"]] for g in groups] == [[id(p) for p in g] for g in old]
     assert [g["weight_decay"] for g in groups] == [0.1, 0.0]
+
+
+def test_train_step_called_directly_checks_its_lr_and_the_model_its_batch():
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=10, block_size=8, d_model=16, n_heads=2, n_layers=1)
+    model = TransformerLM(cfg)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.full((2, 4), 12)
+    with pytest.raises(ValueError, match=r"idx contains token id 12, outside 0\.\.9"):
+        train_step(model, opt, x, x, 0.1)
+    with pytest.raises(ValueError, match="lr must be a finite number >= 0, got nan"):
+        train_step(model, opt, x % 10, x % 10, float("nan"))
