@@ -42,6 +42,11 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     return torch.tensor(slopes, dtype=torch.float32)
 
 
+def _check_lengths(T_q: int, T_k: int | None = None) -> tuple[int, int]:
+    T_q, why = check_int("T_q", T_q, low=1), " (queries are the last T_q)"
+    return T_q, T_q if T_k is None else check_int("T_k", T_k, low=T_q, why=why)
+
+
 def alibi_bias(n_heads: int, T_q: int, T_k: int | None = None) -> torch.Tensor:
     r"""ALiBi's additive bias $b_{h,i,j} = -m_h\,|i - j|$, float32 ``(n_heads, T_q, T_k)``.
 
@@ -49,8 +54,7 @@ def alibi_bias(n_heads: int, T_q: int, T_k: int | None = None) -> torch.Tensor:
     symmetric $j > i$ half is removed by a causal mask. With ``T_k > T_q`` (decoding with a
     cache) the queries are the *last* ``T_q`` of ``T_k`` positions.
     """
-    T_q = check_int("T_q", T_q, low=1)
-    T_k = T_q if T_k is None else check_int("T_k", T_k, low=T_q, why=" (queries are the last T_q)")
+    T_q, T_k = _check_lengths(T_q, T_k)
     slopes = alibi_slopes(n_heads)  # m_h, checks n_heads                      (h,)
     check_size("the bias (n_heads, T_q, T_k)", (len(slopes), T_q, T_k), torch.float32)
     i = torch.arange(T_k - T_q, T_k, dtype=torch.float32)[:, None]  # query positions (T_q, 1)
@@ -74,12 +78,7 @@ class ALiBi(nn.Module):
         check_size("the ALiBi table (n_heads, max_len, max_len)", shape, torch.float32)
         self.register_buffer("bias", alibi_bias(n_heads, max_len), persistent=False)
 
-    def _check(self, T_q: int, T_k: int | None = None) -> None:
-        T_q = check_int("T_q", T_q, low=1)  # alibi_bias's words
-        if T_k is not None:
-            check_int("T_k", T_k, low=T_q, why=" (queries are the last T_q)")
-
-    @checks.entry(_check)  # checked or not, the same bias
+    @checks.entry(lambda self, T_q, T_k=None: _check_lengths(T_q, T_k))  # either way: a slice
     def forward(self, T_q: int, T_k: int | None = None) -> torch.Tensor:
         T_k = T_q if T_k is None else T_k
         if T_k > self.bias.shape[-1]:

@@ -174,12 +174,25 @@ class TransformerLM(nn.Module):
             nn.init.normal_(block.attn.out_proj.weight, mean=0.0, std=residual_std)
             nn.init.normal_(block.ffn.linear2.weight, mean=0.0, std=residual_std)
 
-    def _check(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> None:
-        self._check_idx(idx)
+    def _check_idx(self, idx: torch.Tensor, targets=None, crop: bool = False) -> None:
+        dims = "(B, T) of token ids"
+        check_tensor("idx", idx, integer=True, ndim=2, dims=dims, nonempty=True)
+        T, c = idx.shape[1], self.config  # crop: the model sees the last block_size tokens
+        if T > c.block_size and not crop and c.positional not in EXTRAPOLATING:
+            raise ValueError(
+                f"sequence length T={T} exceeds block_size={c.block_size}: a learned position "
+                "embedding has no vector for unseen positions (crop the input, or use a scheme "
+                f"from {EXTRAPOLATING})"
+            )
+        if not crop:  # the from-scratch path (or a fused math fallback) makes
+            check_size("the attention scores (B, n_heads, T_q, T_k)", (len(idx), c.n_heads, T, T))
+        check_ids("idx", idx, c.vocab_size)
         if targets is not None:
-            self._check_idx(targets, "targets", shape=tuple(idx.shape))
+            shape = tuple(idx.shape)
+            check_tensor("targets", targets, integer=True, shape=shape, dims=dims, nonempty=True)
+            check_ids("targets", targets, c.vocab_size, ignore=IGNORE_INDEX)
 
-    @checks.entry(_check)  # idx and targets checked here; the parts check nothing of what it made
+    @checks.entry(_check_idx)  # idx, targets checked here; the parts get only what it made
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -204,20 +217,6 @@ class TransformerLM(nn.Module):
             return logits, None
         flat = logits.reshape(B * T, -1).float()  # (B T, vocab_size), the loss in float32
         return logits, F.cross_entropy(flat, targets.reshape(B * T), ignore_index=IGNORE_INDEX)
-
-    def _check_idx(self, idx: torch.Tensor, name: str = "idx", shape=None, crop=False) -> None:
-        dims = "(B, T) of token ids"
-        check_tensor(name, idx, integer=True, ndim=2, shape=shape, dims=dims, nonempty=True)
-        T, c = idx.shape[1], self.config  # crop: the model sees the last block_size tokens
-        if T > c.block_size and not crop and c.positional not in EXTRAPOLATING:
-            raise ValueError(
-                f"sequence length T={T} exceeds block_size={c.block_size}: a learned position "
-                "embedding has no vector for unseen positions (crop the input, or use a scheme "
-                f"from {EXTRAPOLATING})"
-            )
-        if name == "idx" and not crop:  # the from-scratch path (or a fused math fallback) makes
-            check_size("the attention scores (B, n_heads, T_q, T_k)", (len(idx), c.n_heads, T, T))
-        check_ids(name, idx, c.vocab_size, ignore=IGNORE_INDEX if name == "targets" else None)
 
     @torch.no_grad()
     def attention_weights(self, idx: torch.Tensor) -> list[torch.Tensor]:
