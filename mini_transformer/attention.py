@@ -158,6 +158,7 @@ class RotaryEmbedding(nn.Module):
         self.d_head = check_int("d_head", d_head, low=1, even=True, why=" for a rotation")
         self.base = check_float("base", base, **BASE)
         self.max_len = check_int("max_len", max_len, low=1)
+        self._dims = f"(B, n_heads, T, d_head={self.d_head})"
         i = np.arange(self.d_head // 2, dtype=np.float64)
         omega = torch.from_numpy(self.base ** (-2.0 * i / self.d_head))  # w_i = base^(-2i/d)
         self.register_buffer("omega", omega, persistent=False)
@@ -172,8 +173,7 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("sin_cached", angles.sin().float(), persistent=False)  # (L, d/2)
 
     def _check(self, x: torch.Tensor, offset: int = 0) -> None:
-        dims = f"(B, n_heads, T, d_head={self.d_head})"
-        check_tensor("x", x, floating=True, shape=(..., None, self.d_head), dims=dims)
+        check_tensor("x", x, floating=True, shape=(..., None, self.d_head), dims=self._dims)
         check_int("offset", offset, low=0)
 
     @checks.entry(_check)  # checked only when called directly, not inside a model
