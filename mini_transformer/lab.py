@@ -15,10 +15,9 @@ steps back") at lengths ``L/2 .. L``, then evaluated on fresh sequences of lengt
   as extrapolation.
 
 The sweep behind the chapter's results (18 runs, 37 CPU-minutes) is ``tools/extrapolation_lab.py``.
-The committed ``results/extrapolation.json`` was made at commit ``b084e6d`` (its ``lr_check`` at
-``7f28e9e``) with the schedule written as ``lr * (0.1 + 0.9 c)``; :class:`~.core.Schedule`
-rounds ``min_lr + c (lr - min_lr)`` and differs from it in the last bit (at most 4e-16
-relative) at about a third of the steps, so a re-run gives the same results only to rounding.
+Its committed results were made at ``b084e6d`` (``lr_check``: ``7f28e9e``) with the schedule
+written ``lr * (0.1 + 0.9 c)``; :class:`~.core.Schedule`'s rounding differs from it only below
+float32 precision, so AdamW takes the same float32 steps (``tests/test_core.py``).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
@@ -46,15 +47,18 @@ def test_the_schedule_reproduces_the_training_presets_bit_for_bit(lr, min_lr, w,
     assert all(s(k) == old_train(k, lr, min_lr, w, steps) == of_cfg(k) for k in range(steps + 10))
 
 
-@pytest.mark.parametrize("lr", [3e-3, 1e-2, 3e-2])
-def test_the_lab_schedule_agrees_with_the_one_of_its_committed_results_to_rounding(lr):
+@pytest.mark.parametrize("lr", [3e-3, 1e-2])  # the sweep's lr and its lr_check's
+def test_the_lab_schedule_takes_the_float32_steps_of_its_committed_results(lr):
     """The lab trains with Schedule(lr, w, steps, lr / 10); results/extrapolation.json was made
-    with old_lab's rounding: equal to 2 units in the last place, not bit for bit."""
-    s, same = Schedule(lr, 100, 10_000, min_lr=lr / 10), 0
-    for k in range(10_010):
-        assert math.isclose(s(k), old_lab(k, lr, 100, 10_000), rel_tol=5e-16)
-        same += s(k) == old_lab(k, lr, 100, 10_000)
-    assert 0.5 < same / 10_010 < 1  # they differ in the last bit at some steps (lab.py says so)
+    with old_lab's rounding. The float64 rates differ in the last bit at about a third of the
+    10,000 steps, but AdamW (no weight decay) applies lr / (1 - beta1^t) as a float32 scalar to
+    float32 weights, and that is the same at every step: the same training, bit for bit."""
+    s, differ = Schedule(lr, 100, 10_000, min_lr=lr / 10), 0
+    for k in range(10_000):
+        new, old, bias_correction = s(k), old_lab(k, lr, 100, 10_000), 1 - 0.9 ** (k + 1)
+        differ += new != old
+        assert np.float32(new / bias_correction) == np.float32(old / bias_correction)
+    assert differ > 3000  # so the float32 equality is what carries the claim
 
 
 def test_the_lab_trains_with_the_schedule(monkeypatch):
