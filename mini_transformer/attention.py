@@ -23,9 +23,11 @@ from .alibi import ALiBi
 from .checks import (
     check_bool,
     check_float,
+    check_heads,
     check_instance,
     check_int,
     check_probability,
+    check_scores,
     check_size,
     check_tensor,
 )
@@ -36,14 +38,6 @@ __all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "RotaryEmbeddin
 
 # base < 1 would make wavelengths shorter than 2 pi (aliased angles); a tiny one overflows
 BASE = {"low": 1, "what": "a finite number >= 1 (10000 in the paper)"}
-# an additive mask's 0 means "may attend", a boolean mask's 0 the opposite: never guess
-MASK = {"boolean": True, "why": "; pass an additive float mask as `score_bias` instead"}
-
-
-def check_heads(d: int, h: int) -> None:
-    """``d_head = d_model / n_heads``: the one place that says the heads must divide ``d_model``."""
-    if d % h:
-        raise ValueError(f"d_model must be divisible by n_heads, got d_model={d} and n_heads={h}")
 
 
 def _split_bias(score_bias, mask):
@@ -124,17 +118,8 @@ def _check_inputs(q, k, v, mask, return_weights, score_bias, scale, dropout_p):
     except RuntimeError:
         shapes = f"{tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}"
         raise ValueError(f"the leading dimensions of q, k and v must broadcast: {shapes}") from None
-    _check_scores((*batch, q.shape[-2], k.shape[-2]), q.dtype, mask, score_bias)
+    check_scores((*batch, q.shape[-2], k.shape[-2]), q.dtype, mask, score_bias)
     return scale, dropout_p
-
-
-def _check_scores(target, dtype, mask, score_bias, dims="(..., T_q, T_k)") -> None:
-    """The scores' size, and the mask and bias that must broadcast to them."""
-    check_size(f"the attention scores {dims}", target, dtype)
-    if mask is not None:
-        check_tensor("mask", mask, broadcast_to=target, dims=dims, **MASK)
-    if score_bias is not None:
-        check_tensor("score_bias", score_bias, floating=True, broadcast_to=target, dims=dims)
 
 
 class RotaryEmbedding(nn.Module):
@@ -260,7 +245,7 @@ class MultiHeadAttention(nn.Module):
         check_bool("causal", causal)
         check_bool("return_weights", return_weights)
         target = (len(x), self.n_heads, x.shape[1], (x if memory is None else memory).shape[1])
-        _check_scores(target, x.dtype, mask, score_bias, "(B, n_heads, T_q, T_k)")
+        check_scores(target, x.dtype, mask, score_bias, "(B, n_heads, T_q, T_k)")
 
     @checks.entry(_check)
     def forward(

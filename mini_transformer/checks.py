@@ -326,6 +326,24 @@ def check_array(
     return arr
 
 
+def check_heads(d: int, h: int) -> None:
+    """``d_head = d_model / n_heads``: the one place that says the heads must divide ``d_model``."""
+    if d % h:
+        raise ValueError(f"d_model must be divisible by n_heads, got d_model={d} and n_heads={h}")
+
+
+def check_scores(target, dtype, mask, score_bias, dims: str = "(..., T_q, T_k)") -> None:
+    """Attention scores of shape ``target`` (their size), and the boolean ``mask`` and the
+    additive ``score_bias`` that must broadcast to them. A float mask is refused: an additive
+    mask's 0 means "may attend", a boolean mask's 0 the opposite, so it is never guessed."""
+    check_size(f"the attention scores {dims}", target, dtype)
+    if mask is not None:
+        why = "; pass an additive float mask as `score_bias` instead"
+        check_tensor("mask", mask, boolean=True, broadcast_to=target, dims=dims, why=why)
+    if score_bias is not None:
+        check_tensor("score_bias", score_bias, floating=True, broadcast_to=target, dims=dims)
+
+
 def format_bytes(n: float) -> str:
     """``1.5 GiB``-style text for a byte count."""
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):

@@ -28,12 +28,13 @@ from torch import nn
 
 from . import checks
 from .alibi import ALiBi
-from .attention import MultiHeadAttention, RotaryEmbedding, check_heads
+from .attention import MultiHeadAttention, RotaryEmbedding
 from .checks import (
     check_bool,
     check_choice,
     check_fields,
     check_float,
+    check_heads,
     check_ids,
     check_instance,
     check_int,
