@@ -59,7 +59,7 @@ def entry(check: Callable[..., object]):
     def decorate(fn):
         @functools.wraps(fn)
         def checked(*args, **kwargs):
-            if torch.compiler.is_compiling() or _INSIDE.get():  # checking(), inlined
+            if torch.compiler.is_compiling() or _INSIDE.get():  # not checking(): one call less
                 return fn(*args, **kwargs)
             check(*args, **kwargs)
             with trusted():
@@ -72,7 +72,8 @@ def entry(check: Callable[..., object]):
 
 @contextlib.contextmanager
 def trusted():
-    """No :func:`entry` checks in this block: for a loop that gives the package what it made."""
+    """Nothing checks in this block (:func:`checking` is False): for a loop that gives the
+    package only what it made itself, such as the training loop's batches, steps and rates."""
     token = _INSIDE.set(True)
     try:
         yield
