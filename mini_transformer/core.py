@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
+from . import checks
 from .checks import (
     check_bool,
     check_choice,
@@ -204,7 +205,8 @@ class Schedule:
         check_float("min_lr", self.min_lr, low=0, high=self.lr)
 
     def __call__(self, step: int) -> float:
-        check_int("step", step, low=0)
+        if checks.checking():  # not in the training loop (checks.trusted)
+            check_int("step", step, low=0)
         w = self.warmup_steps
         if step < w:
             return self.lr * (step + 1) / w
@@ -277,12 +279,14 @@ def train_step(
     autocast: Callable[[], object] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One update on the batch ``(x, y)`` of any model with ``forward(idx, targets) ->
-    (logits, loss)``: ``(loss, grad_norm)``, detached and unread (an ``.item()`` would make the
-    host wait for the GPU). ``grad_clip=0``: no clipping, ``grad_norm`` is ``None``."""
-    lr = check_float("lr", lr, low=0)  # a NaN would silently poison every weight
-    grad_clip = check_float("grad_clip", grad_clip, low=0)
+    (logits, loss)`` (or a function ``model(x, y) -> (output, loss)`` when ``grad_clip=0``):
+    ``(loss, grad_norm)``, detached and unread (an ``.item()`` would make the host wait for
+    the GPU). ``grad_clip=0``: no clipping, ``grad_norm`` is ``None``."""
+    if checks.checking():  # not in the training loop (checks.trusted); the model checks x, y
+        check_float("lr", lr, low=0)  # a NaN would silently poison every weight
+        check_float("grad_clip", grad_clip, low=0)
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        group["lr"] = float(lr)
     optimizer.zero_grad(set_to_none=True)
     with autocast() if autocast is not None else contextlib.nullcontext():
         _, loss = model(x, y)

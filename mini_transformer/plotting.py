@@ -133,28 +133,50 @@ def show_heatmaps(
     fontsize: float | None = None,
     figsize: tuple[float, float] | None = None,
 ) -> tuple[Any, np.ndarray]:
-    """Draw a grid of matrices (attention weights, gradient norms) on one colour scale
-    (chapters 4 and 6); return ``(fig, axes)``, ``axes`` of shape ``(rows, cols)``.
-
-    Why one scale: panels are compared with each other ("the scaled rows are softer"), so a
-    colour must mean the same number in every panel and the one colour bar must be true for all
-    of them (d2l's ``show_heatmaps`` lets each panel scale itself and draws the last one's bar).
-
-    - ``matrices``: ``(rows, cols, n_q, n_k)``, ``(cols, n_q, n_k)`` or ``(n_q, n_k)``, a
-      tensor, an array or a list of them; rows are queries (y axis), columns keys (x axis).
-    - ``annotate``: a format string such as ``"{:.2f}"``, or strings of the shape of
-      ``matrices`` (e.g. ``"X"`` where masked).
-    - ``blank``: booleans of the shape of ``matrices``; True cells are drawn light grey, off the
-      scale. Why: the palest colour of a scale from 0 is hard to tell from a small value's, so
-      cells that are *exactly* zero (a masked key, a gradient that cannot flow) are set apart.
+    """Draw a grid of matrices ``(rows, cols, n_q, n_k)`` (or ``(cols, n_q, n_k)``, ``(n_q,
+    n_k)``, a list of them) on one colour scale: queries on the y axis, keys on the x axis
+    (chapters 4 and 6). Returns ``(fig, axes)``, ``axes`` ``(rows, cols)``. Unlike d2l's, every
+    panel shares the one colour bar, so a colour means the same number in every panel.
+    ``annotate``: a format such as ``"{:.2f}"`` or strings of the matrices' shape; ``blank``:
+    booleans of that shape, cells drawn grey, off the scale (a masked key, a zero gradient).
 
     >>> fig, axes = show_heatmaps(np.eye(3), xlabel="key", ylabel="query")
     >>> axes.shape, axes[0, 0].images[0].get_clim()
     ((1, 1), (0.0, 1.0))
     """
-    import matplotlib as mpl
     import matplotlib.pyplot as plt
 
+    args = (titles, xticklabels, yticklabels, vmin, vmax, annotate, blank, fontsize, figsize)
+    m, blanks, lo, hi, texts, titles, xticks, yticks, figsize = _heatmap_inputs(
+        matrices, xlabel, ylabel, *args
+    )
+    rows, cols, n_q, n_k = m.shape
+    fig, axes = plt.subplots(rows, cols, figsize=figsize, squeeze=False, layout="constrained")
+    colors = plt.colormaps["Blues"].with_extremes(bad="lightgrey")  # a grey Blues never takes
+    for (r, c), ax in np.ndenumerate(axes):
+        panel = m[r, c] if blanks is None else np.ma.masked_array(m[r, c], mask=blanks[r, c])
+        im = ax.imshow(panel, cmap=colors, vmin=lo, vmax=hi)
+        ax.grid(False)
+        ax.set_title(titles[r * cols + c] if titles else "")
+        if xticks:
+            slant = {"rotation": 30, "ha": "right"} if max(map(len, xticks)) > 2 else {}
+            ax.set_xticks(range(n_k), xticks, fontsize=fontsize, **slant)
+        if yticks:
+            ax.set_yticks(range(n_q), yticks, fontsize=fontsize)
+        ax.set_xlabel(xlabel if r == rows - 1 else "")
+        ax.set_ylabel(ylabel if c == 0 else "")
+        for (i, j), text in np.ndenumerate(texts[r, c] if texts is not None else []):
+            color = "white" if m[r, c, i, j] - lo > 0.6 * (hi - lo) else "black"  # on dark cells
+            ax.text(j, i, text, ha="center", va="center", fontsize=fontsize, color=color)
+    fig.colorbar(im, ax=axes, shrink=0.8)
+    return fig, axes
+
+
+def _heatmap_inputs(matrices: Any, xlabel: str, ylabel: str, *options: Any) -> tuple:
+    """:func:`show_heatmaps`' arguments checked: the matrices as ``(rows, cols, n_q, n_k)``,
+    the blank cells, the colour scale ``lo..hi`` (its default leaves blank cells out: the
+    palest colour would hide a small value among exact zeros), the texts, the labels, the size."""
+    titles, xticklabels, yticklabels, vmin, vmax, annotate, blank, fontsize, figsize = options
     if isinstance(matrices, (list, tuple)):  # a list of tensors (that may require grad)
         matrices = [t.detach().cpu().numpy() if torch.is_tensor(t) else t for t in matrices]
     m = check_array("matrices", matrices, min_ndim=2, dims="(rows, cols, n_q, n_k)")
@@ -192,22 +214,4 @@ def show_heatmaps(
         raise TypeError(f"figsize must be None or (width, height) in inches, got {figsize!r}")
     for name, inches in zip(("figsize width", "figsize height"), figsize, strict=True):
         check_float(name, inches, low=0, low_open=True)
-    fig, axes = plt.subplots(rows, cols, figsize=figsize, squeeze=False, layout="constrained")
-    colors = mpl.colormaps["Blues"].with_extremes(bad="lightgrey")  # a grey Blues never takes
-    for (r, c), ax in np.ndenumerate(axes):
-        panel = m[r, c] if blanks is None else np.ma.masked_array(m[r, c], mask=blanks[r, c])
-        im = ax.imshow(panel, cmap=colors, vmin=lo, vmax=hi)
-        ax.grid(False)
-        ax.set_title(titles[r * cols + c] if titles else "")
-        if xticks:
-            slant = {"rotation": 30, "ha": "right"} if max(map(len, xticks)) > 2 else {}
-            ax.set_xticks(range(n_k), xticks, fontsize=fontsize, **slant)
-        if yticks:
-            ax.set_yticks(range(n_q), yticks, fontsize=fontsize)
-        ax.set_xlabel(xlabel if r == rows - 1 else "")
-        ax.set_ylabel(ylabel if c == 0 else "")
-        for (i, j), text in np.ndenumerate(texts[r, c] if texts is not None else []):
-            color = "white" if m[r, c, i, j] - lo > 0.6 * (hi - lo) else "black"  # on dark cells
-            ax.text(j, i, text, ha="center", va="center", fontsize=fontsize, color=color)
-    fig.colorbar(im, ax=axes, shrink=0.8)
-    return fig, axes
+    return m, blanks, lo, hi, texts, titles, xticks, yticks, figsize

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from . import hardware
+from . import checks, hardware
 from .checkpoints import (
     PRETRAINED,
     atomic_write,
@@ -104,6 +104,7 @@ def train(
                 total=cfg.steps, initial=run.step, disable=not show, desc=f"train {cfg.preset}"
             ) as bar,
             _stop_at_step_boundary() as flag,
+            checks.trusted(),  # the batches, lrs and steps are the loop's own: not re-checked
         ):
             if main and not run.resume:
                 _evaluate_and_save(run, None)  # the loss before any training: about ln(vocab_size)
@@ -226,7 +227,6 @@ def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
     train_ids, val_ids = train_ids.to(device), val_ids.to(device)
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
     model = TransformerLM(cfg.model)
-    model.check_token_ids = False  # encode() gave valid ids; a check: the host waits for the GPU
     if is_cuda and not model.config.fused_attention:
         print("note: fused_attention=False; the fused kernel is faster on CUDA", file=sys.stderr)
     model.to(device)
