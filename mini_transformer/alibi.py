@@ -13,7 +13,7 @@ import math
 import torch
 from torch import nn
 
-from .checks import check_int, check_size
+from .checks import check_int, check_size, entry
 
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi"]
 
@@ -60,23 +60,28 @@ def alibi_bias(n_heads: int, T_q: int, T_k: int | None = None) -> torch.Tensor:
 class ALiBi(nn.Module):
     r""":func:`alibi_bias` as a module, one instance shared by every attention layer.
 
-    The table for ``max_len`` positions is built once and sliced per call in a model (the bias
-    depends on ``i - j`` only, so slicing is exact); longer sequences, and checked calls, get
-    :func:`alibi_bias`'s own. ``forward(T_q, T_k=None)`` -> ``(n_heads, T_q, T_k)``.
+    The table for ``max_len`` positions is built once and sliced per call (the bias depends on
+    ``i - j`` only, so a slice equals :func:`alibi_bias`'s own bit for bit); longer sequences
+    get :func:`alibi_bias`'s. ``forward(T_q, T_k=None)`` -> ``(n_heads, T_q, T_k)``.
     """
 
     def __init__(self, n_heads: int, max_len: int) -> None:
         super().__init__()
-        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         self.n_heads = check_int("n_heads", n_heads, low=1)
         self.max_len = check_int("max_len", max_len, low=1)
         shape = (self.n_heads, self.max_len, self.max_len)
         check_size("the ALiBi table (n_heads, max_len, max_len)", shape, torch.float32)
         self.register_buffer("bias", alibi_bias(n_heads, max_len), persistent=False)
 
+    def _check(self, T_q: int, T_k: int | None = None) -> None:
+        T_q = check_int("T_q", T_q, low=1)  # alibi_bias's words
+        if T_k is not None:
+            check_int("T_k", T_k, low=T_q, why=" (queries are the last T_q)")
+
+    @entry(_check)  # checked or not, the same bias
     def forward(self, T_q: int, T_k: int | None = None) -> torch.Tensor:
         T_k = T_q if T_k is None else T_k
-        if self.check_inputs or T_k > self.bias.shape[-1]:  # alibi_bias checks T_q and T_k
+        if T_k > self.bias.shape[-1]:
             return alibi_bias(self.n_heads, T_q, T_k).to(self.bias.device)
         return self.bias[:, T_k - T_q : T_k, :T_k]  # (n_heads, T_q, T_k)
 

@@ -5,7 +5,8 @@ an optional additive bias (ALiBi), $M$ the mask. A mask is **boolean**, ``True``
 attend*, as in PyTorch; masked scores get ``torch.finfo(dtype).min``, not ``-inf`` (a row
 with every key masked would give ``0/0 = NaN``) and not ``-2**30`` (``-inf`` in float16).
 A query whose keys are all masked (a ``-inf`` bias counts as masked) gets zero weights and
-a zero output, never NaN, on both the from-scratch and the fused path.
+a zero output, never NaN, on both the from-scratch and the fused path
+(:func:`~mini_transformer.masks.rows_with_keys`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from .checks import (
     check_probability,
     check_size,
     check_tensor,
+    entry,
 )
-from .masks import causal_mask, combine_masks
+from .masks import _known_all, causal_mask, combine_masks, rows_with_keys
 from .masks import padding_mask as padding_mask  # noqa: F401 (the API contract names it here)
 
 __all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "RotaryEmbedding"]
@@ -42,14 +44,6 @@ def check_heads(d: int, h: int) -> None:
     """``d_head = d_model / n_heads``: the one place that says the heads must divide ``d_model``."""
     if d % h:
         raise ValueError(f"d_model must be divisible by n_heads, got d_model={d} and n_heads={h}")
-
-
-def _known_all(t: torch.Tensor) -> bool:
-    """``t.all()`` when it is free to know: on a GPU reading it would stall the host, so
-    there the answer is "unknown" (``False``) and the caller takes the general path."""
-    if t.device.type != "cpu" or torch.compiler.is_compiling():
-        return False
-    return bool(t.all())
 
 
 def _split_bias(score_bias, mask):
@@ -71,15 +65,14 @@ def _attend(q, k, v, mask, score_bias, scale, dropout_p):
     scores = (q @ k.transpose(-2, -1)) * scale  # S = q k^T / sqrt(d_k)      (..., T_q, T_k)
     if score_bias is not None:
         scores = scores + score_bias.to(scores.dtype)  # S = S + B (ALiBi)
-    row_has_key = None
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)  # S_ij = finfo.min
-        row_has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)
     weights = torch.softmax(scores, dim=-1).to(v.dtype)  # W = softmax_j(S)   (..., T_q, T_k)
-    if row_has_key is not None and not _known_all(row_has_key):
-        weights = weights * row_has_key  # fully masked rows: W_i = 0, out_i = 0
     used = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    return used @ v, weights  # out = W v                              (..., T_q, d_v)
+    out = used @ v  # out = W v                                          (..., T_q, d_v)
+    if (has_key := rows_with_keys(mask)) is not None:  # fully masked rows: out_i = W_i = 0
+        out, weights = out * has_key, weights * has_key
+    return out, weights
 
 
 def scaled_dot_product_attention(
@@ -162,7 +155,6 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, d_head: int, base: float = 10000.0, max_len: int = 4096) -> None:
         super().__init__()
-        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         self.d_head = check_int("d_head", d_head, low=1, even=True, why=" for a rotation")
         self.base = check_float("base", base, **BASE)
         self.max_len = check_int("max_len", max_len, low=1)
@@ -179,11 +171,13 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos_cached", angles.cos().float(), persistent=False)  # (L, d/2)
         self.register_buffer("sin_cached", angles.sin().float(), persistent=False)  # (L, d/2)
 
+    def _check(self, x: torch.Tensor, offset: int = 0) -> None:
+        dims = f"(B, n_heads, T, d_head={self.d_head})"
+        check_tensor("x", x, floating=True, shape=(..., None, self.d_head), dims=dims)
+        check_int("offset", offset, low=0)
+
+    @entry(_check)  # checked only when called directly, not inside a model
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        if self.check_inputs:
-            dims = f"(B, n_heads, T, d_head={self.d_head})"
-            check_tensor("x", x, floating=True, shape=(..., None, self.d_head), dims=dims)
-            offset = check_int("offset", offset, low=0)
         T = x.shape[-2]
         if offset + T > self.cos_cached.shape[0] or self.cos_cached.device != x.device:
             self._build_cache(max(offset + T, self.cos_cached.shape[0]), device=x.device)
@@ -227,7 +221,6 @@ class MultiHeadAttention(nn.Module):
         alibi: ALiBi | None = None,
     ) -> None:
         super().__init__()
-        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         d_model = check_int("d_model", d_model, low=1)
         n_heads = check_int("n_heads", n_heads, low=1)
         check_heads(d_model, n_heads)
@@ -256,6 +249,20 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = t.shape
         return t.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, h, T, d_head)
 
+    def _check(
+        self, x, memory=None, mask=None, causal=False, score_bias=None, return_weights=False
+    ):
+        dims = f"(B, T, d_model={self.d_model})"
+        kw = {"floating": True, "dims": dims, "nonempty": True, "dtype_of": self.q_proj.weight}
+        check_tensor("x", x, shape=(None, None, self.d_model), **kw)
+        if memory is not None:  # (B, T_k, d_model)
+            check_tensor("memory", memory, shape=(len(x), None, self.d_model), **kw)
+        check_bool("causal", causal)
+        check_bool("return_weights", return_weights)
+        target = (len(x), self.n_heads, x.shape[1], (x if memory is None else memory).shape[1])
+        _check_scores(target, x.dtype, mask, score_bias, "(B, n_heads, T_q, T_k)")
+
+    @entry(_check)
     def forward(
         self,
         x: torch.Tensor,
@@ -273,8 +280,6 @@ class MultiHeadAttention(nn.Module):
         Returns ``(out, weights)``: ``out`` ``(B, T_q, d_model)``; ``weights`` ``(B,
         n_heads, T_q, T_k)`` with ``return_weights``, else ``None``.
         """
-        if self.check_inputs:
-            self._check_inputs(x, memory, mask, causal, score_bias, return_weights)
         kv = x if memory is None else memory  # cross-attention: keys and values from memory
         (B, T_q, _), T_k = x.shape, kv.shape[1]
         if self.alibi is not None:  # bias_hij = -m_h |i - j|: (n_heads, T_q, T_k)
@@ -302,17 +307,6 @@ class MultiHeadAttention(nn.Module):
         out = out.transpose(1, 2).reshape(B, T_q, self.d_model)  # Concat(head_1..head_h)
         return self.out_proj(out), (weights if return_weights else None)  # ... W^O
 
-    def _check_inputs(self, x, memory, mask, causal, score_bias, return_weights) -> None:
-        dims = f"(B, T, d_model={self.d_model})"
-        kw = {"floating": True, "dims": dims, "nonempty": True, "dtype_of": self.q_proj.weight}
-        check_tensor("x", x, shape=(None, None, self.d_model), **kw)
-        if memory is not None:  # (B, T_k, d_model)
-            check_tensor("memory", memory, shape=(len(x), None, self.d_model), **kw)
-        check_bool("causal", causal)
-        check_bool("return_weights", return_weights)
-        target = (len(x), self.n_heads, x.shape[1], (x if memory is None else memory).shape[1])
-        _check_scores(target, x.dtype, mask, score_bias, "(B, n_heads, T_q, T_k)")
-
 
 def _fused(q, k, v, mask, causal, score_bias, p):
     """PyTorch's fused kernel, with the from-scratch path's rules for masked rows and -inf."""
@@ -322,17 +316,10 @@ def _fused(q, k, v, mask, causal, score_bias, p):
         score_bias, mask = _split_bias(score_bias, mask)
     T_q, T_k = q.shape[-2], k.shape[-2]
     full = combine_masks(mask, causal_mask(T_q, T_k, device=q.device) if causal else None)
-    row_has_key = None
-    if full is not None:
-        row_has_key = full.any(dim=-1, keepdim=True)  # (..., T_q, 1)
-        if _known_all(row_has_key):
-            row_has_key = None
-        else:  # let the kernel see a finite row, then zero it: same as the scratch path
-            full = full | ~row_has_key
+    if (has_key := rows_with_keys(full)) is not None:  # the kernel sees a finite row,
+        full = full | ~has_key  # zeroed below: the scratch path's rule
     attn_mask = full if score_bias is None else score_bias.to(q.dtype)
     if score_bias is not None and full is not None:  # the bias, finfo.min where masked
         attn_mask = torch.where(full, attn_mask, torch.finfo(q.dtype).min)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
-    if row_has_key is not None:
-        out = out * row_has_key
-    return out
+    return out if has_key is None else out * has_key

@@ -2,17 +2,21 @@
 
 ``TypeError`` for the wrong *type* (a ``bool`` where a number is expected, a ``float`` where
 an integer is: never silently cast), ``ValueError`` for a wrong *value*; every message names the
-argument, the allowed values and what was given. A tensor is checked where it enters (a model's
-parts skip their per-call input checks); metadata only, except :func:`check_ids` and
-:func:`check_array`. Read ``x = check_int("x", x)`` as ``x``: each check returns its value as
-the plain Python type it names (a NumPy integer as an ``int``), or raises.
+argument, the allowed values and what was given. A tensor is checked where it enters: a function
+or forward wrapped in :func:`entry` checks on the outermost call only (a model's parts do not
+re-check what the model made), and not at all inside :func:`trusted` (the training loop);
+metadata only, except :func:`check_ids` and :func:`check_array`. Read ``x = check_int("x",
+x)`` as ``x``: each check returns its value as the plain Python type it names, or raises.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 
 import numpy as np
@@ -31,11 +35,50 @@ __all__ = [
     "check_ids",
     "check_array",
     "check_size",
+    "entry",
+    "trusted",
 ]
 
 #: Largest allocation :func:`check_size` lets through (16 GiB): bigger is almost always a typo
 #: (``T=10**6`` for ``10**3``) that would end in an allocator error from deep inside torch.
 MAX_BYTES = 16 * 2**30
+
+
+_INSIDE = contextvars.ContextVar("mini_transformer_checked", default=False)
+
+
+def entry(check: Callable[..., object]):
+    """Decorator: call ``check`` with the function's arguments before the function, but only
+    on the outermost call. Inside it (a model's forward calling its parts, or a
+    :func:`trusted` block) and while ``torch.compile`` traces, the function runs unchecked:
+    its inputs were made by code that was checked where they entered."""
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def checked(*args, **kwargs):
+            if torch.compiler.is_compiling() or _INSIDE.get():
+                return fn(*args, **kwargs)
+            check(*args, **kwargs)
+            token = _INSIDE.set(True)  # what runs inside is not checked again
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _INSIDE.reset(token)
+
+        return checked
+
+    return decorate
+
+
+@contextlib.contextmanager
+def trusted():
+    """Inside this block no :func:`entry` checks: for a loop that calls the package with what
+    it built itself (the training loop's batches, learning rates and steps)."""
+    token = _INSIDE.set(True)
+    try:
+        yield
+    finally:
+        _INSIDE.reset(token)
 
 
 def _given(value: object) -> str:

@@ -27,6 +27,7 @@ from .checks import (
     check_instance,
     check_int,
     check_tensor,
+    entry,
 )
 from .data import CharTokenizer, get_batch
 from .hardware import PRECISIONS, resolve_device
@@ -203,8 +204,11 @@ class Schedule:
             check_int("steps", self.steps, low=1, why=" or None")
         check_float("min_lr", self.min_lr, low=0, high=self.lr)
 
-    def __call__(self, step: int) -> float:
+    def _check(self, step: int) -> None:
         check_int("step", step, low=0)
+
+    @entry(_check)  # not inside the training loop (checks.trusted)
+    def __call__(self, step: int) -> float:
         w = self.warmup_steps
         if step < w:
             return self.lr * (step + 1) / w
@@ -268,6 +272,12 @@ def estimate_loss(
     return sum(v * len(x) for v, (x, _) in zip(losses, batches, strict=True)) / n_windows
 
 
+def _check_step(model, optimizer, x, y, lr, *, grad_clip=0.0, autocast=None) -> None:
+    check_float("lr", lr, low=0)  # a NaN would silently poison every weight
+    check_float("grad_clip", grad_clip, low=0)
+
+
+@entry(_check_step)  # not inside the training loop (checks.trusted)
 def train_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -281,10 +291,8 @@ def train_step(
     """One update on the batch ``(x, y)`` of any model with ``forward(idx, targets) ->
     (logits, loss)``: ``(loss, grad_norm)``, detached and unread (an ``.item()`` would make the
     host wait for the GPU). ``grad_clip=0``: no clipping, ``grad_norm`` is ``None``."""
-    lr = check_float("lr", lr, low=0)  # a NaN would silently poison every weight
-    grad_clip = check_float("grad_clip", grad_clip, low=0)
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        group["lr"] = float(lr)
     optimizer.zero_grad(set_to_none=True)
     with autocast() if autocast is not None else contextlib.nullcontext():
         _, loss = model(x, y)

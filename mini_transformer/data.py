@@ -20,7 +20,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .checks import check_choice, check_device, check_instance, check_int, check_size, check_tensor
+from .checks import (
+    check_choice,
+    check_device,
+    check_instance,
+    check_int,
+    check_size,
+    check_tensor,
+    entry,
+)
 from .tasks import IGNORE_INDEX, SYNTHETIC_TASKS, copy_offset_task  # noqa: F401 (contract)
 
 __all__ = [
@@ -174,16 +182,7 @@ class CharTokenizer:
         return cls(chars)
 
 
-def get_batch(
-    data: torch.Tensor,
-    batch_size: int,
-    block_size: int,
-    generator: torch.Generator | None = None,
-    device: str | torch.device | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(x, y)``, ``(B, T)`` ``torch.long``: ``batch_size`` random windows of ``block_size`` ids
-    and their next tokens, ``x[b] = data[s : s+T]``, ``y[b] = data[s+1 : s+T+1]``, ``s`` uniform
-    (drawn with ``generator``); on ``device`` (default: ``data``'s), pinned from CPU to GPU."""
+def _check_batch(data, batch_size, block_size, generator=None, device=None) -> None:
     check_tensor("data", data, integer=True, ndim=1, dims="(N,) of token ids")
     batch_size = check_int("batch_size", batch_size, low=1)
     block_size = check_int("block_size", block_size, low=1)
@@ -195,7 +194,21 @@ def get_batch(
         )
     if generator is not None:
         check_instance("generator", generator, torch.Generator, "a torch.Generator or None")
-    target = data.device if device is None else check_device("device", device)
+    check_device("device", device)
+
+
+@entry(_check_batch)  # not inside the training loop (checks.trusted)
+def get_batch(
+    data: torch.Tensor,
+    batch_size: int,
+    block_size: int,
+    generator: torch.Generator | None = None,
+    device: str | torch.device | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x, y)``, ``(B, T)`` ``torch.long``: ``batch_size`` random windows of ``block_size`` ids
+    and their next tokens, ``x[b] = data[s : s+T]``, ``y[b] = data[s+1 : s+T+1]``, ``s`` uniform
+    (drawn with ``generator``); on ``device`` (default: ``data``'s), pinned from CPU to GPU."""
+    target = data.device if device is None else torch.device(device)
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
     idx = starts[:, None] + torch.arange(block_size)  # (B, T), on the CPU
     if data.device.type == "cuda":  # pinned + non_blocking: the copy does not stall the host

@@ -10,11 +10,40 @@ from collections.abc import Sequence
 
 import torch
 
-from .checks import check_device, check_int, check_size, check_tensor
+from .checks import check_device, check_int, check_size, check_tensor, entry
 
 __all__ = ["causal_mask", "padding_mask", "combine_masks"]
 
 
+def _known_all(t: torch.Tensor) -> bool:
+    """``t.all()`` when it is free to know: on a GPU reading it would stall the host, so
+    there the answer is "unknown" (``False``) and the caller takes the general path."""
+    if t.device.type != "cpu" or torch.compiler.is_compiling():
+        return False
+    return bool(t.all())
+
+
+def rows_with_keys(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The fully-masked-row rule, for every attention path: a query whose keys are all masked
+    attends to nothing, so its output row and its weights are 0, not the NaN of a softmax
+    over no keys. Returns ``mask.any(-1)`` ``(..., T_q, 1)`` to multiply the *output* by (and
+    the returned weights): the weights that multiply ``v`` stay the softmax's own tensor, so
+    backward saves one ``(..., T_q, T_k)`` tensor, not two. ``None``: no row is empty (known
+    for free on the CPU only)."""
+    if mask is None:
+        return None
+    has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)
+    return None if _known_all(has_key) else has_key
+
+
+def _check_causal(T: int, T_k: int | None = None, device=None) -> None:
+    T = check_int("T", T, low=1)
+    T_k = T if T_k is None else check_int("T_k", T_k, low=1)
+    check_device("device", device)
+    check_size("the mask (T, T_k)", (T, T_k), torch.bool)
+
+
+@entry(_check_causal)  # not inside attention, whose T and T_k are shapes
 def causal_mask(
     T: int, T_k: int | None = None, device: torch.device | str | None = None
 ) -> torch.Tensor:
@@ -27,10 +56,7 @@ def causal_mask(
                 [1, 1, 0],
                 [1, 1, 1]], dtype=torch.int32)
     """
-    T = check_int("T", T, low=1)
-    T_k = T if T_k is None else check_int("T_k", T_k, low=1)
-    check_device("device", device)
-    check_size("the mask (T, T_k)", (T, T_k), torch.bool)
+    T_k = T if T_k is None else T_k
     return torch.ones(T, T_k, dtype=torch.bool, device=device).tril()
 
 
@@ -60,14 +86,18 @@ def padding_mask(
     return (torch.arange(T, device=device) < lengths[:, None])[:, None, None, :]  # (B, 1, 1, T)
 
 
+def _check_masks(*masks: torch.Tensor | None) -> None:
+    for i, m in enumerate(masks):
+        if m is not None:
+            check_tensor(f"mask {i}", m, boolean=True)
+
+
+@entry(_check_masks)
 def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
     """Logical AND of boolean masks, broadcast; ``None`` entries are skipped (all ``None``:
     ``None``). With ``causal_mask(T)`` and ``padding_mask(lengths, T)``: ``(B, 1, T, T)``."""
     out = None
-    for i, m in enumerate(masks):
-        if m is None:
-            continue
-        check_tensor(f"mask {i}", m, boolean=True)
+    for m in (m for m in masks if m is not None):
         try:
             out = m if out is None else out & m
         except RuntimeError as err:

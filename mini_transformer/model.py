@@ -39,6 +39,8 @@ from .checks import (
     check_probability,
     check_size,
     check_tensor,
+    entry,
+    trusted,
 )
 from .layers import FeedForward, LayerNorm, TransformerBlock
 from .memn2n import MemN2NPositionalEncoding
@@ -127,10 +129,6 @@ class TransformerLM(nn.Module):
         torch.Size([2, 10, 84])
     """
 
-    #: check that ids are in 0..vocab_size-1 on every call (on a GPU the host waits for the
-    #: answer); the training loop turns it off: its ids come from the tokenizer's encode()
-    check_token_ids: bool = True
-
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.config = c = check_instance("config", config, TransformerConfig, "a TransformerConfig")
@@ -156,9 +154,6 @@ class TransformerLM(nn.Module):
         self._init_weights()
         if c.tie_weights:  # the same matrix maps ids to vectors and vectors to logits
             self.lm_head.weight = self.tok_emb.weight
-        for m in self.modules():  # forward checked idx, and every tensor inside is built here
-            if hasattr(m, "check_inputs"):
-                m.check_inputs = False
 
     def _block(self) -> TransformerBlock:
         c, fused, rotary, alibi = self.config, self.config.fused_attention, self.rotary, self.alibi
@@ -180,6 +175,12 @@ class TransformerLM(nn.Module):
             nn.init.normal_(block.attn.out_proj.weight, mean=0.0, std=residual_std)
             nn.init.normal_(block.ffn.linear2.weight, mean=0.0, std=residual_std)
 
+    def _check(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> None:
+        self._check_idx(idx)
+        if targets is not None:
+            self._check_idx(targets, "targets", shape=tuple(idx.shape))
+
+    @entry(_check)  # idx and targets checked here; the parts check nothing of what it made
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -189,9 +190,6 @@ class TransformerLM(nn.Module):
         ``max(4096, block_size)``). The loss is the mean of $-\log p(\text{targets}_{b,t})$ in
         nats over the positions whose target is not ``IGNORE_INDEX`` (-100), or ``None``.
         """
-        self._check_idx(idx)
-        if targets is not None:
-            self._check_idx(targets, "targets", shape=tuple(idx.shape))
         B, T = idx.shape
         x = self.tok_emb(idx)  # (B, T, d_model)
         if self.embed_scale != 1.0:
@@ -220,8 +218,7 @@ class TransformerLM(nn.Module):
             )
         if name == "idx" and not crop:  # the from-scratch path (or a fused math fallback) makes
             check_size("the attention scores (B, n_heads, T_q, T_k)", (len(idx), c.n_heads, T, T))
-        if self.check_token_ids and not torch.compiler.is_compiling():  # a GPU sync
-            check_ids(name, idx, c.vocab_size, ignore=IGNORE_INDEX if name == "targets" else None)
+        check_ids(name, idx, c.vocab_size, ignore=IGNORE_INDEX if name == "targets" else None)
 
     @torch.no_grad()
     def attention_weights(self, idx: torch.Tensor) -> list[torch.Tensor]:
@@ -253,7 +250,7 @@ class TransformerLM(nn.Module):
         random draws on any device (the text differs only where a device's logits do).
         """
         temperature = self._check_generate(idx, max_new_tokens, temperature, top_k, generator)
-        with evaluating(self):
+        with evaluating(self), trusted():  # idx checked; every new id is the model's
             for _ in range(max_new_tokens):
                 logits, _ = self(idx[:, -self.config.block_size :])  # the last block_size tokens
                 logits = logits[:, -1, :].float().cpu()  # (B, vocab_size)

@@ -44,6 +44,7 @@ from .checkpoints import (
     save_checkpoint,
     write_record,
 )
+from .checks import trusted
 from .core import TrainConfig, configure_optimizer, estimate_loss, get_preset, train_step
 from .data import CharTokenizer, get_batch, load_corpus
 from .hardware import GPU_PEAK_FLOPS
@@ -102,6 +103,7 @@ def train(
                 total=cfg.steps, initial=run.step, disable=not show, desc=f"train {cfg.preset}"
             ) as bar,
             _stop_at_step_boundary() as flag,
+            trusted(),  # the loop's own batches, steps and lrs: get_batch, the model... skip checks
         ):
             if main and not resume:
                 _evaluate_and_save(run, None)  # the loss before any training: about ln(vocab_size)
@@ -223,7 +225,6 @@ def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
     train_ids, val_ids = train_ids.to(device), val_ids.to(device)
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
     model = TransformerLM(cfg.model)
-    model.check_token_ids = False  # encode() gave valid ids; a check: the host waits for the GPU
     if is_cuda and not model.config.fused_attention:
         print("note: fused_attention=False; the fused kernel is faster on CUDA", file=sys.stderr)
     model.to(device)

@@ -346,6 +346,23 @@ def test_alibi_given_at_construction_equals_its_bias_passed_per_call(fused, T):
     assert torch.equal(ALiBi(4, 8)(2, 7), alibi_bias(4, 2, 7))  # last 2 queries of 7 keys
 
 
+@pytest.mark.parametrize("n_heads", [1, 4, 6])
+def test_alibi_computes_the_same_bias_checked_or_trusted(n_heads):
+    """ALiBi's forward slices its table whether it checks (a direct call) or not (inside a
+    model or checks.trusted), and the slice is alibi_bias's own bias bit for bit."""
+    from mini_transformer import checks
+
+    alibi = ALiBi(n_heads, 16)
+    for T_q, T_k in [(1, 1), (5, 5), (2, 7), (16, 16), (3, 16), (20, 20), (4, 21)]:
+        direct = alibi(T_q, T_k)
+        with checks.trusted():
+            trusted = alibi(T_q, T_k)
+        assert torch.equal(direct, trusted)
+        assert torch.equal(direct, alibi_bias(n_heads, T_q, T_k))
+    with pytest.raises(ValueError, match=r"T_k must be an integer >= 5 \(queries are the last"):
+        alibi(5, 3)
+
+
 def test_error_positional_modules_at_construction():
     with pytest.raises(TypeError, match="rotary must be an nn.Module or None"):
         MultiHeadAttention(8, 2, rotary="rope")
