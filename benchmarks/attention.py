@@ -270,7 +270,8 @@ def git_commit() -> str:
 
 
 def _run(args, command: str) -> dict:
-    load_before = os.getloadavg()
+    load_before, commit = os.getloadavg(), git_commit()  # the code that runs, before it runs
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     torch.set_num_threads(args.threads)
     causal = not args.no_causal
     dtype = getattr(torch, args.dtype)
@@ -284,8 +285,8 @@ def _run(args, command: str) -> dict:
         print_row(rows[-1], names)
     result = {
         "command": command,
-        "commit": git_commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit,
+        "date": date,
         "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0]},
         "cores": os.cpu_count(),
         "torch": torch.__version__,
