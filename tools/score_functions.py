@@ -23,8 +23,7 @@ the same flags before the command line moved here on 2026-11-23). Rerunning it o
 committed file needs ``--overwrite``; without it the tool exits with status 2.
 
 The committed file predates the recording of commit, date and load (issue 33): its provenance
-is the command, the device line and ``recorded_as``. Its runs are seeded and deterministic on
-one thread, so a rerun checks the numbers; only ``wall_time_s`` depends on the machine's load.
+is the command, the device line and ``recorded_as`` (a rerun records them all).
 """
 
 from __future__ import annotations
