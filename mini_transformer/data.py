@@ -53,6 +53,7 @@ RESULTS = (
     "05_stability_600",
     "attention_benchmark",
     "attention_benchmark_h100",
+    "06_gpu_whole_text",
 )
 
 

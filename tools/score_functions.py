@@ -21,6 +21,9 @@ other jobs, one thread)::
 (the command is stored in the file; it ran as ``python -m mini_transformer.scoring`` with
 the same flags before the command line moved here on 2026-11-23). Rerunning it over the
 committed file needs ``--overwrite``; without it the tool exits with status 2.
+
+The committed file predates the recording of commit, date and load (issue 33): its provenance
+is the command, the device line and ``recorded_as`` (a rerun records them all).
 """
 
 from __future__ import annotations
