@@ -55,7 +55,7 @@ def _near_repeat(d_model, base, n, tol, shift=0, exponent=2, argmax=False) -> in
 exercise(
     "near-repeat",
     "f(d_model, base, n, tol) -> the smallest pos in 1..n-1 with ||PE[pos] - PE[0]|| < tol "
-    "for the sinusoidal encoding with that base, or None if there is none.",
+    "for the sinusoidal encoding with that base (rows 0..n-1), or None if there is none.",
     inputs=lambda rng: (
         _even(rng, 5),
         float(10 ** rng.uniform(0.5, 4)),

@@ -277,7 +277,8 @@ exercise(
     "grad-clip",
     "f(grads, max_norm) for a list of gradient tensors -> (clipped, norm): if the global norm "
     "sqrt(sum of all squared entries) exceeds max_norm, every gradient is scaled by max_norm / "
-    "norm; otherwise they are returned unchanged. norm is the global norm before clipping.",
+    "norm; otherwise they are returned unchanged. norm is the global norm before clipping; "
+    "the tensors in grads are left unchanged (new tensors returned, not clipped in place).",
     inputs=_clip_inputs,
     edge_cases={
         "norm below the threshold (nothing changes)": ([_f64([0.3, 0.4])], 1.0),
