@@ -121,3 +121,19 @@ def test_scalar_readout_does_not_depend_on_the_chapters_numbers():
     ex = c._get("scalar-readout")
     assert abs(ex.reference() - 0.0689) < 1e-4
     assert "section" not in ex.task + "".join(ex.mistakes) + ex.hint
+
+
+# the student persona's run on the reworked checkers (p34b): each wrong value is named
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        (44, "the first return within 0.1 (or 0.05), not 0.01: the squared"),  # not only 0.05
+        (355, "355 = 113 pi is half a turn"),  # was "too large" and nothing else
+        (22, "only the sine"),
+        (25, "only the cosine"),
+        (710, "the first return within 0.001"),
+    ],
+)
+def test_first_return_names_the_personas_wrong_values(answer, words, capsys):
+    assert not exercises.check("first-return", answer)
+    assert f"This looks like: {words}" in capsys.readouterr().out

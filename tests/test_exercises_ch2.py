@@ -241,3 +241,26 @@ def test_the_learner_reviews_unnamed_slips_are_named(name, answer, words, capsys
 
 def test_rope_half_states_the_sign_to_compare_with_the_package():
     assert "compare it with -pos" in checking._get("rope-half").task
+
+
+def near_repeat_through_n(d, base, n, tol):  # the persona's: positions 1..n, one too far
+    pe = P.sinusoidal_encoding(n + 1, d, base=base)
+    hits = [p for p in range(1, n + 1) if np.linalg.norm(pe[p] - pe[0]) < tol]
+    return hits[0] if hits else None
+
+
+def near_repeat_zero_for_none(d, base, n, tol):  # 0, not None, when nothing repeats
+    return near_repeat_through_n(d, base, n - 1, tol) or 0
+
+
+def test_near_repeat_rejects_a_search_one_past_the_table(capsys):
+    assert near_repeat_through_n(2, 1e4, 333, 0.01) == 333  # the first return sits at n
+    assert not exercises.check("near-repeat", near_repeat_through_n, seed=SEED)
+    assert "This looks like: searched pos = 1..n, one too far" in capsys.readouterr().out
+
+
+def test_near_repeat_names_0_for_none_and_not_a_search_from_0(capsys):
+    assert not exercises.check("near-repeat", near_repeat_zero_for_none, seed=SEED)
+    out = capsys.readouterr().out
+    assert "This looks like: 0 for 'no repeat': return None" in out
+    assert "searched from position 0" not in out

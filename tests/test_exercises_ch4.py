@@ -195,3 +195,15 @@ def test_masked_log_softmax_agrees_with_the_masked_softmax():
     s = torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.0, 1.0]], dtype=torch.float64)
     m = torch.tensor([[True, False, True], [False, False, False]])
     assert torch.allclose(masked_log_softmax(s, m).exp(), masked_softmax(s, m))
+
+
+def softmax_jacobian_float32(s):  # the persona's: float32 arithmetic for float64 scores
+    p = s.float().softmax(-1)
+    return torch.diag(p) - torch.outer(p, p)
+
+
+def test_softmax_jacobian_wants_the_scores_dtype(capsys):
+    s = torch.tensor([0.0, -104.0], dtype=torch.float64)
+    assert softmax_jacobian_float32(s)[1, 1] == 0 < softmax_jacobian(s)[1, 1]  # 6.8e-46 lost
+    assert not exercises.check("softmax-jacobian", softmax_jacobian_float32, seed=SEED)
+    assert "expected a float64 tensor, got float32" in capsys.readouterr().out

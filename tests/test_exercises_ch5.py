@@ -278,3 +278,19 @@ def test_the_tuple_habit_attn_x_0_is_caught_on_every_case(name, capsys):
     for seed in range(3):
         assert not exercises.check(name, answer, seed=seed)
         assert "This looks like: attn(h)[0]" in capsys.readouterr().out
+
+
+def test_ln_jacobian_wants_the_inputs_dtype(capsys):  # float32 passed before (persona)
+    answer = lambda x, eps: _ln_jacobian(x.float(), eps)  # noqa: E731
+    assert not exercises.check("ln-jacobian", answer, seed=0)
+    assert "expected a float64 tensor, got float32" in capsys.readouterr().out
+
+
+def test_adam_first_step_names_the_missing_bias_correction(capsys):
+    assert not exercises.check("adam-first-step", 0.304)  # 0.096 * 0.1 / sqrt(0.001)
+    assert "This looks like: no bias correction" in capsys.readouterr().out
+
+
+def test_a_nan_prediction_is_called_nan_not_too_large(capsys):
+    assert not exercises.check("adam-first-step", float("nan"))
+    assert capsys.readouterr().out.startswith("✗ adam-first-step: nan is not right (NaN:")

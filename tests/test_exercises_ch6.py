@@ -168,7 +168,7 @@ def test_grad_clip_refuses_clipping_the_callers_tensors_in_place(capsys):
 
     assert not exercises.check("grad-clip", clip_in_place, seed=SEED)
     out = capsys.readouterr().out
-    assert "modified its argument 1 in place" in out
+    assert "modified its argument grads in place" in out
     assert "inputs (a list of 2 tensors of shapes (2,), (2, 1), 0.9)" in out  # not "a list object"
 
 
@@ -180,3 +180,47 @@ class _LyingInt(int):
 def test_se_prediction_reads_the_value_of_an_int_subclass(capsys):
     assert not exercises.check("se-prediction", _LyingInt(2))
     assert "2 is not right" in capsys.readouterr().out
+
+
+def _ppl_max_over(axis):  # the persona's: the shift's maximum over the wrong axis
+    def ppl(z, t):
+        s = z - z.max(dim=axis, keepdim=True).values
+        logp = s - torch.log(torch.exp(s).sum(-1, keepdim=True))
+        return math.exp(-logp.gather(-1, t[..., None]).mean().item())
+
+    return ppl
+
+
+@pytest.mark.parametrize(("axis", "words"), [(1, "over the positions"), (0, "over the batch")])
+def test_perplexity_names_a_maximum_over_the_wrong_axis(axis, words, capsys):
+    assert not exercises.check("perplexity", _ppl_max_over(axis), seed=SEED)
+    assert f"This looks like: the maximum taken {words}" in capsys.readouterr().out
+
+
+def _clip_adding_norms(grads, max_norm):  # the persona's: norms added, not squares
+    norm = sum(float(g.norm()) for g in grads)
+    return [g * min(1.0, max_norm / norm) for g in grads], norm
+
+
+def test_grad_clip_shows_the_norm_first_and_names_added_norms(capsys):
+    assert not exercises.check("grad-clip", _clip_adding_norms, seed=SEED)
+    out = capsys.readouterr().out
+    assert "the norm: expected 1, got 1.4. This looks like: the tensors' norms added" in out
+
+
+def _clip_like_pytorch(grads, max_norm):  # torch's factor max_norm / (norm + 1e-6)
+    norm = _global_norm(grads)
+    return [g * min(1.0, max_norm / (norm + 1e-6)) for g in grads], norm
+
+
+def _clip_with_pytorch(grads, max_norm):
+    params = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g.clone()
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    return [p.grad for p in params], float(norm)
+
+
+@pytest.mark.parametrize("answer", [_clip_like_pytorch, _clip_with_pytorch])
+def test_grad_clip_accepts_pytorchs_own_formula(answer, capsys):
+    assert exercises.check("grad-clip", answer, seed=SEED), capsys.readouterr().out

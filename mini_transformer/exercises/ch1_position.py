@@ -46,7 +46,13 @@ exercise(
     "The first position pos >= 1 whose point (sin pos, cos pos) lies within 0.01 of the "
     "point of position 0 (an integer).",
     mistakes={
-        "the first return within 0.05, not 0.01": _first_return(0.05),
+        "the first return within 0.1 (or 0.05), not 0.01: the squared distance compared "
+        "with 0.01 is the distance compared with 0.1": _first_return(0.1),
+        "355 = 113 pi is half a turn: sin 355 ~ 0 but cos 355 ~ -1, the far side of the "
+        "circle (compare both coordinates)": 355,
+        "only the sine compared with 0: it is 0 at every half turn too": 22,
+        "the first return within 0.001, not 0.01": _first_return(0.001),
+        "only the cosine compared with 1: the sine is -0.13 there, the point 0.13 away": 25,
         "one turn, 2 pi ~ 6 radians (the circle never closes exactly)": 6,
         "off by one, an index and not a position: in an array that starts at pos = 1, "
         "index i holds position i + 1": _first_return() - 1,

@@ -55,7 +55,7 @@ def _near_repeat(d_model, base, n, tol, shift=0, exponent=2, argmax=False) -> in
 exercise(
     "near-repeat",
     "f(d_model, base, n, tol) -> the smallest pos in 1..n-1 with ||PE[pos] - PE[0]|| < tol "
-    "for the sinusoidal encoding with that base, or None if there is none.",
+    "for the sinusoidal encoding with that base (rows 0..n-1), or None if there is none.",
     inputs=lambda rng: (
         _even(rng, 5),
         float(10 ** rng.uniform(0.5, 4)),
@@ -64,14 +64,20 @@ exercise(
     ),
     edge_cases={
         "d_model 2, the first return": (2, 10000.0, 400, 0.01),
-        "no repeat in range": (2, 10000.0, 300, 0.01),
+        "no repeat in range (the first one is at pos = n, one past it)": (2, 10000.0, 333, 0.01),
         "one position": (4, 100.0, 1, 0.5),
     },
     mistakes={
         "an index into PE[1:], one less than the position": partial(_near_repeat, shift=1),
         "exponent i/d_model instead of 2i/d_model": partial(_near_repeat, exponent=1),
-        "searched from position 0, which always repeats itself (distance 0)": lambda d, b, n, t: (
-            0 if n >= 1 else None
+        "searched from position 0, which always repeats itself (distance 0)": lambda *a: (
+            None if _near_repeat(*a) is None else 0
+        ),
+        "0 for 'no repeat': return None when no position qualifies": lambda *a: (
+            _near_repeat(*a) if _near_repeat(*a) is not None else 0
+        ),
+        "searched pos = 1..n, one too far: PE has rows 0..n-1": lambda d, b, n, t: _near_repeat(
+            d, b, n + 1, t
         ),
         "argmax of an all-False array is 0, so 'no hit' came back as position 1: check that "
         "there is a hit (None when there is none)": partial(_near_repeat, argmax=True),

@@ -156,6 +156,7 @@ exercise(
         ),
         "the y y^T / d term with the wrong sign": partial(_ln_jac, sign=-1),
     },
+    compare=close(same_dtype=True),  # float64 x: a float64 J (as softmax-jacobian)
 )(_ln_jac)
 
 
@@ -235,6 +236,8 @@ def warm_up_optimizers() -> None:
         * _ADAM_GRAD_NORM,
         "lr: Adam moves each *entry* by about lr, not the whole matrix": _ADAM_LR,
         "lr times the number of entries: norms add in squares": _ADAM_LR * 32 * 32,
+        "no bias correction: m = (1 - b1) g and v = (1 - b2) g^2 must be divided by 1 - b1 "
+        "and 1 - b2 at step 1": _ADAM_LR * 32 * 0.1 / 0.001**0.5,
     },
     compare=close(rtol=0.02, atol=0.0),
     hint="write the first step for one entry: after the bias correction m = g and v = g^2. "

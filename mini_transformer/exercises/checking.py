@@ -11,6 +11,7 @@ import os
 import secrets
 import sys
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -378,7 +379,7 @@ def _check_value(ex: Exercise, answer: Any, expected: Any, time_limit: float, re
     side = ""
     e, g = _array(expected), _array(answer)
     if C._numeric(e) and C._numeric(g) and e.ndim == 0 and g.ndim == 0 and g.dtype.kind in "iuf":
-        side = " (too small)" if g < e else " (too large)"
+        side = " (too small)" if g < e else " (too large)" if g > e else " (NaN: not a number)"
     if isinstance(expected, tuple) and len(expected) > 1:  # which parts are right
         ok = [compare((x,), (y,)) is None for x, y in zip(expected, answer, strict=True)]
         side = ", ".join(f"({chr(97 + i)}) {('wrong', 'right')[r]}" for i, r in enumerate(ok))
@@ -404,9 +405,11 @@ def _check_function(ex: Exercise, answer: Any, seed: int, time_limit: float, rep
             if isinstance(got, NotImplementedError):  # a stub: no inputs to show
                 return _Outcome(False, _failure(status, got, time_limit))
             return _Outcome(False, where + _failure(status, got, time_limit), index, replay=True)
-        if changed := [i + 1 for i, a in enumerate(args) if not _unchanged(a, given[i])]:
-            msg = f"your function modified its argument {changed[0]} in place; it must leave its "
-            return _Outcome(False, f"{where}{msg}inputs unchanged.", index, expected, got, True)
+        if changed := [i for i, a in enumerate(args) if not _unchanged(a, given[i])]:
+            msg = f"your function modified {_arg_name(answer, changed[0])} in place; it must "
+            return _Outcome(
+                False, f"{where}{msg}leave its inputs unchanged.", index, expected, got, True
+            )
         try:
             msg = compare(expected, got)
         except Exception as err:  # a comparison that cannot read the answer at all
@@ -414,8 +417,19 @@ def _check_function(ex: Exercise, answer: Any, seed: int, time_limit: float, rep
         if msg is not None:
             hint = explain(ex.mistakes, compare, expected, got, args)
             return _Outcome(False, f"{where}{msg}.{hint}", index, expected, got, replay=True)
-    edge = f"{len(ex.edge_cases)} edge cases and " if ex.edge_cases else ""
-    return _Outcome(True, f"all {edge}{ex.n_random} random cases agree.")
+    n_edge = len(ex.edge_cases)
+    edge = f"all {n_edge} edge cases and " if n_edge > 1 else ("the edge case and " * n_edge)
+    return _Outcome(True, f"{edge or 'all '}{ex.n_random} random cases agree.")
+
+
+def _arg_name(answer: Any, i: int) -> str:
+    """Argument i as the reader named it (a plain function's own parameter names: no reader
+    code runs to read them), else by its place in words."""
+    code = getattr(answer, "__code__", None) if type(answer) is types.FunctionType else None
+    if code is not None and i < code.co_argcount and code.co_varnames[i].isidentifier():
+        return f"its argument {code.co_varnames[i]}"
+    words = ("first", "second", "third", "fourth", "fifth", "sixth")
+    return f"its {words[i]} argument" if i < len(words) else f"its argument number {i + 1}"
 
 
 def _unchanged(before: Any, after: Any) -> bool:
