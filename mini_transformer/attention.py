@@ -6,7 +6,7 @@ attend*, as in PyTorch; masked scores get ``torch.finfo(dtype).min``, not ``-inf
 with every key masked would give ``0/0 = NaN``) and not ``-2**30`` (``-inf`` in float16).
 A query whose keys are all masked (a ``-inf`` bias counts as masked) gets zero weights and
 a zero output, never NaN, on both the from-scratch and the fused path
-(:func:`~mini_transformer.masks.rows_with_keys`).
+(``masks.rows_with_keys``).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 ``TypeError`` for the wrong *type* (a ``bool`` where a number is expected, a ``float`` where
 an integer is: never silently cast), ``ValueError`` for a wrong *value*; every message names the
 argument, the allowed values and what was given. A tensor is checked where it enters: a function
-or forward wrapped in :func:`entry` checks on the outermost call only (a model's parts do not
-re-check what the model made), and not at all inside :func:`trusted` (the training loop);
+or forward wrapped in ``entry`` checks on the outermost call only (a model's parts do not
+re-check what the model made), and not at all inside ``trusted`` (the training loop);
 metadata only, except :func:`check_ids` and :func:`check_array`. Read ``x = check_int("x",
 x)`` as ``x``: each check returns its value as the plain Python type it names, or raises.
 """
