@@ -327,6 +327,26 @@ def check_array(
     return arr
 
 
+def check_lengths(lengths: object, T: int) -> list[int]:
+    """``lengths`` as a non-empty list of B integers in ``[0, T]`` (a padding mask's)."""
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+        raise TypeError(f"lengths must be a sequence of B integers, got {type(lengths).__name__}")
+    values = [check_int(f"lengths[{b}]", n, low=0, high=T) for b, n in enumerate(lengths)]
+    if not values:
+        raise ValueError("lengths must be a non-empty 1-D sequence of B integers, got []")
+    return values
+
+
+def check_block_size(T: int, block_size: int, extrapolating: tuple) -> None:
+    """A learned position table ends at ``block_size``: a longer input has no position vector."""
+    if T > block_size:
+        raise ValueError(
+            f"sequence length T={T} exceeds block_size={block_size}: a learned position "
+            "embedding has no vector for unseen positions (crop the input, or use a scheme "
+            f"from {extrapolating})"
+        )
+
+
 def check_heads(d: int, h: int) -> None:
     """``d_head = d_model / n_heads``: the one place that says the heads must divide ``d_model``."""
     if d % h:
