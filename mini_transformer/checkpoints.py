@@ -220,15 +220,9 @@ def _save_verified(payload: dict, path: str | Path) -> Path:
 
 
 def save_checkpoint(
-    path: str | Path,
-    model: TransformerLM,
-    optimizer=None,
-    *,
-    step: int = 0,
-    train_config=None,
-    tokenizer: CharTokenizer | None = None,
-    **extra,
-) -> Path:
+    path: str | Path, model: TransformerLM, optimizer=None, *, step: int = 0, train_config=None,
+    tokenizer: CharTokenizer | None = None, **extra,
+) -> Path:  # fmt: skip
     """Write a full checkpoint atomically, with a checksum of everything it stores: plain types
     only (``weights_only=True`` reads it), with the RNG states (for an exact resume)."""
     step = check_int("step", step, low=0)
@@ -329,11 +323,9 @@ def _read(path: Path, map_location) -> dict:
 
 
 def load_checkpoint(
-    path: str | Path,
-    model: TransformerLM | None = None,
-    optimizer=None,
+    path: str | Path, model: TransformerLM | None = None, optimizer=None,
     map_location: str | torch.device = "cpu",
-) -> dict:
+) -> dict:  # fmt: skip
     """A checkpoint or weights file, verified, as a dict; with ``model`` (and ``optimizer``) the
     stored state is loaded into it, once the stored config equals the model's."""
     path = Path(path)
@@ -417,12 +409,9 @@ def load_model(
 
 
 def prepare_export(
-    ckpt_path: str | Path,
-    out_path: str | Path = PRETRAINED["cpu"],
-    log_path: str | Path | None = None,
-    *,
-    overwrite: bool = False,
-) -> Callable[[], Path]:
+    ckpt_path: str | Path, out_path: str | Path = PRETRAINED["cpu"],
+    log_path: str | Path | None = None, *, overwrite: bool = False,
+) -> Callable[[], Path]:  # fmt: skip
     """A half-precision, weights-only copy of a checkpoint (for committing), its configuration
     (``.json``) and ``log_path`` (``.jsonl``) beside it, tied tensors tied: checked and built in
     memory now, written by the function returned: ``prepare_export(ckpt_path, out_path)()``."""

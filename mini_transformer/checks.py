@@ -103,14 +103,9 @@ def _interval(low: float | None, high: float | None, low_open: bool, high_open: 
 
 
 def check_int(
-    name: str,
-    value: object,
-    *,
-    low: int | None = None,
-    high: int | None = None,
-    even: bool = False,
-    why: str = "",
-) -> int:
+    name: str, value: object, *, low: int | None = None, high: int | None = None,
+    even: bool = False, why: str = "",
+) -> int:  # fmt: skip
     """Return ``value`` as an ``int`` in ``[low, high]``; ``why`` is appended to the message.
     ``bool`` and ``float`` (even ``2.0``) are a ``TypeError``: a flag is not a size.
 
@@ -135,15 +130,9 @@ def check_int(
 
 
 def check_float(
-    name: str,
-    value: object,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    high_open: bool = False,
-    what: str | None = None,
-) -> float:
+    name: str, value: object, *, low: float | None = None, high: float | None = None,
+    low_open: bool = False, high_open: bool = False, what: str | None = None,
+) -> float:  # fmt: skip
     """Return ``value`` as a finite ``float`` in ``low``..``high`` (NaN and ``inf`` are
     refused); ``what`` replaces the generated words for the allowed values."""
     if what is None:
@@ -220,22 +209,11 @@ def check_device(name: str, device: object) -> torch.device | None:
 
 
 def check_tensor(
-    name: str,
-    t: object,
-    *,
-    floating: bool = False,
-    integer: bool = False,
-    boolean: bool = False,
-    ndim: int | None = None,
-    min_ndim: int | None = None,
-    shape: Sequence[int | None] | None = None,
-    dims: str | None = None,
-    nonempty: bool = False,
-    broadcast_to: tuple[int, ...] | None = None,
-    dtype_of: torch.Tensor | None = None,
-    of: str = "the layer's weights",
-    why: str = "",
-) -> torch.Tensor:
+    name: str, t: object, *, floating: bool = False, integer: bool = False, boolean: bool = False,
+    ndim: int | None = None, min_ndim: int | None = None, shape: Sequence[int | None] | None = None,
+    dims: str | None = None, nonempty: bool = False, broadcast_to: tuple[int, ...] | None = None,
+    dtype_of: torch.Tensor | None = None, of: str = "the layer's weights", why: str = "",
+) -> torch.Tensor:  # fmt: skip
     """Check a tensor's type, dtype and shape (metadata only); return it.
 
     ``floating`` refuses integer, bool and complex dtypes (they would be cast, or lose their

@@ -69,10 +69,9 @@ def _one_line(err: BaseException) -> str:
 
 
 def run_cli(
-    parser: argparse.ArgumentParser,
-    check: Callable[[], object],
+    parser: argparse.ArgumentParser, check: Callable[[], object],
     work: Callable[[object], object] | None = None,
-):
+):  # fmt: skip
     """Run a command with the package's exit codes: 2 (with the usage) for a ``ValueError``,
     ``TypeError`` or ``FileNotFoundError`` from ``check()``; 1 (one line on stderr) for any
     failure in ``work(checked)`` or an ``OSError`` from ``check``; 130 for Ctrl-C."""

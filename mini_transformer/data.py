@@ -178,12 +178,9 @@ class CharTokenizer:
 
 
 def get_batch(
-    data: torch.Tensor,
-    batch_size: int,
-    block_size: int,
-    generator: torch.Generator | None = None,
+    data: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator | None = None,
     device: str | torch.device | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """``(x, y)``, ``(B, T)`` ``torch.long``: ``batch_size`` random windows of ``block_size`` ids
     and their next tokens, ``x[b] = data[s : s+T]``, ``y[b] = data[s+1 : s+T+1]``, ``s`` uniform
     (drawn with ``generator``); on ``device`` (default: ``data``'s), pinned from CPU to GPU."""
