@@ -28,14 +28,9 @@ from .data import ASSETS_DIR, CharTokenizer
 from .model import MAX_LEN, TransformerConfig, TransformerLM
 
 __all__ = [
-    "PRETRAINED",
-    "atomic_write",
-    "save_checkpoint",
-    "load_checkpoint",
-    "load_model",
-    "prepare_export",
-    "load_pretrained",
-]
+    "PRETRAINED", "atomic_write", "save_checkpoint", "load_checkpoint", "load_model",
+    "prepare_export", "load_pretrained",
+]  # fmt: skip
 
 CHECKPOINT_FORMAT = "mini_transformer.checkpoint"
 WEIGHTS_FORMAT = "mini_transformer.weights"

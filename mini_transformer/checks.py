@@ -23,19 +23,9 @@ import numpy as np
 import torch
 
 __all__ = [
-    "check_int",
-    "check_float",
-    "check_probability",
-    "check_bool",
-    "check_choice",
-    "check_instance",
-    "check_fields",
-    "check_device",
-    "check_tensor",
-    "check_ids",
-    "check_array",
-    "check_size",
-]
+    "check_int", "check_float", "check_probability", "check_bool", "check_choice", "check_instance",
+    "check_fields", "check_device", "check_tensor", "check_ids", "check_array", "check_size",
+]  # fmt: skip
 
 #: Largest allocation :func:`check_size` lets through (16 GiB): bigger is almost always a typo
 #: (``T=10**6`` for ``10**3``) that would end in an allocator error from deep inside torch.
