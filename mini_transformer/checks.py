@@ -315,6 +315,13 @@ def check_block_size(T: int, block_size: int, extrapolating: tuple) -> None:
         )
 
 
+def check_rows(self, x: torch.Tensor, offset: int = 0) -> None:
+    """The input checks of a position encoding's forward (``self.d_model`` wide): ``x`` is
+    ``(B, T, d_model)``, ``offset`` the position of its first token (MemN2N's has none)."""
+    check_tensor("x", x, floating=True, shape=(None, None, self.d_model), dims="(B, T, d_model)")
+    check_int("offset", offset, low=0)
+
+
 def check_heads(d: int, h: int) -> None:
     """``d_head = d_model / n_heads``: the one place that says the heads must divide ``d_model``."""
     if d % h:

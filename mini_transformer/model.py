@@ -238,13 +238,9 @@ class TransformerLM(nn.Module):
 
     @torch.no_grad()
     def generate(
-        self,
-        idx: torch.Tensor,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
+        self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+        top_k: int | None = None, generator: torch.Generator | None = None,
+    ) -> torch.Tensor:  # fmt: skip
         """Sample ``max_new_tokens`` tokens after ``idx``; returns ``(B, T + max_new_tokens)``.
 
         ``temperature=0`` is greedy. Sampling runs on the CPU with ``generator``: the same
