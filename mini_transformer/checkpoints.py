@@ -232,16 +232,12 @@ def save_checkpoint(
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         rng["cuda"] = torch.cuda.get_rng_state_all()
     ckpt = {
-        "format": CHECKPOINT_FORMAT,
-        "model_config": model.config.to_dict(),
+        "format": CHECKPOINT_FORMAT, "model_config": model.config.to_dict(),
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
-        "step": int(step),
-        "train_config": train_config,
-        "tokenizer": tokenizer.to_dict() if tokenizer is not None else None,
-        "rng": rng,
-        **extra,
-    }
+        "step": int(step), "train_config": train_config,
+        "tokenizer": tokenizer.to_dict() if tokenizer is not None else None, "rng": rng, **extra,
+    }  # fmt: skip
     return _save_verified(ckpt, path)
 
 
