@@ -93,8 +93,6 @@ def run_cli(
         raise SystemExit(1) from None
 
 
-# ---------------------------------------------------------------- train, sample, export
-
 #: For the refusal of ``--preset gpu`` on a CPU: the share of the measured fp32 matmul
 #: ceiling a training step of the gpu model reaches on a CPU (benchmarks/results/train_step_*:
 #: fp32, 2-core EPYC, 57% on 2 threads, 70% on 1 by CPU clock); the estimate uses 50%.

@@ -125,9 +125,6 @@ def _get(name: str) -> Exercise:
     return _REGISTRY[name]
 
 
-# --- cases ------------------------------------------------------------------------------
-
-
 def random_tensor(
     rng: np.random.Generator, *shape: int, scale: float = 1.0, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
@@ -150,9 +147,6 @@ def _case(ex: Exercise, seed: int, index: int) -> tuple[str, tuple]:
         if i == index:
             return label, _copy(args)
     return "a case", ()  # an index the checker never sent (forged by the answer)
-
-
-# --- check ----------------------------------------------------------------------------
 
 
 @dataclass
