@@ -84,8 +84,8 @@ _REGISTRY: dict[str, Exercise] = {}
 
 def exercise(name: str, task: str, **options: Any) -> Callable[[Callable[..., Any]], Any]:
     """Register the decorated function as the reference answer of exercise ``name``;
-    ``options`` are :class:`Exercise`'s fields from ``inputs`` on, by keyword; a mistake given
-    as a dict is the reference called with those keyword arguments (its variant)."""
+    ``options`` are :class:`Exercise`'s fields from ``inputs`` on, by keyword; a function
+    exercise's mistake given as a dict is the reference called with those keyword arguments."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"name must be a non-empty string, got {name!r}")
     if name in _REGISTRY:
@@ -100,7 +100,7 @@ def exercise(name: str, task: str, **options: Any) -> Callable[[Callable[..., An
         raise ValueError(f"exercise {name!r} would check nothing: give n_random > 0 or edge_cases")
 
     def register(reference: Callable[..., Any]) -> Callable[..., Any]:
-        wrong = {k: partial(reference, **v) if type(v) is dict else v
+        wrong = {k: partial(reference, **v) if type(v) is dict and options.get("inputs") else v
                  for k, v in options.get("mistakes", {}).items()}  # fmt: skip
         opts = {"inputs": None, **options, "mistakes": wrong}
         _REGISTRY[name] = Exercise(name, task, reference, **opts)
