@@ -49,7 +49,6 @@ RESULTS = (
     "extrapolation",
     "04_score_functions",
     "05_stability",
-    "05_stability_600",
     "attention_benchmark",
     "attention_benchmark_h100",
 )
