@@ -77,7 +77,8 @@ def xiong_lm(cfg: StabilityConfig, norm_position: str) -> TransformerLM:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, 0.0, 1.0)
-    nn.init.normal_(model.pos_emb.weight, 0.0, 0.5)  # positions: the tokens' scale, halved
+    model.pos_emb.init_std = 0.5  # positions: the tokens' scale, halved
+    model.pos_emb.reset_parameters()
     return model
 
 
