@@ -4,6 +4,8 @@ configuration keeps the promises of the README (offline math, pinned toolchain).
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,6 +101,21 @@ def test_requirements_pin_the_toolchain():
     assert pins["torch"] == "2.13.0"
     for name in ("nbval", "pytest", "numpy", "matplotlib", "scikit-learn", "ipykernel", "tqdm"):
         assert name in pins, f"{name} is pinned"
+    assert "jupyterlab_myst" in pins, "make lab renders MyST as the book does"
+
+
+def test_jupyterlab_loads_the_myst_extension():
+    """JupyterLab disables an extension built against other shared packages, saying so only in
+    ``jupyter labextension list`` (jupyterlab_myst 2.7.0 under JupyterLab 4.6: "not compatible")."""
+    jupyter = Path(sys.executable).parent / "jupyter"
+    if not jupyter.exists():
+        pytest.skip("JupyterLab is not installed in this environment")
+    listed = subprocess.run(
+        [str(jupyter), "labextension", "list"], capture_output=True, text=True, timeout=120
+    )
+    text = re.sub(r"\x1b\[[0-9;]*m", "", listed.stdout + listed.stderr)
+    assert re.search(r"jupyterlab-myst v\S+ enabled OK", text), text
+    assert "not compatible" not in text, text
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)

@@ -4,9 +4,9 @@ The chapter keeps in its visible cells the one to three asserts that test each c
 bookkeeping lives here: that the committed sweep is the grid the chapter describes and its
 summary the summary of its runs, the per-seed verdicts behind every sentence of section 5.8, a
 live re-run of one sweep run, the experiments' model (``stability.xiong_lm``) against its
-description, the four-seed gradient claims the chapter made before it moved to 16 seeds, and the
-two exercises the chapter no longer shows. Everything is computed from the package and
-``data.load_result``; the exact pins are pins of committed data (they fail if the file changes).
+description, and the four-seed gradient claims the chapter made before it moved to 16 seeds.
+Everything is computed from the package and ``data.load_result``; the exact pins are pins of
+committed data (they fail if the file changes).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from mini_transformer import data, exercises, train
+from mini_transformer import data, train
 from mini_transformer import stability as S
 from mini_transformer.core import Schedule
 
@@ -225,16 +225,3 @@ def test_the_four_seed_gradient_claims_at_initialisation(init_grads):
 def test_the_deletion_test_model_has_six_pre_ln_blocks():
     lm, _ = train.load_pretrained("gpu")
     assert len(lm.blocks) == 6 and lm.config.norm_position == "pre"
-
-
-def test_the_exercises_the_chapter_no_longer_shows_still_pass(capsys):
-    assert exercises.check(
-        "batch-norm-stats", lambda x: (x.mean(dim=(0, 1)), x.var(dim=(0, 1), unbiased=False))
-    )
-
-    def pre_ln(x, attn, ffn, ln1, ln2):
-        h = x + attn(ln1(x))
-        return h + ffn(ln2(h))
-
-    with torch.no_grad():
-        assert exercises.check("pre-ln-block", pre_ln)

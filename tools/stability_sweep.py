@@ -173,7 +173,11 @@ def parser() -> argparse.ArgumentParser:
     """The tool's arguments (also used by the tests to parse the commands stored in JSON)."""
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--overwrite", action="store_true", help="--out may be a committed result")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --out (a committed result too)",
+    )
     p.add_argument("--steps", type=positive_int, default=300)
     p.add_argument("--lrs", type=positive_float, nargs="+", default=[1e-3, 3e-3, 1e-2, 3e-2])
     p.add_argument("--warmups", type=non_negative_int, nargs="+", default=[0, 100])
