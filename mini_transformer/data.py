@@ -42,8 +42,8 @@ WORK_SEPARATOR = "\n\n"
 #: The committed results the chapters quote (``mini_transformer/results/<name>.json``), made
 #: by the repository's ``tools/`` and ``benchmarks/``.
 RESULTS = (
-    "extrapolation", "04_score_functions", "05_stability", "05_stability_600",
-    "attention_benchmark", "attention_benchmark_h100", "06_gpu_whole_text",
+    "extrapolation", "04_score_functions", "05_stability", "attention_benchmark",
+    "attention_benchmark_h100", "06_gpu_whole_text",
 )  # fmt: skip
 
 

@@ -331,3 +331,37 @@ def draw_decoder_lm(model: torch.nn.Module) -> Any:
     ax.set_ylim(-12.2, 0.5)
     ax.axis("off")
     return fig
+
+
+def draw_norm_placement():
+    """Draw one Post-LN and one Pre-LN block side by side (Xiong et al.'s Figure 1), input at
+    the bottom, each residual shortcut on the right; returns ``(fig, axes)``."""
+    import matplotlib.pyplot as plt
+
+    fill = {"LayerNorm": "#f6e27f", "attention": "#f4b183", "feed-forward": "#9dc3e6"}
+    panels = (
+        ("Post-LN", ["x", "attention", "+", "LayerNorm", "feed-forward", "+", "LayerNorm"], 2, 5),
+        ("Pre-LN", ["x", "LayerNorm", "attention", "+", "LayerNorm", "feed-forward", "+"], 3, 6),
+    )
+    fig, axes = plt.subplots(1, 2, figsize=(6.4, 4.4))
+    for ax, (title, items, plus, plus2) in zip(axes, panels, strict=True):
+        ax.set(xlim=(-1.3, 1.6), ylim=(-0.5, len(items) + 0.5), title=title)
+        ax.axis("off")
+        for i, name in enumerate([*items, "out"]):
+            if i:  # the main path, bottom to top
+                ax.annotate("", (0, i - 0.26), (0, i - 0.74), arrowprops={"arrowstyle": "->"})
+            box = {"boxstyle": "circle" if name == "+" else "round", "fc": fill.get(name, "w")}
+            text = {"x": "input $x$", "out": "to the next block"}.get(name, name)
+            ax.text(
+                0,
+                i,
+                text,
+                ha="center",
+                va="center",
+                bbox=box if name in fill or name == "+" else None,
+            )
+        for a, b in ((0, plus), (3, plus2)):  # the shortcuts
+            ax.plot([0, 1.1, 1.1], [a + 0.5, a + 0.5, b], "k-", lw=1)
+            ax.annotate("", (0.25, b), (1.1, b), arrowprops={"arrowstyle": "->"})
+    axes[1].text(0, -0.45, "(a final LayerNorm follows the last block)", ha="center", fontsize=8)
+    return fig, axes
