@@ -30,6 +30,7 @@ from .checkpoints import (
     load_model,
     prepare_export,
 )
+from .checks import check_device
 from .core import COMPILE_MODES, PRESETS, TrainConfig, get_preset
 from .model import POSITIONAL_SCHEMES, TransformerLM
 from .train import train
@@ -159,8 +160,7 @@ def _resume_config(parser, args, overrides: dict) -> TrainConfig:
 def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
     """Why the ``gpu`` preset should not run here, with a time estimate (the run's FLOPs over
     :data:`CPU_STEP_CEILING_SHARE` of a matmul ceiling measured now); ``None`` if it may."""
-    device = hardware.resolve_device(cfg.device, here=False)  # "cuda" asked for, absent or not
-    if cfg.preset != "gpu" or torch.cuda.is_available() or device.type == "cuda":
+    if cfg.preset != "gpu" or torch.cuda.is_available() or cfg.device.startswith("cuda"):
         return None
     model = TransformerLM(cfg.model)
     tokens = cfg.steps * cfg.batch_size * model.config.block_size
@@ -190,8 +190,7 @@ def _main_train(argv: list[str]) -> int:
             raise ValueError("--preset is required (unless --resume)")
         else:
             cfg = get_preset(args.preset, **overrides)
-        device = hardware.resolve_device(cfg.device, hardware.ddp_ranks()[1])
-        hardware.resolve_precision(cfg.precision, device, d_model=cfg.model.d_model)
+        hardware.resolve_precision(cfg.precision, check_device("device", cfg.device, run=True))
         if not args.allow_cpu and (refusal := gpu_preset_refusal(cfg)):  # times a matmul on a CPU
             raise ValueError(refusal)
         return cfg
@@ -225,7 +224,7 @@ def _main_sample(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     def check():
-        hardware.resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
+        check_device("--device", args.device)  # a clear error for "tpu" or a missing GPU
         model, tok, _ = load_model(args.ckpt, args.device)
         return model, tok, tok.encode(args.prompt)[None, :].to(args.device)
 
