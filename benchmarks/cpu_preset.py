@@ -27,6 +27,11 @@ Usage (the load average says how quiet the machine was)::
     python benchmarks/cpu_preset.py                                   # 3 runs, median
     python benchmarks/cpu_preset.py --nanogpt ../nanoGPT --json benchmarks/results/x.json
     python benchmarks/cpu_preset.py --precisions fp32 bf16 -- --steps 200 --eval-interval 200
+    python benchmarks/cpu_preset.py --threads 1 --nanogpt ../nanoGPT   # a busy machine: CPU time
+
+With ``--threads 1`` the CPU time of each process is recorded beside its wall time: it counts
+what the run itself computed, so it stays comparable on a machine busy with other work (cache
+sharing still inflates it a little), where two threads' wall time does not.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import datetime
 import importlib.util
 import os
 import pickle
+import resource
 import shutil
 import statistics
 import subprocess
@@ -110,21 +116,28 @@ def _nanogpt_workdir(nanogpt: Path, tmp: Path) -> Path:
     return work
 
 
-def _timed(cmd: list[str], cwd: Path | None = None) -> tuple[float, list[float]]:
-    load = os.getloadavg()
+def _timed(cmd: list[str], threads: int | None, cwd: Path | None = None) -> dict:
+    """Wall time, the process's CPU time (user + system: with one thread, what it ran however
+    busy the machine was) and the load average (1, 5, 15 min) before and after."""
+    env = os.environ | ({"OMP_NUM_THREADS": str(threads)} if threads else {})
+    load, cpu = os.getloadavg(), resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise RuntimeError(f"{cmd[2:4]} failed (exit {proc.returncode}): {last}")
-    return wall, [round(x, 2) for x in (*load, *os.getloadavg())]
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
+    loads = [round(x, 2) for x in (*load, *os.getloadavg())]
+    return {"wall_s": wall, "cpu_s": cpu_s, "loadavg_before_after": loads}
 
 
-def run_preset(folder: Path, extra: list[str]) -> dict:
+def run_preset(folder: Path, extra: list[str], threads: int | None) -> dict:
     cmd = [sys.executable, "-m", "mini_transformer.train", "--preset", "cpu"]
     cmd += ["--out", str(folder), "--no-progress", *extra]
-    wall, load = _timed(cmd)
+    cmd += ["--threads", str(threads)] if threads else []
+    timed = _timed(cmd, threads)
     log = read_log(folder / "metrics.jsonl")
     threads = torch.get_num_threads()
     torch.set_num_threads(log[0]["threads"])
@@ -133,7 +146,7 @@ def run_preset(folder: Path, extra: list[str]) -> dict:
     end = log[-1]
     return {
         "command": " ".join(["python", *cmd[1:]]),
-        "wall_s": wall,
+        **timed,
         "train_wall_s_logged": end["wall_time_s"],
         "held_out_loss": loss,
         "steps": end["step"],
@@ -141,21 +154,20 @@ def run_preset(folder: Path, extra: list[str]) -> dict:
         "precision": log[0]["precision"],
         "precision_step_s": log[0].get("precision_step_s"),
         "tokens_per_s": log[0]["tokens_per_step"] * end["step"] / end["wall_time_s"],
-        "loadavg_before_after": load,
     }
 
 
-def run_nanogpt(work: Path) -> dict:
+def run_nanogpt(work: Path, threads: int | None) -> dict:
     shutil.rmtree(work / "out-shakespeare-char", ignore_errors=True)
     cmd = [sys.executable, "train.py", "config/train_shakespeare_char.py", *NANOGPT_RECIPE]
-    wall, load = _timed(cmd, cwd=work)
+    timed = _timed(cmd, threads, cwd=work)
+    env = f"OMP_NUM_THREADS={threads} " if threads else ""
     return {
-        "command": " ".join(["python", *cmd[1:]]),
-        "wall_s": wall,
+        "command": env + " ".join(["python", *cmd[1:]]),
+        **timed,
         "held_out_loss": nanogpt_held_out_loss(work),
         "steps": 2000,
-        "threads": torch.get_num_threads(),
-        "loadavg_before_after": load,
+        "threads": threads or torch.get_num_threads(),
     }
 
 
@@ -191,6 +203,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--runs", type=positive_int, default=3, help="runs of each arm")
     p.add_argument("--nanogpt", help="a checkout of karpathy/nanoGPT: its CPU recipe as an arm")
     p.add_argument("--precisions", nargs="+", choices=("auto", "fp32", "bf16"))
+    p.add_argument("--threads", type=positive_int, help="threads of every arm (default: theirs)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--overwrite", action="store_true", help="--json may be a committed result")
     p.add_argument("--keep", help="copy the last preset run's folder here")
@@ -219,36 +232,30 @@ def _run(args, argv) -> dict:
         arms[precision] = [*args.extra, "--precision", precision]
     names = [*arms, *(["nanogpt"] if args.nanogpt else [])]
     runs: dict[str, list[dict]] = {name: [] for name in names}
+    head = {"benchmark": " ".join(["python", "benchmarks/cpu_preset.py", *(argv or sys.argv[1:])])}
+    head |= machine()
     with tempfile.TemporaryDirectory() as tmp:
         work = _nanogpt_workdir(Path(args.nanogpt), Path(tmp)) if args.nanogpt else None
         for i in range(args.runs):
             for name in names if i % 2 == 0 else names[::-1]:
                 folder = Path(tmp) / f"{name}-{i}"
-                rec = run_nanogpt(work) if name == "nanogpt" else run_preset(folder, arms[name])
+                if name == "nanogpt":
+                    rec = run_nanogpt(work, args.threads)
+                else:
+                    rec = run_preset(folder, arms[name], args.threads)
                 runs[name].append(rec)
                 print(
-                    f"round {i + 1} {name}: wall {rec['wall_s']:.1f} s, held-out loss "
+                    f"round {i + 1} {name}: wall {rec['wall_s']:.1f} s, CPU {rec['cpu_s']:.1f} s, "
+                    f"held-out loss "
                     f"{rec['held_out_loss']:.4f}, {rec.get('precision', 'fp32')}, "
                     f"load {rec['loadavg_before_after'][0]} -> {rec['loadavg_before_after'][3]}",
                     flush=True,
                 )
                 if args.keep and name != "nanogpt" and i == args.runs - 1:
                     shutil.copytree(folder, args.keep, dirs_exist_ok=True)
-    summary = {
-        "benchmark": " ".join(["python", "benchmarks/cpu_preset.py", *(argv or sys.argv[1:])]),
-        **machine(),
-        "arms": {
-            name: {
-                "wall_s": _spread([r["wall_s"] for r in recs]),
-                "held_out_loss": _spread([r["held_out_loss"] for r in recs]),
-            }
-            for name, recs in runs.items()
-        },
-        "runs": runs,
-    }
-    if len(names) == 2:  # each round's pair: the first arm's wall time over the second's
-        ratios = [a["wall_s"] / b["wall_s"] for a, b in zip(*runs.values(), strict=True)]
-        summary[f"wall_ratio_{names[0]}_over_{names[1]}"] = _spread(ratios)
+                if args.json:  # after every run: an interrupted benchmark keeps what it measured
+                    write_json(_summary(head, runs, done=False), args.json)
+    summary = _summary(head, runs, done=True)
     for name, arm in summary["arms"].items():
         w, loss = arm["wall_s"], arm["held_out_loss"]
         print(
@@ -257,6 +264,22 @@ def _run(args, argv) -> dict:
         )
     if args.json:
         write_json(summary, args.json)
+    return summary
+
+
+def _summary(head: dict, runs: dict[str, list[dict]], done: bool) -> dict:
+    """Each arm's median, min, max (and IQR from 4 runs) of wall time and held-out loss; with
+    two arms, each round's ratio of their wall times (the pair ran back to back)."""
+    summary = {**head, "complete": done, "arms": {}, "runs": runs}
+    for name, recs in ((n, r) for n, r in runs.items() if r):
+        summary["arms"][name] = {
+            key: _spread([r[key] for r in recs]) for key in ("wall_s", "cpu_s", "held_out_loss")
+        }
+    names = list(runs)
+    if len(names) == 2 and (pairs := list(zip(*runs.values(), strict=False))):
+        for key in ("wall_s", "cpu_s"):
+            ratios = [a[key] / b[key] for a, b in pairs]
+            summary[f"{key}_ratio_{names[0]}_over_{names[1]}"] = _spread(ratios)
     return summary
 
 
