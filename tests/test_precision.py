@@ -112,6 +112,18 @@ def test_the_measurement_is_eight_passes_interleaved():
     assert order == [fp32, bf16] + [fp32, bf16, bf16, fp32, fp32, bf16]  # untimed, then 3 rounds
 
 
+def test_under_torchrun_rank_0s_choice_is_broadcast(tmp_path):
+    """The broadcast path runs (one process in a gloo group: every rank gets rank 0's)."""
+    import torch.distributed as dist
+
+    model, x, y, clock = _timed_model({"fp32": 0.010, "bf16": 0.007})
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        assert P.measure_precision(model, x, y, clock=clock)[0] == "bf16"
+    finally:
+        dist.destroy_process_group()
+
+
 def test_the_measurement_leaves_weights_gradients_and_rng_as_they_were():
     model, x, y, clock = _timed_model({"fp32": 1.0, "bf16": 2.0}, dropout=0.5)
     before = {k: v.clone() for k, v in model.state_dict().items()}
