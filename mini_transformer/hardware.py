@@ -120,7 +120,7 @@ def measure_precision(
 ) -> tuple[str, dict[str, float]]:
     """The faster precision for a forward and backward pass of ``model(x, y)``, and each one's
     best time (s) of 3, interleaved, after an untimed pass each: 8 passes (the ``cpu`` preset:
-    0.3 s on 2 cores). Flags do not tell: bf16 made it 1.29x faster on an AMD EPYC and 1.46x
+    0.7 s of one core). Flags do not tell: bf16 made it 1.29x faster on an AMD EPYC and 1.46x
     slower on an Intel Xeon with AMX (issue 37). Near ties (3%): float32. Keeps RNG and weights."""
     device, rng, times = x.device, torch.get_rng_state(), {"fp32": math.inf, "bf16": math.inf}
     order = ["fp32", "bf16"] + ["fp32", "bf16", "bf16", "fp32", "fp32", "bf16"]  # each goes first
