@@ -8,6 +8,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NB     ?= $(wildcard book/[0-9]*.ipynb)
 NBTEST ?=
+# Where pip takes torch from before requirements.txt: empty for PyPI (on Linux the CUDA build);
+# https://download.pytorch.org/whl/cpu for the CPU build (README, "Requirements").
+TORCH_INDEX ?=
 
 # Stable hashing (set order) and one thread for torch/BLAS: the stored outputs are
 # bit-reproducible under these settings (see the book's preface).
@@ -28,6 +31,8 @@ venv: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "Installing pinned requirements into $(VENV) (first time: about a minute)"
+	@if [ -n "$(TORCH_INDEX)" ]; then $(BIN)/python -m pip install --quiet --disable-pip-version-check \
+		"$$(grep '^torch==' requirements.txt)" --index-url "$(TORCH_INDEX)"; fi
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt 2>&1 \
 		| grep -v "is ignored: it is neither a file nor a directory" || true
 	@$(BIN)/python -m pip check >/dev/null || { $(BIN)/python -m pip check; exit 1; }

@@ -3,7 +3,8 @@
 For each sequence length T this measures, for one forward + backward pass of causal
 self-attention on a batch ``(B, T, d_model)``:
 
-- time: the median over ``--repeats`` runs after ``--warmup`` runs;
+- time: the median and the quartiles (the inter-quartile range, IQR) over ``--repeats`` runs
+  after ``--warmup`` runs;
 - peak memory: the peak of bytes allocated by torch's CPU allocator during the pass, above
   what was allocated before it (from the profiler's allocation events, ``profile_memory=True``;
   measured in a separate, untimed pass). It counts every tensor the pass creates: projections,
@@ -29,17 +30,23 @@ Run (takes a few minutes on 1 CPU thread)::
 On CUDA the peak is ``torch.cuda.max_memory_allocated`` above the memory in use before the
 pass, and each timed run is bracketed by ``torch.cuda.synchronize()``.
 
-Timings on a shared machine are noisy: compare ratios within one run, not across runs.
+Timings on a shared machine are noisy: compare ratios within one run, not across runs, and
+only where the IQRs do not overlap. The result records the command, the git commit (and whether
+the tree had uncommitted changes), the date, the load average before and after, and
+:func:`~mini_transformer.hardware.where_it_ran`.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import datetime
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -52,7 +59,9 @@ from mini_transformer.cli import positive_int, run_cli
 from mini_transformer.hardware import cpu_name, where_it_ran
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from sweep_cli import non_negative_int, write_json  # noqa: E402  (tools/, beside the package)
+from sweep_cli import command_line, non_negative_int, write_json  # noqa: E402  (tools/)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class ConcatQKVMHA(MultiHeadAttention):
@@ -121,8 +130,8 @@ def step(module: nn.Module, call, x: torch.Tensor, causal: bool) -> None:
     call(x, causal).float().sum().backward()
 
 
-def time_steps(variants, x, causal, warmup: int, repeats: int) -> dict[str, float]:
-    """Median seconds per forward + backward for each variant.
+def time_steps(variants, x, causal, warmup: int, repeats: int) -> dict[str, list[float]]:
+    """Quartiles ``[q1, median, q3]`` of the seconds per forward + backward of each variant.
 
     The variants take turns within each repeat (round robin), so a burst of load from other
     processes on a shared machine slows all of them alike instead of one.
@@ -138,7 +147,7 @@ def time_steps(variants, x, causal, warmup: int, repeats: int) -> dict[str, floa
             step(module, call, x, causal)
             sync(x)
             times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: [float(v) for v in np.percentile(t, [25, 50, 75])] for name, t in times.items()}
 
 
 def peak_bytes(module, call, x, causal) -> int:
@@ -180,15 +189,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 def measure_row(variants: dict, T: int, args, dtype: torch.dtype, causal: bool) -> dict:
-    """Median times (ms) and allocator peaks (MiB) of every variant at length ``T``."""
+    """Median times and their IQRs (ms) and allocator peaks (MiB) of every variant at ``T``."""
     g = torch.Generator().manual_seed(T)
     x = torch.randn(args.B, T, args.d_model, generator=g).to(args.device, dtype)
     x.requires_grad_(True)
-    ms = {n: 1e3 * t for n, t in time_steps(variants, x, causal, args.warmup, args.repeats).items()}
+    quartiles = time_steps(variants, x, causal, args.warmup, args.repeats)
+    ms = {n: 1e3 * q[1] for n, q in quartiles.items()}
     mib = {n: peak_bytes(m, c, x, causal) / 2**20 for n, (m, c) in variants.items()}
     return {
         "T": T,
         "ms": ms,
+        "ms_iqr": {n: [1e3 * q[0], 1e3 * q[2]] for n, q in quartiles.items()},
         "peak_mib": mib,
         "fused_over_torch": ms["fused"] / ms["torch"],
         "fusedqkv_over_torch": ms["fused-qkv"] / ms["torch"],
@@ -242,10 +253,25 @@ def main(argv: list[str] | None = None) -> dict:
         if args.json:
             check_output_file(args.json, overwrite=args.overwrite)
 
-    return run_cli(p, check, lambda _: _run(args))
+    return run_cli(p, check, lambda _: _run(args, command_line("benchmarks/attention.py", argv)))
 
 
-def _run(args) -> dict:
+def git_commit() -> str:
+    """The commit the benchmark ran from, with ``+uncommitted`` when the tree differed from it."""
+    try:
+        git = ["git", "-C", str(ROOT)]
+        head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "-uno"], capture_output=True, text=True
+        )
+    except OSError:
+        return "unknown (no git)"
+    return head.stdout.strip() + ("+uncommitted" if dirty.stdout.strip() else "") or "unknown"
+
+
+def _run(args, command: str) -> dict:
+    load_before, commit = os.getloadavg(), git_commit()  # the code that runs, before it runs
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     torch.set_num_threads(args.threads)
     causal = not args.no_causal
     dtype = getattr(torch, args.dtype)
@@ -258,6 +284,11 @@ def _run(args) -> dict:
         rows.append(measure_row(variants, T, args, dtype, causal))
         print_row(rows[-1], names)
     result = {
+        "command": command,
+        "commit": commit,
+        "date": date,
+        "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0]},
+        "cores": os.cpu_count(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "cpu": cpu_name(),

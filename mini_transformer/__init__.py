@@ -21,7 +21,7 @@ Every chapter imports it; readers import it in the exercises. One module per ide
   defaults) and :mod:`~mini_transformer.checks` (the argument checks every input goes through).
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 # The seven modules of the book's contract, importable as attributes (d2l's habit):
 # ``import mini_transformer as mt; mt.attention.causal_mask(4)``. ``train`` and ``exercises``

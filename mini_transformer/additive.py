@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from .checks import check_bool, check_int, check_size, check_tensor
+from .masks import rows_with_keys
 
 __all__ = ["AdditiveAttention"]
 
@@ -78,14 +79,14 @@ class AdditiveAttention(nn.Module):
         dims = f"(..., T_k={T_k}, d_v)"
         check_tensor("value", value, floating=True, shape=(..., T_k, None), dims=dims)
         scores = self.scores(x, context)  # (..., T_q, T_k)
-        if mask is None:
-            weights = torch.softmax(scores, dim=-1)
-        else:  # masked as in mini_transformer.attention
+        if mask is not None:  # masked as in mini_transformer.attention
             dims = "(..., T_q, T_k)"
             check_tensor("mask", mask, boolean=True, broadcast_to=tuple(scores.shape), dims=dims)
-            filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-            weights = torch.softmax(filled, dim=-1) * mask.any(dim=-1, keepdim=True)  # empty: 0
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(scores, dim=-1)
         out = weights @ value  # (..., T_q, d_v)
+        if (has_key := rows_with_keys(mask)) is not None:  # fully masked rows: 0
+            out, weights = out * has_key, weights * has_key
         return (out, weights) if return_weights else out
 
     def extra_repr(self) -> str:

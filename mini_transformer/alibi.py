@@ -13,6 +13,7 @@ import math
 import torch
 from torch import nn
 
+from . import checks
 from .checks import check_int, check_size
 
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi"]
@@ -41,6 +42,11 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     return torch.tensor(slopes, dtype=torch.float32)
 
 
+def _check_lengths(T_q: int, T_k: int | None = None) -> tuple[int, int]:
+    T_q, why = check_int("T_q", T_q, low=1), " (queries are the last T_q)"
+    return T_q, T_q if T_k is None else check_int("T_k", T_k, low=T_q, why=why)
+
+
 def alibi_bias(n_heads: int, T_q: int, T_k: int | None = None) -> torch.Tensor:
     r"""ALiBi's additive bias $b_{h,i,j} = -m_h\,|i - j|$, float32 ``(n_heads, T_q, T_k)``.
 
@@ -48,8 +54,7 @@ def alibi_bias(n_heads: int, T_q: int, T_k: int | None = None) -> torch.Tensor:
     symmetric $j > i$ half is removed by a causal mask. With ``T_k > T_q`` (decoding with a
     cache) the queries are the *last* ``T_q`` of ``T_k`` positions.
     """
-    T_q = check_int("T_q", T_q, low=1)
-    T_k = T_q if T_k is None else check_int("T_k", T_k, low=T_q, why=" (queries are the last T_q)")
+    T_q, T_k = _check_lengths(T_q, T_k)
     slopes = alibi_slopes(n_heads)  # m_h, checks n_heads                      (h,)
     check_size("the bias (n_heads, T_q, T_k)", (len(slopes), T_q, T_k), torch.float32)
     i = torch.arange(T_k - T_q, T_k, dtype=torch.float32)[:, None]  # query positions (T_q, 1)
@@ -60,23 +65,23 @@ def alibi_bias(n_heads: int, T_q: int, T_k: int | None = None) -> torch.Tensor:
 class ALiBi(nn.Module):
     r""":func:`alibi_bias` as a module, one instance shared by every attention layer.
 
-    The table for ``max_len`` positions is built once and sliced per call in a model (the bias
-    depends on ``i - j`` only, so slicing is exact); longer sequences, and checked calls, get
-    :func:`alibi_bias`'s own. ``forward(T_q, T_k=None)`` -> ``(n_heads, T_q, T_k)``.
+    The table for ``max_len`` positions is built once and sliced per call (the bias depends on
+    ``i - j`` only, so a slice equals :func:`alibi_bias`'s own bit for bit); longer sequences
+    get :func:`alibi_bias`'s. ``forward(T_q, T_k=None)`` -> ``(n_heads, T_q, T_k)``.
     """
 
     def __init__(self, n_heads: int, max_len: int) -> None:
         super().__init__()
-        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         self.n_heads = check_int("n_heads", n_heads, low=1)
         self.max_len = check_int("max_len", max_len, low=1)
         shape = (self.n_heads, self.max_len, self.max_len)
         check_size("the ALiBi table (n_heads, max_len, max_len)", shape, torch.float32)
         self.register_buffer("bias", alibi_bias(n_heads, max_len), persistent=False)
 
+    @checks.entry(lambda self, T_q, T_k=None: _check_lengths(T_q, T_k))  # either way: a slice
     def forward(self, T_q: int, T_k: int | None = None) -> torch.Tensor:
         T_k = T_q if T_k is None else T_k
-        if self.check_inputs or T_k > self.bias.shape[-1]:  # alibi_bias checks T_q and T_k
+        if T_k > self.bias.shape[-1]:
             return alibi_bias(self.n_heads, T_q, T_k).to(self.bias.device)
         return self.bias[:, T_k - T_q : T_k, :T_k]  # (n_heads, T_q, T_k)
 

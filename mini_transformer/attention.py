@@ -5,7 +5,8 @@ an optional additive bias (ALiBi), $M$ the mask. A mask is **boolean**, ``True``
 attend*, as in PyTorch; masked scores get ``torch.finfo(dtype).min``, not ``-inf`` (a row
 with every key masked would give ``0/0 = NaN``) and not ``-2**30`` (``-inf`` in float16).
 A query whose keys are all masked (a ``-inf`` bias counts as masked) gets zero weights and
-a zero output, never NaN, on both the from-scratch and the fused path.
+a zero output, never NaN, on both the from-scratch and the fused path
+(``masks.rows_with_keys``).
 """
 
 from __future__ import annotations
@@ -17,39 +18,26 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import checks
 from .alibi import ALiBi
 from .checks import (
     check_bool,
     check_float,
+    check_heads,
     check_instance,
     check_int,
     check_probability,
+    check_scores,
     check_size,
     check_tensor,
 )
-from .masks import causal_mask, combine_masks
+from .masks import _known_all, causal_mask, combine_masks, rows_with_keys  # noqa: F401
 from .masks import padding_mask as padding_mask  # noqa: F401 (the API contract names it here)
 
 __all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "RotaryEmbedding"]
 
 # base < 1 would make wavelengths shorter than 2 pi (aliased angles); a tiny one overflows
 BASE = {"low": 1, "what": "a finite number >= 1 (10000 in the paper)"}
-# an additive mask's 0 means "may attend", a boolean mask's 0 the opposite: never guess
-MASK = {"boolean": True, "why": "; pass an additive float mask as `score_bias` instead"}
-
-
-def check_heads(d: int, h: int) -> None:
-    """``d_head = d_model / n_heads``: the one place that says the heads must divide ``d_model``."""
-    if d % h:
-        raise ValueError(f"d_model must be divisible by n_heads, got d_model={d} and n_heads={h}")
-
-
-def _known_all(t: torch.Tensor) -> bool:
-    """``t.all()`` when it is free to know: on a GPU reading it would stall the host, so
-    there the answer is "unknown" (``False``) and the caller takes the general path."""
-    if t.device.type != "cpu" or torch.compiler.is_compiling():
-        return False
-    return bool(t.all())
 
 
 def _split_bias(score_bias, mask):
@@ -71,15 +59,14 @@ def _attend(q, k, v, mask, score_bias, scale, dropout_p):
     scores = (q @ k.transpose(-2, -1)) * scale  # S = q k^T / sqrt(d_k)      (..., T_q, T_k)
     if score_bias is not None:
         scores = scores + score_bias.to(scores.dtype)  # S = S + B (ALiBi)
-    row_has_key = None
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)  # S_ij = finfo.min
-        row_has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)
     weights = torch.softmax(scores, dim=-1).to(v.dtype)  # W = softmax_j(S)   (..., T_q, T_k)
-    if row_has_key is not None and not _known_all(row_has_key):
-        weights = weights * row_has_key  # fully masked rows: W_i = 0, out_i = 0
     used = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    return used @ v, weights  # out = W v                              (..., T_q, d_v)
+    out = used @ v  # out = W v                                          (..., T_q, d_v)
+    if (has_key := rows_with_keys(mask)) is not None:  # fully masked rows: out_i = W_i = 0
+        out, weights = out * has_key, weights * has_key
+    return out, weights
 
 
 def scaled_dot_product_attention(
@@ -131,17 +118,8 @@ def _check_inputs(q, k, v, mask, return_weights, score_bias, scale, dropout_p):
     except RuntimeError:
         shapes = f"{tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}"
         raise ValueError(f"the leading dimensions of q, k and v must broadcast: {shapes}") from None
-    _check_scores((*batch, q.shape[-2], k.shape[-2]), q.dtype, mask, score_bias)
+    check_scores((*batch, q.shape[-2], k.shape[-2]), q.dtype, mask, score_bias)
     return scale, dropout_p
-
-
-def _check_scores(target, dtype, mask, score_bias, dims="(..., T_q, T_k)") -> None:
-    """The scores' size, and the mask and bias that must broadcast to them."""
-    check_size(f"the attention scores {dims}", target, dtype)
-    if mask is not None:
-        check_tensor("mask", mask, broadcast_to=target, dims=dims, **MASK)
-    if score_bias is not None:
-        check_tensor("score_bias", score_bias, floating=True, broadcast_to=target, dims=dims)
 
 
 class RotaryEmbedding(nn.Module):
@@ -162,10 +140,10 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, d_head: int, base: float = 10000.0, max_len: int = 4096) -> None:
         super().__init__()
-        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         self.d_head = check_int("d_head", d_head, low=1, even=True, why=" for a rotation")
         self.base = check_float("base", base, **BASE)
         self.max_len = check_int("max_len", max_len, low=1)
+        self._dims = f"(B, n_heads, T, d_head={self.d_head})"
         i = np.arange(self.d_head // 2, dtype=np.float64)
         omega = torch.from_numpy(self.base ** (-2.0 * i / self.d_head))  # w_i = base^(-2i/d)
         self.register_buffer("omega", omega, persistent=False)
@@ -179,11 +157,12 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos_cached", angles.cos().float(), persistent=False)  # (L, d/2)
         self.register_buffer("sin_cached", angles.sin().float(), persistent=False)  # (L, d/2)
 
+    def _check(self, x: torch.Tensor, offset: int = 0) -> None:
+        check_tensor("x", x, floating=True, shape=(..., None, self.d_head), dims=self._dims)
+        check_int("offset", offset, low=0)
+
+    @checks.entry(_check)  # checked only when called directly, not inside a model
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        if self.check_inputs:
-            dims = f"(B, n_heads, T, d_head={self.d_head})"
-            check_tensor("x", x, floating=True, shape=(..., None, self.d_head), dims=dims)
-            offset = check_int("offset", offset, low=0)
         T = x.shape[-2]
         if offset + T > self.cos_cached.shape[0] or self.cos_cached.device != x.device:
             self._build_cache(max(offset + T, self.cos_cached.shape[0]), device=x.device)
@@ -227,7 +206,6 @@ class MultiHeadAttention(nn.Module):
         alibi: ALiBi | None = None,
     ) -> None:
         super().__init__()
-        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         d_model = check_int("d_model", d_model, low=1)
         n_heads = check_int("n_heads", n_heads, low=1)
         check_heads(d_model, n_heads)
@@ -256,6 +234,20 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = t.shape
         return t.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, h, T, d_head)
 
+    def _check(
+        self, x, memory=None, mask=None, causal=False, score_bias=None, return_weights=False
+    ):
+        dims = f"(B, T, d_model={self.d_model})"
+        kw = {"floating": True, "dims": dims, "nonempty": True, "dtype_of": self.q_proj.weight}
+        check_tensor("x", x, shape=(None, None, self.d_model), **kw)
+        if memory is not None:  # (B, T_k, d_model)
+            check_tensor("memory", memory, shape=(len(x), None, self.d_model), **kw)
+        check_bool("causal", causal)
+        check_bool("return_weights", return_weights)
+        target = (len(x), self.n_heads, x.shape[1], (x if memory is None else memory).shape[1])
+        check_scores(target, x.dtype, mask, score_bias, "(B, n_heads, T_q, T_k)")
+
+    @checks.entry(_check)
     def forward(
         self,
         x: torch.Tensor,
@@ -273,8 +265,6 @@ class MultiHeadAttention(nn.Module):
         Returns ``(out, weights)``: ``out`` ``(B, T_q, d_model)``; ``weights`` ``(B,
         n_heads, T_q, T_k)`` with ``return_weights``, else ``None``.
         """
-        if self.check_inputs:
-            self._check_inputs(x, memory, mask, causal, score_bias, return_weights)
         kv = x if memory is None else memory  # cross-attention: keys and values from memory
         (B, T_q, _), T_k = x.shape, kv.shape[1]
         if self.alibi is not None:  # bias_hij = -m_h |i - j|: (n_heads, T_q, T_k)
@@ -293,7 +283,7 @@ class MultiHeadAttention(nn.Module):
             out, weights = _fused(q, k, v, mask, causal, score_bias, p), None
         else:
             if causal:
-                mask = combine_masks(mask, causal_mask(T_q, T_k, device=x.device))
+                mask = _and_causal(mask, T_q, T_k, x.device)
             scale = 1.0 / math.sqrt(self.d_head)
             out, weights = _attend(q, k, v, mask, score_bias, scale, p)  # softmax(QK^T/sqrt(d_k))V
             weights = weights.expand(B, self.n_heads, T_q, T_k)
@@ -302,16 +292,11 @@ class MultiHeadAttention(nn.Module):
         out = out.transpose(1, 2).reshape(B, T_q, self.d_model)  # Concat(head_1..head_h)
         return self.out_proj(out), (weights if return_weights else None)  # ... W^O
 
-    def _check_inputs(self, x, memory, mask, causal, score_bias, return_weights) -> None:
-        dims = f"(B, T, d_model={self.d_model})"
-        kw = {"floating": True, "dims": dims, "nonempty": True, "dtype_of": self.q_proj.weight}
-        check_tensor("x", x, shape=(None, None, self.d_model), **kw)
-        if memory is not None:  # (B, T_k, d_model)
-            check_tensor("memory", memory, shape=(len(x), None, self.d_model), **kw)
-        check_bool("causal", causal)
-        check_bool("return_weights", return_weights)
-        target = (len(x), self.n_heads, x.shape[1], (x if memory is None else memory).shape[1])
-        _check_scores(target, x.dtype, mask, score_bias, "(B, n_heads, T_q, T_k)")
+
+def _and_causal(mask, T_q: int, T_k: int, device) -> torch.Tensor:
+    """``combine_masks(mask, causal_mask(T_q, T_k))`` on checked arguments (a forward's)."""
+    causal = torch.ones(T_q, T_k, dtype=torch.bool, device=device).tril()  # key j <= query i
+    return causal if mask is None else mask & causal
 
 
 def _fused(q, k, v, mask, causal, score_bias, p):
@@ -321,18 +306,11 @@ def _fused(q, k, v, mask, causal, score_bias, p):
     if score_bias is not None:  # -inf entries become masked keys, as in the scratch path
         score_bias, mask = _split_bias(score_bias, mask)
     T_q, T_k = q.shape[-2], k.shape[-2]
-    full = combine_masks(mask, causal_mask(T_q, T_k, device=q.device) if causal else None)
-    row_has_key = None
-    if full is not None:
-        row_has_key = full.any(dim=-1, keepdim=True)  # (..., T_q, 1)
-        if _known_all(row_has_key):
-            row_has_key = None
-        else:  # let the kernel see a finite row, then zero it: same as the scratch path
-            full = full | ~row_has_key
+    full = _and_causal(mask, T_q, T_k, q.device) if causal else mask
+    if (has_key := rows_with_keys(full)) is not None:  # the kernel sees a finite row,
+        full = full | ~has_key  # zeroed below: the scratch path's rule
     attn_mask = full if score_bias is None else score_bias.to(q.dtype)
     if score_bias is not None and full is not None:  # the bias, finfo.min where masked
         attn_mask = torch.where(full, attn_mask, torch.finfo(q.dtype).min)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
-    if row_has_key is not None:
-        out = out * row_has_key
-    return out
+    return out if has_key is None else out * has_key

@@ -11,11 +11,13 @@ r"""Checkpoints, exported weights, the committed models and their logs (chapter 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -33,12 +35,11 @@ __all__ = [
     "load_model",
     "prepare_export",
     "load_pretrained",
-    "read_log",
 ]
 
 CHECKPOINT_FORMAT = "mini_transformer.checkpoint"
 WEIGHTS_FORMAT = "mini_transformer.weights"
-VERSION = 2  # 2: with a checksum; 1: without (still readable)
+VERSION = 3  # 3: optimizer groups in parameter order; 2: embeddings last; 1: no checksum
 
 #: The committed models. The ``cpu`` preset trained on a 2-core CPU and the ``gpu`` preset
 #: on one H100, each with a ``.jsonl`` metrics log and a ``.json`` configuration beside it.
@@ -66,20 +67,23 @@ _PACKAGE = Path(__file__).resolve().parent
 COMMITTED_DIRS = (_PACKAGE / "results", ASSETS_DIR, _PACKAGE.parent / "benchmarks" / "results")
 
 
-def check_output_file(path: str | Path, *, overwrite: bool = False, name: str = "--out") -> Path:
+def check_output_file(
+    path: str | Path, *, overwrite: bool = False, name: str = "--out", inputs=()
+) -> Path:
     """``path`` as a regular file that can be written (the atomic rename would replace a FIFO
-    or a device); a committed result only with ``overwrite``. ``name`` names it in messages."""
+    or a device), never one of ``inputs``; an existing file only with ``overwrite``. ``name``
+    names it in messages."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{name} {path} is a folder, not a file")
     if path.exists() and not path.is_file():
         raise ValueError(f"{name} {path} exists and is not a regular file (a FIFO or a device?)")
-    folder = next((d for d in COMMITTED_DIRS if path.resolve().parent == d.resolve()), None)
-    if path.exists() and folder is not None and not overwrite:
-        raise ValueError(
-            f"{name} {path} is a committed result (in {folder}); choose another path, "
-            "or pass --overwrite to replace it"
-        )
+    if any(path.resolve() == Path(i).resolve() for i in inputs if i is not None):
+        raise ValueError(f"{name} {path} is also an input of this command; choose another path")
+    if path.exists() and not overwrite:
+        folder = next((d for d in COMMITTED_DIRS if path.resolve().parent == d.resolve()), None)
+        what = f"is a committed result (in {folder})" if folder else "already exists"
+        raise ValueError(f"{name} {path} {what}; choose another path, or pass --overwrite")
     if not path.parent.is_dir():
         raise ValueError(f"{name} {path}: the folder {path.parent} does not exist")
     writable = os.access(path.parent, os.W_OK | os.X_OK)
@@ -88,9 +92,18 @@ def check_output_file(path: str | Path, *, overwrite: bool = False, name: str = 
     return path
 
 
+LOCK = "run.lock"  # a run's folder is locked while it runs (flock: the kernel frees it)
+fcntl = None if os.name == "nt" else importlib.import_module("fcntl")  # Windows: no lock
+
+
+class RunFolderInUse(ValueError):
+    """Another live run holds the folder's lock."""
+
+
 def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool) -> Path:
-    """``path`` as a run folder that exists or can be created, and can be written to; with
-    ``resume`` it must hold ``last.pt``, without ``overwrite`` it must not."""
+    """``path`` as a run folder that can be written: new, empty, or a run of ours (it holds
+    ``last.pt``, or a run's ``config.json``) continued with ``resume`` (``last.pt`` needed) or
+    replaced with ``overwrite``. A folder holding anything else is never written into."""
     path = existing = Path(path)
     while not existing.exists():
         existing = existing.parent
@@ -98,12 +111,43 @@ def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool)
         raise ValueError(f"out_dir {path}: {existing} is a file, not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"out_dir {path}: {existing} is not writable")
-    last = path / "last.pt"
+    last, there = path / "last.pt", sorted(p.name for p in path.glob("*") if p.name != LOCK)
     if resume and not last.is_file():
         raise FileNotFoundError(f"cannot resume: checkpoint not found: {last}")
-    if not resume and last.exists() and not overwrite:
-        raise ValueError(f"{path} already holds a checkpoint; resume it or choose another --out")
+    ours, shown = last.is_file(), ", ".join(there[:6]) + (", ..." if len(there) > 6 else "")
+    with contextlib.suppress(OSError, ValueError, TypeError):  # or a run's config.json
+        ours = ours or {"model_config", "train_config"} <= set(
+            json.loads((path / "config.json").read_text())
+        )
+    if there and not (ours and (resume or overwrite)):
+        what = "already holds a run" if ours else "holds files of no run (a run needs an empty one)"
+        fix = "continue it with --resume or replace its files with --overwrite, or " if ours else ""
+        raise ValueError(f"{path} {what}: {shown}; {fix}choose another folder")
     return path
+
+
+@contextlib.contextmanager
+def output_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path/run.lock`` (the file holds this process's PID)
+    while the block runs, or raise ``RunFolderInUse``. The kernel releases it however the
+    process ends, so the file a killed run leaves behind is stale and taken over."""
+    path.mkdir(parents=True, exist_ok=True)
+    with (path / LOCK).open("a+") as f:
+        try:
+            fcntl and fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no fcntl: Windows, no lock
+            if os.stat(path / LOCK).st_ino != os.fstat(f.fileno()).st_ino:
+                raise BlockingIOError  # its run removed that file just now, while it held it
+        except (BlockingIOError, FileNotFoundError):
+            f.seek(0)
+            raise RunFolderInUse(
+                f"{path} is in use by another run (PID {f.read().strip()})"
+            ) from None
+        f.truncate(0)
+        print(os.getpid(), file=f, flush=True)
+        try:
+            yield
+        finally:
+            (path / LOCK).unlink(missing_ok=True)
 
 
 def json_safe(value):
@@ -188,6 +232,8 @@ def save_checkpoint(
     """Write a full checkpoint atomically, with a checksum of everything it stores: plain types
     only (``weights_only=True`` reads it), with the RNG states (for an exact resume)."""
     step = check_int("step", step, low=0)
+    if taken := sorted(set(extra) & {"format", "model_config", "rng", "version", "checksum"}):
+        raise ValueError(f"save_checkpoint's extra keys {taken} would replace its own entries")
     for k, v in extra.items():  # NumPy/torch scalars as Python numbers: plain types only
         if isinstance(v, (np.generic, torch.Tensor)) and np.ndim(v) == 0:
             extra[k] = v.item()
@@ -270,6 +316,11 @@ def _read(path: Path, map_location) -> dict:
             )
     elif ckpt.pop("checksum", None) != checksum(ckpt):  # every file since must carry its own
         raise ValueError(f"checkpoint {path} is corrupt: its contents do not match the checksum")
+    step, best = ckpt.get("step", 0), ckpt.get("best_val_loss")
+    if type(step) is not int or step < 0:
+        raise ValueError(f"checkpoint {path} holds step={step!r}, not an integer >= 0")
+    if best is not None and (type(best) not in (int, float) or not best >= 0):  # NaN, -inf
+        raise ValueError(f"checkpoint {path} holds best_val_loss={best!r}, not a loss (>= 0, inf)")
     train, model = ckpt.get("train_config"), ckpt.get("model_config")
     # the committed models' train_config["model"] has no vocab_size: their model_config has it
     if isinstance(train, dict) and isinstance(train.get("model"), dict) and model:
@@ -297,6 +348,8 @@ def load_checkpoint(
     if optimizer is not None:
         if ckpt.get("optimizer") is None:
             raise ValueError(f"checkpoint {path} holds no optimizer state (a weights-only file?)")
+        if ckpt.get("version", 1) < 3:  # AdamW's state in another order; the weights load
+            raise ValueError(f"checkpoint {path} is of an older version: it cannot be resumed")
         optimizer.load_state_dict(ckpt["optimizer"])
     return ckpt
 
@@ -379,7 +432,8 @@ def prepare_export(
             f"out_path must end in '.pt' (a .json and .jsonl go beside it), got {str(out_path)!r}"
         )
     for suffix in (".pt", ".json", ".jsonl"):
-        check_output_file(out_path.with_suffix(suffix), overwrite=overwrite, name="out_path")
+        out = out_path.with_suffix(suffix)
+        check_output_file(out, overwrite=overwrite, name="out_path", inputs=(ckpt_path, log_path))
     ckpt = load_checkpoint(ckpt_path)
     if ckpt["format"] != CHECKPOINT_FORMAT:
         raise ValueError(f"{ckpt_path} is already a weights file")
@@ -394,8 +448,12 @@ def prepare_export(
     weights = {"format": WEIGHTS_FORMAT, "model": state, **{k: ckpt.get(k) for k in keep}}
     config = {k: ckpt.get(k) for k in ("model_config", "train_config", "step", "val_loss")}
     texts = {out_path.with_suffix(".json"): json.dumps(json_safe(config), indent=2) + "\n"}
-    if log_path is not None:
-        texts[out_path.with_suffix(".jsonl")] = Path(log_path).read_text()
+    if log_path is not None:  # a metrics log: UTF-8 JSON lines, not a binary or another file
+        try:
+            text = texts[out_path.with_suffix(".jsonl")] = Path(log_path).read_text("utf-8")
+            [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError as err:  # UnicodeDecodeError, JSONDecodeError
+            raise ValueError(f"log_path {log_path} is not a metrics log: {err}") from None
 
     def write() -> Path:  # atomic_write renames at once, so the texts are staged as .new files
         staged: dict[Path, Path] = {}
@@ -435,14 +493,3 @@ def write_record(path: Path | None, record: dict) -> None:
         except BaseException:
             os.ftruncate(f.fileno(), start)
             raise
-
-
-def read_log(which: str | Path = "cpu") -> list[dict]:
-    """The records of a JSONL metrics log (``"cpu"``/``"gpu"``: a committed model's): ``"start"``
-    (device, versions, configs, command, seed, peak FLOP/s), ``"eval"`` (``step``, ``val_loss``,
-    ``train_loss``, ``lr``, ``tokens_per_s``, ``mfu``, ...), ``"resume"`` where a run continued,
-    and ``"end"`` (``reason``, ``wall_time_s``, ``best_val_loss``)."""
-    path = PRETRAINED[which].with_suffix(".jsonl") if which in PRETRAINED else Path(which)
-    if not path.is_file():
-        raise FileNotFoundError(f"metrics log not found: {path}")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -2,17 +2,21 @@
 
 ``TypeError`` for the wrong *type* (a ``bool`` where a number is expected, a ``float`` where
 an integer is: never silently cast), ``ValueError`` for a wrong *value*; every message names the
-argument, the allowed values and what was given. A tensor is checked where it enters (a model's
-parts skip their per-call input checks); metadata only, except :func:`check_ids` and
-:func:`check_array`. Read ``x = check_int("x", x)`` as ``x``: each check returns its value as
-the plain Python type it names (a NumPy integer as an ``int``), or raises.
+argument, the allowed values and what was given. A tensor is checked where it enters: a function
+or forward wrapped in ``entry`` checks on the outermost call only (a model's parts do not
+re-check what the model made), and not at all inside ``trusted`` (the training loop);
+metadata only, except :func:`check_ids` and :func:`check_array`. Read ``x = check_int("x",
+x)`` as ``x``: each check returns its value as the plain Python type it names, or raises.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 
 import numpy as np
@@ -36,6 +40,45 @@ __all__ = [
 #: Largest allocation :func:`check_size` lets through (16 GiB): bigger is almost always a typo
 #: (``T=10**6`` for ``10**3``) that would end in an allocator error from deep inside torch.
 MAX_BYTES = 16 * 2**30
+
+
+_INSIDE = contextvars.ContextVar("mini_transformer_checked", default=False)
+
+
+def checking() -> bool:
+    """Whether a function checks its arguments here: not in :func:`trusted`, not inside an
+    :func:`entry` (a forward checks what it is given, not what it makes), not when compiling."""
+    return not (torch.compiler.is_compiling() or _INSIDE.get())
+
+
+def entry(check: Callable[..., object]):
+    """Decorator: run ``check`` on the function's arguments on the outermost call only; inside
+    it (a model's forward calling its parts), in :func:`trusted` and while ``torch.compile``
+    traces, the function runs unchecked: what it is given was made by checked code."""
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def checked(*args, **kwargs):
+            if torch.compiler.is_compiling() or _INSIDE.get():  # not checking(): one call less
+                return fn(*args, **kwargs)
+            check(*args, **kwargs)
+            with trusted():
+                return fn(*args, **kwargs)
+
+        return checked
+
+    return decorate
+
+
+@contextlib.contextmanager
+def trusted():
+    """Nothing checks in this block (:func:`checking` is False): for a loop that gives the
+    package only what it made itself, such as the training loop's batches, steps and rates."""
+    token = _INSIDE.set(True)
+    try:
+        yield
+    finally:
+        _INSIDE.reset(token)
 
 
 def _given(value: object) -> str:
@@ -292,6 +335,24 @@ def check_array(
     return arr
 
 
+def check_heads(d: int, h: int) -> None:
+    """``d_head = d_model / n_heads``: the one place that says the heads must divide ``d_model``."""
+    if d % h:
+        raise ValueError(f"d_model must be divisible by n_heads, got d_model={d} and n_heads={h}")
+
+
+def check_scores(target, dtype, mask, score_bias, dims: str = "(..., T_q, T_k)") -> None:
+    """Attention scores of shape ``target`` (their size), and the boolean ``mask`` and the
+    additive ``score_bias`` that must broadcast to them. A float mask is refused: an additive
+    mask's 0 means "may attend", a boolean mask's 0 the opposite, so it is never guessed."""
+    check_size(f"the attention scores {dims}", target, dtype)
+    if mask is not None:
+        why = "; pass an additive float mask as `score_bias` instead"
+        check_tensor("mask", mask, boolean=True, broadcast_to=target, dims=dims, why=why)
+    if score_bias is not None:
+        check_tensor("score_bias", score_bias, floating=True, broadcast_to=target, dims=dims)
+
+
 def format_bytes(n: float) -> str:
     """``1.5 GiB``-style text for a byte count."""
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
@@ -309,6 +370,8 @@ def check_size(
     if torch.compiler.is_compiling():  # int() would specialise the graph: eager calls only
         return 0
     kind = dtype if isinstance(dtype, torch.dtype) else np.dtype(dtype)
+    if any(int(s) < 0 for s in shape):
+        raise ValueError(f"{name} of shape {tuple(int(s) for s in shape)} has a negative size")
     n = math.prod([int(s) for s in shape]) * kind.itemsize
     if n > MAX_BYTES:
         raise ValueError(

@@ -8,7 +8,8 @@ r"""The command line of chapter 6, ``python -m mini_transformer.train`` (train.p
     python -m mini_transformer.train export --ckpt runs/cpu/best.pt --overwrite  # -> assets/
 
 This command line and the sweeps in ``tools/`` refuse bad arguments and output paths (exit 2)
-before they write anything (``run_cli``); a committed result is replaced only with ``--overwrite``.
+before they write anything (``run_cli``); an existing file is replaced only with ``--overwrite``,
+an input never.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 from . import hardware
 from .checkpoints import (
     PRETRAINED,
+    RunFolderInUse,
     check_output_dir,
     config_diff,
     load_checkpoint,
@@ -86,6 +88,8 @@ def run_cli(
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+    except RunFolderInUse as err:  # another run took the folder after check(): exit 2
+        parser.error(_one_line(err))
     except Exception as err:  # not SystemExit: parser.error's exit 2 passes through
         print(f"{parser.prog}: error: {_one_line(err)}", file=sys.stderr)
         raise SystemExit(1) from None
@@ -109,17 +113,16 @@ def _train_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="run folder (checkpoints, metrics.jsonl)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     p.add_argument("--overwrite", action="store_true", help="start afresh even if OUT has a run")
-    p.add_argument("--steps", type=positive_int, help="total steps (on --resume: a new total)")
-    for name in ("--batch-size", "--eval-interval", "--eval-batches"):
-        p.add_argument(name, type=positive_int)
-    p.add_argument("--lr", type=positive_float)
-    p.add_argument("--seed", type=int)
+    p.add_argument("--steps", type=int, help="total steps (on --resume: a new total)")
+    for name in ("--batch-size", "--eval-interval", "--eval-batches", "--seed"):
+        p.add_argument(name, type=int)  # TrainConfig checks them all (exit 2)
+    p.add_argument("--lr", type=float)
     p.add_argument("--positional", choices=POSITIONAL_SCHEMES)
     p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
     p.add_argument(
         "--compile", nargs="?", const="default", choices=COMPILE_MODES, help="torch.compile"
     )
-    p.add_argument("--threads", type=positive_int, help="default: one per physical core")
+    p.add_argument("--threads", type=int, help="default: one per physical core")
     p.add_argument("--precision", choices=hardware.PRECISIONS, help="auto (default), fp32 or bf16")
     p.add_argument("--peak-tflops", type=positive_float, help="device peak for MFU (TFLOP/s)")
     p.add_argument("--no-progress", action="store_false", dest="progress", default=None)
@@ -131,7 +134,7 @@ def _overrides(args: argparse.Namespace) -> dict:
     names = ("steps", "batch_size", "lr", "eval_interval", "eval_batches", "seed", "positional")
     overrides = {k: getattr(args, k) for k in (*names, "device", "precision", "progress")}
     cores = None if args.resume else max(1, hardware.physical_cores() // hardware.ddp_ranks()[2])
-    overrides["threads"] = args.threads or cores
+    overrides["threads"] = args.threads if args.threads is not None else cores
     overrides["peak_flops"] = args.peak_tflops * 1e12 if args.peak_tflops else None
     if args.compile:
         overrides |= {"compile": True, "compile_mode": args.compile}
@@ -180,17 +183,20 @@ def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
 def _main_train(argv: list[str]) -> int:
     parser = _train_parser()
     args = parser.parse_args(argv)
-    overrides = _overrides(args)
 
     def check() -> TrainConfig:  # what the run would refuse, before it starts (writes nothing)
-        check_output_dir(args.out, resume=args.resume, overwrite=args.overwrite)
+        rank, local_rank, _ = hardware.ddp_ranks()  # torchrun's environment, checked
+        overrides = _overrides(args)
+        if rank == 0:  # the folder is rank 0's
+            check_output_dir(args.out, resume=args.resume, overwrite=args.overwrite)
         if args.resume:
             cfg = _resume_config(parser, args, overrides)
         elif args.preset is None:
             raise ValueError("--preset is required (unless --resume)")
         else:
             cfg = get_preset(args.preset, **overrides)
-        hardware.resolve_precision(cfg.precision, check_device("device", cfg.device, run=True))
+        device = check_device("device", cfg.device, run=True, local_rank=local_rank)
+        hardware.resolve_precision(cfg.precision, device)  # a forced bf16 on a GPU without it
         if not args.allow_cpu and (refusal := gpu_preset_refusal(cfg)):  # times a matmul on a CPU
             raise ValueError(refusal)
         return cfg
@@ -224,8 +230,14 @@ def _main_sample(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     def check():
+        if not args.prompt:
+            raise ValueError("--prompt must hold at least one character (default: a newline)")
+        if args.tokens > 100_000:  # one forward each: about a play at most
+            raise ValueError(f"--tokens must be at most 100000, got {args.tokens}")
         check_device("--device", args.device)  # a clear error for "tpu" or a missing GPU
         model, tok, _ = load_model(args.ckpt, args.device)
+        if (args.top_k or 0) > (v := model.config.vocab_size):  # before any sampling
+            raise ValueError(f"--top-k must be at most the model's vocab_size {v}")
         return model, tok, tok.encode(args.prompt)[None, :].to(args.device)
 
     def work(checked) -> int:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
+from . import checks
 from .checks import (
     check_bool,
     check_choice,
@@ -130,8 +131,8 @@ class TrainConfig:
         check_instance("model", self.model, TransformerConfig, "a TransformerConfig")
         for name in ("batch_size", "steps", "eval_interval", "eval_batches"):
             check_int(name, getattr(self, name), low=1)
-        for name in ("warmup_steps", "seed"):
-            check_int(name, getattr(self, name), low=0)
+        check_int("warmup_steps", self.warmup_steps, low=0)
+        check_int("seed", self.seed, low=0, high=2**64 - 1)  # what torch.manual_seed takes
         for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
             check_float(name, getattr(self, name), low=0)
         if self.min_lr > self.lr:
@@ -144,7 +145,7 @@ class TrainConfig:
         for name in ("compile", "progress"):
             check_bool(name, getattr(self, name))
         if self.threads is not None:
-            check_int("threads", self.threads, low=1, why=" or None")
+            check_int("threads", self.threads, low=1, high=1024, why=" or None")
 
     def schedule(self) -> Schedule:
         return Schedule(self.lr, self.warmup_steps, self.steps, self.min_lr)
@@ -204,7 +205,8 @@ class Schedule:
         check_float("min_lr", self.min_lr, low=0, high=self.lr)
 
     def __call__(self, step: int) -> float:
-        check_int("step", step, low=0)
+        if checks.checking():  # not in the training loop (checks.trusted)
+            check_int("step", step, low=0)
         w = self.warmup_steps
         if step < w:
             return self.lr * (step + 1) / w
@@ -222,11 +224,9 @@ def configure_optimizer(model: TransformerLM, cfg: TrainConfig, fused: bool = Fa
     tables = (m for m in model.modules() if isinstance(m, torch.nn.Embedding) or m is model.pos_emb)
     embeddings = {id(p) for m in tables for p in m.parameters()}
     matrices = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
-    # last.pt stores AdamW state by position: --resume of an older version's run needs this order
-    params, last = list(model.parameters()), lambda p: id(p) in embeddings or not p.requires_grad
-    decay = [p for p in params if id(p) in matrices and not last(p)]
-    other = [p for p in params if id(p) not in matrices and not last(p)]
-    other += [p for p in params if last(p)]  # the embeddings last, as that version appended them
+    decayed = matrices - embeddings
+    decay = [p for p in model.parameters() if id(p) in decayed]
+    other = [p for p in model.parameters() if id(p) not in decayed]  # in parameter order (v3)
     groups = [
         {"params": decay, "weight_decay": cfg.weight_decay},
         {"params": other, "weight_decay": 0.0},
@@ -279,12 +279,14 @@ def train_step(
     autocast: Callable[[], object] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One update on the batch ``(x, y)`` of any model with ``forward(idx, targets) ->
-    (logits, loss)``: ``(loss, grad_norm)``, detached and unread (an ``.item()`` would make the
-    host wait for the GPU). ``grad_clip=0``: no clipping, ``grad_norm`` is ``None``."""
-    lr = check_float("lr", lr, low=0)  # a NaN would silently poison every weight
-    grad_clip = check_float("grad_clip", grad_clip, low=0)
+    (logits, loss)`` (or a function ``model(x, y) -> (output, loss)`` when ``grad_clip=0``):
+    ``(loss, grad_norm)``, detached and unread (an ``.item()`` would make the host wait for
+    the GPU). ``grad_clip=0``: no clipping, ``grad_norm`` is ``None``."""
+    if checks.checking():  # not in the training loop (checks.trusted); the model checks x, y
+        check_float("lr", lr, low=0)  # a NaN would silently poison every weight
+        check_float("grad_clip", grad_clip, low=0)
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        group["lr"] = float(lr)
     optimizer.zero_grad(set_to_none=True)
     with autocast() if autocast is not None else contextlib.nullcontext():
         _, loss = model(x, y)

@@ -62,10 +62,11 @@ CPU_BF16_MIN_D_MODEL = 128
 
 def ddp_ranks() -> tuple[int, int, int]:
     """``(rank, local_rank, world_size)`` from torchrun's environment; ``(0, 0, 1)`` without it."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return 0, 0, 1
-    return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0")), world
+    env = {k: os.environ.get(k, "0") for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    if bad := next((k for k, v in env.items() if not v.strip().isdecimal()), None):
+        raise ValueError(f"environment variable {bad} must be an integer >= 0, got {env[bad]!r}")
+    rank, local_rank, world = (int(v) for v in env.values())
+    return (rank, local_rank, world) if world > 1 else (0, 0, 1)
 
 
 def _cpuinfo() -> str:
@@ -214,8 +215,7 @@ def peak_flops(device: torch.device, given: float | None = None) -> tuple[float 
     return measure_matmul_flops(), (
         f"measured: fp32 1024x1024 matmul, {torch.get_num_threads()} thread(s); the 'mfu' "
         "of a CPU run is a share of this measured ceiling, not of a hardware peak; "
-        "re-measured at each evaluation, the best so far is used (a shared CPU's rate "
-        "varies with its load)"
+        "measured once, at the start of the run (a shared CPU's rate varies with its load)"
     )
 
 

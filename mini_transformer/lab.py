@@ -15,18 +15,21 @@ steps back") at lengths ``L/2 .. L``, then evaluated on fresh sequences of lengt
   as extrapolation.
 
 The sweep behind the chapter's results (18 runs, 37 CPU-minutes) is ``tools/extrapolation_lab.py``.
+Its committed results were made at ``b084e6d`` (``lr_check``: ``7f28e9e``) with the schedule
+written ``lr * (0.1 + 0.9 c)``; :class:`~.core.Schedule`'s rounding differs from it only below
+float32 precision, so AdamW takes the same float32 steps (``tests/test_core.py``).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
+from . import checks
 from .checks import check_choice, check_float, check_int, check_tensor
-from .core import train_step
+from .core import Schedule, train_step
 from .model import POSITIONAL_SCHEMES, TransformerConfig, TransformerLM
 from .tasks import IGNORE_INDEX, SYNTHETIC_TASKS
 
@@ -38,6 +41,9 @@ __all__ = [
     "learned_position_weight",
     "cosine_similarity_matrix",
 ]
+
+
+_SIZES = ("vocab_size", "block_size", "d_model", "n_heads", "n_layers", "d_ff")  # the model's
 
 
 @dataclass
@@ -69,7 +75,7 @@ class LabConfig:
     curve_every: int = 100
     extra: dict = field(default_factory=dict)
 
-    def __post_init__(self) -> None:  # model sizes: TransformerConfig checks them
+    def __post_init__(self) -> None:
         check_choice("task", self.task, sorted(SYNTHETIC_TASKS))
         L = check_int("train_length", self.train_length, low=1)
         offset = check_int("offset", self.offset, low=1)
@@ -89,6 +95,8 @@ class LabConfig:
         for scheme, lr in self.scheme_lr.items():
             check_choice("scheme_lr keys", scheme, POSITIONAL_SCHEMES)
             check_float(f"scheme_lr[{scheme!r}]", lr, low=0, low_open=True)
+        check_int("curve_every", self.curve_every, low=1)
+        TransformerConfig(**{k: getattr(self, k) for k in _SIZES}, positional="none")  # checked
 
     def lr_for(self, scheme: str) -> float:
         """The peak learning rate for ``scheme``: ``scheme_lr[scheme]`` if given, else ``lr``."""
@@ -109,8 +117,7 @@ def make_model(scheme: str, cfg: LabConfig, seed: int = 0) -> TransformerLM:
     """The lab's model for ``scheme``: the same size and initial RNG state for every scheme."""
     check_choice("scheme", scheme, POSITIONAL_SCHEMES)
     torch.manual_seed(seed)
-    sizes = ("vocab_size", "block_size", "d_model", "n_heads", "n_layers", "d_ff")
-    config = TransformerConfig(**{k: getattr(cfg, k) for k in sizes}, positional=scheme)
+    config = TransformerConfig(**{k: getattr(cfg, k) for k in _SIZES}, positional=scheme)
     return TransformerLM(config)  # dropout 0 (the default)
 
 
@@ -121,27 +128,21 @@ def train_model(model: TransformerLM, cfg: LabConfig, seed: int = 0) -> list[flo
     schemes trained with the same seed see exactly the same batches.
     """
     lr = cfg.lr_for(model.config.positional)
+    schedule = Schedule(lr, cfg.warmup_steps, cfg.steps, min_lr=lr / 10)
     g = torch.Generator().manual_seed(1000 + seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
     losses = []
-    for step in range(cfg.steps):
-        length = int(torch.randint(cfg.min_train_length, cfg.train_length + 1, (1,), generator=g))
-        idx, targets = cfg.batch(cfg.batch_size, length, g)
-        loss, _ = train_step(model, opt, idx, targets, _lab_lr(step, lr, cfg), grad_clip=1.0)
-        losses.append(loss)
+    with checks.trusted():  # the batches, steps and lrs are the loop's own
+        for step in range(cfg.steps):
+            length = int(
+                torch.randint(cfg.min_train_length, cfg.train_length + 1, (1,), generator=g)
+            )
+            idx, targets = cfg.batch(cfg.batch_size, length, g)
+            loss, _ = train_step(model, opt, idx, targets, schedule(step), grad_clip=1.0)
+            losses.append(loss)
     model.eval()
     return torch.stack(losses).tolist()  # steps >= 1: LabConfig checked it
-
-
-def _lab_lr(step: int, lr: float, cfg: LabConfig) -> float:
-    """``Schedule(lr, w, steps, min_lr=lr / 10)`` rounded as ``lr * (0.1 + 0.9 c)``: the
-    committed lab results were computed with this rounding."""
-    w = cfg.warmup_steps
-    if step < w:
-        return lr * (step + 1) / w
-    cosine = 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - w) / max(1, cfg.steps - w))))
-    return lr * (0.1 + 0.9 * cosine)
 
 
 def _accuracy(logits: torch.Tensor, targets: torch.Tensor, start: int = 0) -> float:

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import checks
 from .attention import MultiHeadAttention
 from .checks import (
     check_bool,
@@ -46,7 +47,6 @@ class LayerNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True) -> None:
         super().__init__()
-        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         self.d_model = check_int("d_model", d_model, low=1)
         # Below float32's smallest normal number, eps is 0 wherever subnormals are flushed to
         # zero (torch.set_flush_denormal(True)): a constant vector gives 0 * rsqrt(0) = NaN.
@@ -58,9 +58,11 @@ class LayerNorm(nn.Module):
         else:  # a constant zero, not in the state dict
             self.register_buffer("bias", torch.zeros(d_model), persistent=False)
 
+    def _check(self, x: Tensor) -> None:
+        check_tensor("x", x, floating=True, shape=(..., self.d_model), dims=self._dims)
+
+    @checks.entry(_check)  # checked only when called directly, not inside a model
     def forward(self, x: Tensor) -> Tensor:
-        if self.check_inputs:
-            check_tensor("x", x, floating=True, shape=(..., self.d_model), dims=self._dims)
         # float16 overflows at 65504: (x - mu)^2 does once a feature is ~256 from the mean,
         # which zeroes the whole token. Statistics in float32, as torch.nn.LayerNorm does.
         out_dtype = torch.promote_types(x.dtype, self.weight.dtype)
@@ -87,7 +89,6 @@ class FeedForward(nn.Module):
         self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "gelu", bias=True
     ) -> None:
         super().__init__()
-        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         self.d_model = check_int("d_model", d_model, low=1)
         self.d_ff = check_int("d_ff", d_ff, low=1)
         self.activation = check_choice("activation", activation, ACTIVATIONS)
@@ -96,10 +97,12 @@ class FeedForward(nn.Module):
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2, b_2
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
 
+    def _check(self, x: Tensor) -> None:
+        dims, w = f"(..., d_model={self.d_model})", self.linear1.weight
+        check_tensor("x", x, floating=True, shape=(..., self.d_model), dims=dims, dtype_of=w)
+
+    @checks.entry(_check)
     def forward(self, x: Tensor) -> Tensor:
-        if self.check_inputs:
-            dims, w = f"(..., d_model={self.d_model})", self.linear1.weight
-            check_tensor("x", x, floating=True, shape=(..., self.d_model), dims=dims, dtype_of=w)
         h = self.linear1(x)  # x W_1 + b_1                     (..., d_ff)
         h = F.gelu(h) if self.activation == "gelu" else F.relu(h)  # phi
         return self.linear2(self.dropout(h))  # phi(.) W_2 + b_2  (..., d_model)

@@ -15,6 +15,27 @@ from .checks import check_device, check_int, check_size, check_tensor
 __all__ = ["causal_mask", "padding_mask", "combine_masks"]
 
 
+def _known_all(t: torch.Tensor) -> bool:
+    """``t.all()`` when it is free to know: on a GPU reading it would stall the host, so
+    there the answer is "unknown" (``False``) and the caller takes the general path."""
+    if t.device.type != "cpu" or torch.compiler.is_compiling():
+        return False
+    return bool(t.all())
+
+
+def rows_with_keys(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The fully-masked-row rule, for every attention path: a query whose keys are all masked
+    attends to nothing, so its output row and its weights are 0, not the NaN of a softmax
+    over no keys. Returns ``mask.any(-1)`` ``(..., T_q, 1)`` to multiply the *output* by (and
+    the returned weights): the weights that multiply ``v`` stay the softmax's own tensor, so
+    backward saves one ``(..., T_q, T_k)`` tensor, not two. ``None``: no row is empty (known
+    for free on the CPU only)."""
+    if mask is None:
+        return None
+    has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)
+    return None if _known_all(has_key) else has_key
+
+
 def causal_mask(
     T: int, T_k: int | None = None, device: torch.device | str | None = None
 ) -> torch.Tensor:

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import checks
 from .checks import check_int, check_size, check_tensor
 
 __all__ = ["memn2n_encoding", "MemN2NPositionalEncoding"]
@@ -43,13 +44,14 @@ class MemN2NPositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int) -> None:
         super().__init__()
-        self.check_inputs = True  # forward's input checks; a TransformerLM turns them off
         self.d_model = check_int("d_model", d_model, low=1)
 
+    def _check(self, x: torch.Tensor) -> None:
+        shape = (None, None, self.d_model)
+        check_tensor("x", x, floating=True, shape=shape, dims="(B, T, d_model)")
+
+    @checks.entry(_check)  # checked only when called directly, not inside a model
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.check_inputs:
-            shape = (None, None, self.d_model)
-            check_tensor("x", x, floating=True, shape=shape, dims="(B, T, d_model)")
         J, d = x.shape[1], self.d_model
         j = torch.arange(1, J + 1, dtype=torch.float64, device=x.device)[:, None]
         k = torch.arange(1, d + 1, dtype=torch.float64, device=x.device)[None, :]

@@ -26,13 +26,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import checks
 from .alibi import ALiBi
-from .attention import MultiHeadAttention, RotaryEmbedding, check_heads
+from .attention import MultiHeadAttention, RotaryEmbedding
 from .checks import (
     check_bool,
     check_choice,
     check_fields,
     check_float,
+    check_heads,
     check_ids,
     check_instance,
     check_int,
@@ -62,6 +64,7 @@ COMPONENTS = {  # parameter name -> part, for num_parameters
 
 POSITIONAL_SCHEMES = ("none", "learned", "sinusoidal", "memn2n", "rope", "alibi")
 EXTRAPOLATING = tuple(s for s in POSITIONAL_SCHEMES if s != "learned")  # accept T > block_size
+ID_DTYPES = {"idx": (torch.long, torch.int32), "targets": (torch.long,)}
 
 
 @dataclass
@@ -92,6 +95,8 @@ class TransformerConfig:
         d_ff = 4 * self.d_model if self.d_ff is None else self.d_ff
         self.d_ff = check_int("d_ff", d_ff, low=1, why=" or None")
         check_heads(self.d_model, self.n_heads)
+        if self.positional == "rope":  # RoPE rotates pairs of each head's dimensions
+            check_int("d_head", self.d_head, low=1, even=True, why=" for a rotation")
         check_choice("positional", self.positional, POSITIONAL_SCHEMES)
         check_choice("norm_position", self.norm_position, ("pre", "post"))
         self.dropout = check_probability("dropout", self.dropout)
@@ -127,10 +132,6 @@ class TransformerLM(nn.Module):
         torch.Size([2, 10, 84])
     """
 
-    #: check that ids are in 0..vocab_size-1 on every call (on a GPU the host waits for the
-    #: answer); the training loop turns it off: its ids come from the tokenizer's encode()
-    check_token_ids: bool = True
-
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.config = c = check_instance("config", config, TransformerConfig, "a TransformerConfig")
@@ -156,9 +157,6 @@ class TransformerLM(nn.Module):
         self._init_weights()
         if c.tie_weights:  # the same matrix maps ids to vectors and vectors to logits
             self.lm_head.weight = self.tok_emb.weight
-        for m in self.modules():  # forward checked idx, and every tensor inside is built here
-            if hasattr(m, "check_inputs"):
-                m.check_inputs = False
 
     def _block(self) -> TransformerBlock:
         c, fused, rotary, alibi = self.config, self.config.fused_attention, self.rotary, self.alibi
@@ -180,6 +178,27 @@ class TransformerLM(nn.Module):
             nn.init.normal_(block.attn.out_proj.weight, mean=0.0, std=residual_std)
             nn.init.normal_(block.ffn.linear2.weight, mean=0.0, std=residual_std)
 
+    def _check_idx(self, idx: torch.Tensor, targets=None, crop: bool = False) -> None:
+        dims = "(B, T) of token ids"
+        check_tensor("idx", idx, integer=True, ndim=2, dims=dims, nonempty=True)
+        check_choice("idx.dtype", idx.dtype, ID_DTYPES["idx"])  # what the embedding takes
+        T, c = idx.shape[1], self.config  # crop: the model sees the last block_size tokens
+        if T > c.block_size and not crop and c.positional not in EXTRAPOLATING:
+            raise ValueError(
+                f"sequence length T={T} exceeds block_size={c.block_size}: a learned position "
+                "embedding has no vector for unseen positions (crop the input, or use a scheme "
+                f"from {EXTRAPOLATING})"
+            )
+        if not crop:  # the from-scratch path (or a fused math fallback) makes
+            check_size("the attention scores (B, n_heads, T_q, T_k)", (len(idx), c.n_heads, T, T))
+        check_ids("idx", idx, c.vocab_size)
+        if targets is not None:
+            shape = tuple(idx.shape)
+            check_tensor("targets", targets, integer=True, shape=shape, dims=dims, nonempty=True)
+            check_choice("targets.dtype", targets.dtype, ID_DTYPES["targets"])  # the loss's
+            check_ids("targets", targets, c.vocab_size, ignore=IGNORE_INDEX)
+
+    @checks.entry(_check_idx)  # idx, targets checked here; the parts get only what it made
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -189,9 +208,6 @@ class TransformerLM(nn.Module):
         ``max(4096, block_size)``). The loss is the mean of $-\log p(\text{targets}_{b,t})$ in
         nats over the positions whose target is not ``IGNORE_INDEX`` (-100), or ``None``.
         """
-        self._check_idx(idx)
-        if targets is not None:
-            self._check_idx(targets, "targets", shape=tuple(idx.shape))
         B, T = idx.shape
         x = self.tok_emb(idx)  # (B, T, d_model)
         if self.embed_scale != 1.0:
@@ -207,21 +223,6 @@ class TransformerLM(nn.Module):
             return logits, None
         flat = logits.reshape(B * T, -1).float()  # (B T, vocab_size), the loss in float32
         return logits, F.cross_entropy(flat, targets.reshape(B * T), ignore_index=IGNORE_INDEX)
-
-    def _check_idx(self, idx: torch.Tensor, name: str = "idx", shape=None, crop=False) -> None:
-        dims = "(B, T) of token ids"
-        check_tensor(name, idx, integer=True, ndim=2, shape=shape, dims=dims, nonempty=True)
-        T, c = idx.shape[1], self.config  # crop: the model sees the last block_size tokens
-        if T > c.block_size and not crop and c.positional not in EXTRAPOLATING:
-            raise ValueError(
-                f"sequence length T={T} exceeds block_size={c.block_size}: a learned position "
-                "embedding has no vector for unseen positions (crop the input, or use a scheme "
-                f"from {EXTRAPOLATING})"
-            )
-        if name == "idx" and not crop:  # the from-scratch path (or a fused math fallback) makes
-            check_size("the attention scores (B, n_heads, T_q, T_k)", (len(idx), c.n_heads, T, T))
-        if self.check_token_ids and not torch.compiler.is_compiling():  # a GPU sync
-            check_ids(name, idx, c.vocab_size, ignore=IGNORE_INDEX if name == "targets" else None)
 
     @torch.no_grad()
     def attention_weights(self, idx: torch.Tensor) -> list[torch.Tensor]:
@@ -253,7 +254,7 @@ class TransformerLM(nn.Module):
         random draws on any device (the text differs only where a device's logits do).
         """
         temperature = self._check_generate(idx, max_new_tokens, temperature, top_k, generator)
-        with evaluating(self):
+        with evaluating(self), checks.trusted():  # idx checked; every new id is the model's
             for _ in range(max_new_tokens):
                 logits, _ = self(idx[:, -self.config.block_size :])  # the last block_size tokens
                 logits = logits[:, -1, :].float().cpu()  # (B, vocab_size)

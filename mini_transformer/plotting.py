@@ -133,28 +133,50 @@ def show_heatmaps(
     fontsize: float | None = None,
     figsize: tuple[float, float] | None = None,
 ) -> tuple[Any, np.ndarray]:
-    """Draw a grid of matrices (attention weights, gradient norms) on one colour scale
-    (chapters 4 and 6); return ``(fig, axes)``, ``axes`` of shape ``(rows, cols)``.
-
-    Why one scale: panels are compared with each other ("the scaled rows are softer"), so a
-    colour must mean the same number in every panel and the one colour bar must be true for all
-    of them (d2l's ``show_heatmaps`` lets each panel scale itself and draws the last one's bar).
-
-    - ``matrices``: ``(rows, cols, n_q, n_k)``, ``(cols, n_q, n_k)`` or ``(n_q, n_k)``, a
-      tensor, an array or a list of them; rows are queries (y axis), columns keys (x axis).
-    - ``annotate``: a format string such as ``"{:.2f}"``, or strings of the shape of
-      ``matrices`` (e.g. ``"X"`` where masked).
-    - ``blank``: booleans of the shape of ``matrices``; True cells are drawn light grey, off the
-      scale. Why: the palest colour of a scale from 0 is hard to tell from a small value's, so
-      cells that are *exactly* zero (a masked key, a gradient that cannot flow) are set apart.
+    """Draw a grid of matrices ``(rows, cols, n_q, n_k)`` (or ``(cols, n_q, n_k)``, ``(n_q,
+    n_k)``, a list of them) on one colour scale: queries on the y axis, keys on the x axis
+    (chapters 4 and 6). Returns ``(fig, axes)``, ``axes`` ``(rows, cols)``. Unlike d2l's, every
+    panel shares the one colour bar, so a colour means the same number in every panel.
+    ``annotate``: a format such as ``"{:.2f}"`` or strings of the matrices' shape; ``blank``:
+    booleans of that shape, cells drawn grey, off the scale (a masked key, a zero gradient).
 
     >>> fig, axes = show_heatmaps(np.eye(3), xlabel="key", ylabel="query")
     >>> axes.shape, axes[0, 0].images[0].get_clim()
     ((1, 1), (0.0, 1.0))
     """
-    import matplotlib as mpl
     import matplotlib.pyplot as plt
 
+    args = (titles, xticklabels, yticklabels, vmin, vmax, annotate, blank, fontsize, figsize)
+    m, blanks, lo, hi, texts, titles, xticks, yticks, figsize = _heatmap_inputs(
+        matrices, xlabel, ylabel, *args
+    )
+    rows, cols, n_q, n_k = m.shape
+    fig, axes = plt.subplots(rows, cols, figsize=figsize, squeeze=False, layout="constrained")
+    colors = plt.colormaps["Blues"].with_extremes(bad="lightgrey")  # a grey Blues never takes
+    for (r, c), ax in np.ndenumerate(axes):
+        panel = m[r, c] if blanks is None else np.ma.masked_array(m[r, c], mask=blanks[r, c])
+        im = ax.imshow(panel, cmap=colors, vmin=lo, vmax=hi)
+        ax.grid(False)
+        ax.set_title(titles[r * cols + c] if titles else "")
+        if xticks:
+            slant = {"rotation": 30, "ha": "right"} if max(map(len, xticks)) > 2 else {}
+            ax.set_xticks(range(n_k), xticks, fontsize=fontsize, **slant)
+        if yticks:
+            ax.set_yticks(range(n_q), yticks, fontsize=fontsize)
+        ax.set_xlabel(xlabel if r == rows - 1 else "")
+        ax.set_ylabel(ylabel if c == 0 else "")
+        for (i, j), text in np.ndenumerate(texts[r, c] if texts is not None else []):
+            color = "white" if m[r, c, i, j] - lo > 0.6 * (hi - lo) else "black"  # on dark cells
+            ax.text(j, i, text, ha="center", va="center", fontsize=fontsize, color=color)
+    fig.colorbar(im, ax=axes, shrink=0.8)
+    return fig, axes
+
+
+def _heatmap_inputs(matrices: Any, xlabel: str, ylabel: str, *options: Any) -> tuple:
+    """:func:`show_heatmaps`' arguments checked: the matrices as ``(rows, cols, n_q, n_k)``,
+    the blank cells, the colour scale ``lo..hi`` (its default leaves blank cells out: the
+    palest colour would hide a small value among exact zeros), the texts, the labels, the size."""
+    titles, xticklabels, yticklabels, vmin, vmax, annotate, blank, fontsize, figsize = options
     if isinstance(matrices, (list, tuple)):  # a list of tensors (that may require grad)
         matrices = [t.detach().cpu().numpy() if torch.is_tensor(t) else t for t in matrices]
     m = check_array("matrices", matrices, min_ndim=2, dims="(rows, cols, n_q, n_k)")
@@ -192,22 +214,154 @@ def show_heatmaps(
         raise TypeError(f"figsize must be None or (width, height) in inches, got {figsize!r}")
     for name, inches in zip(("figsize width", "figsize height"), figsize, strict=True):
         check_float(name, inches, low=0, low_open=True)
-    fig, axes = plt.subplots(rows, cols, figsize=figsize, squeeze=False, layout="constrained")
-    colors = mpl.colormaps["Blues"].with_extremes(bad="lightgrey")  # a grey Blues never takes
-    for (r, c), ax in np.ndenumerate(axes):
-        panel = m[r, c] if blanks is None else np.ma.masked_array(m[r, c], mask=blanks[r, c])
-        im = ax.imshow(panel, cmap=colors, vmin=lo, vmax=hi)
-        ax.grid(False)
-        ax.set_title(titles[r * cols + c] if titles else "")
-        if xticks:
-            slant = {"rotation": 30, "ha": "right"} if max(map(len, xticks)) > 2 else {}
-            ax.set_xticks(range(n_k), xticks, fontsize=fontsize, **slant)
-        if yticks:
-            ax.set_yticks(range(n_q), yticks, fontsize=fontsize)
-        ax.set_xlabel(xlabel if r == rows - 1 else "")
-        ax.set_ylabel(ylabel if c == 0 else "")
-        for (i, j), text in np.ndenumerate(texts[r, c] if texts is not None else []):
-            color = "white" if m[r, c, i, j] - lo > 0.6 * (hi - lo) else "black"  # on dark cells
-            ax.text(j, i, text, ha="center", va="center", fontsize=fontsize, color=color)
-    fig.colorbar(im, ax=axes, shrink=0.8)
+    return m, blanks, lo, hi, texts, titles, xticks, yticks, figsize
+
+
+def draw_head_split(T: int = 3, d_model: int = 8, n_heads: int = 2) -> Any:
+    """Draw how multi-head attention splits ``(B, T, d_model)`` into ``(B, h, T, d_k)`` (one
+    batch element; chapter 4); return the figure. Why drawn from data: each cell shows the
+    feature index ``f`` of an entry, read from a real ``view(B, T, h, d_k).transpose(1, 2)`` of
+    the tensor whose entry ``(t, f)`` is ``f``, so the picture is what the code does.
+
+    >>> draw_head_split().axes[0].get_title()
+    '(B, T, d_model) = (1, 3, 8)  ->  (B, h, T, d_k) = (1, 2, 3, 4)'
+    """
+    import matplotlib.pyplot as plt
+
+    T, d = check_int("T", T, low=1, high=8), check_int("d_model", d_model, low=1, high=16)
+    h = check_int("n_heads", n_heads, low=1, high=d)
+    if d % h:
+        raise ValueError(f"d_model must be divisible by n_heads, got {d} and {h}")
+    k = d // h
+    x = torch.arange(d).repeat(1, T, 1)  # (1, T, d): entry (t, f) = f
+    viewed = x.view(1, T, h, k)[0]  # (T, h, d_k)
+    split = x.view(1, T, h, k).transpose(1, 2)[0]  # (h, T, d_k): head i, position t
+    x2, x3 = d + 5, 2 * d + (h - 1) * 0.4 + 10
+    fig, ax = plt.subplots(figsize=(0.4 * (x3 + k + 2), 0.4 * (h * (T + 1.6) + 1.5)))
+    colors = plt.get_cmap("tab10").colors
+
+    def grid(x0, y0, values, label, rows=True):  # rows = positions t, text = feature index f
+        for (t, j), f in np.ndenumerate(values.numpy()):
+            cell = {"fc": colors[f // k % 10], "alpha": 0.45, "ec": "black", "lw": 0.6}
+            ax.add_patch(plt.Rectangle((x0 + j, y0 - t - 1), 1, 1, **cell))
+            ax.text(x0 + j + 0.5, y0 - t - 0.5, str(f), ha="center", va="center", fontsize=8)
+            if j == 0 and rows:
+                ax.text(x0 - 0.15, y0 - t - 0.5, f"t={t}", ha="right", va="center", fontsize=7)
+        ax.text(x0, y0 + 0.15, label, va="bottom", fontsize=8)
+
+    grid(0, 0, x[0], "x[b]: (T, d_model), f = 0..d_model-1")
+    for i in range(h):  # the view: the same memory, read as h blocks of d_k
+        grid(x2 + i * (k + 0.4), 0, viewed[:, i], "" if i else "(T, h, d_k)", rows=i == 0)
+    for i in range(h):  # the transpose: head i's block of every position, one (T, d_k) grid
+        grid(x3, -i * (T + 1.6), split[i], f"head {i}: (T, d_k)")
+    arrows = ((d + 0.3, x2 - 1.3, "view"), (x3 - 4.5, x3 - 1.3, "transpose(1, 2)"))
+    for a, b, what in arrows:
+        ax.annotate("", (b, -T / 2), (a, -T / 2), arrowprops={"arrowstyle": "->"})
+        ax.text((a + b) / 2, -T / 2 - 0.3, what, ha="center", va="top", fontsize=8)
+    ax.set_title(f"(B, T, d_model) = (1, {T}, {d})  ->  (B, h, T, d_k) = (1, {h}, {T}, {k})")
+    ax.set_xlim(-1.2, x3 + k + 0.2)
+    ax.set_ylim(-h * (T + 1.6) + 0.5, 1.0)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    return fig
+
+
+def draw_decoder_lm(model: torch.nn.Module) -> Any:
+    """Draw the data flow of a :class:`~mini_transformer.model.TransformerLM` (chapter 6), from
+    token ids to logits and loss, with the shapes; return the figure. Why from a model: the
+    names, sizes, positional scheme, norm placement and weight tying are read from ``model``
+    (its modules are the ones ``forward`` calls), so the drawing cannot drift from the code.
+
+    >>> from mini_transformer.model import TransformerConfig, TransformerLM
+    >>> cfg = TransformerConfig(vocab_size=10, block_size=8, d_model=16, n_heads=2, n_layers=1)
+    >>> draw_decoder_lm(TransformerLM(cfg)).axes[0].get_title()
+    'TransformerLM.forward: 1 Pre-LN block(s), d_model = 16, V = 10'
+    """
+    import matplotlib.pyplot as plt
+
+    c = getattr(model, "config", None)
+    if c is None or not hasattr(model, "blocks"):
+        raise TypeError(f"model must be a TransformerLM, got {type(model).__name__}")
+    pre, d, V = c.norm_position == "pre", c.d_model, c.vocab_size
+    fig, ax = plt.subplots(figsize=(8.2, 7.4))
+    style = {"ha": "center", "va": "center", "fontsize": 9}
+
+    def box(x, y, text, fc="white"):
+        ax.text(x, y, text, bbox={"boxstyle": "round", "fc": fc, "ec": "0.3"}, **style)
+
+    def arrow(a, b, **kw):
+        ax.annotate("", b, a, arrowprops={"arrowstyle": "->", "shrinkA": 11, "shrinkB": 11, **kw})
+
+    rope = c.positional in ("rope", "alibi")  # inside attention; the others touch x once
+    emb = f"tok_emb: Embedding({V}, {d})" + ("" if rope else f"\n+ {c.positional} positions")
+    ax.add_patch(plt.Rectangle((-2.3, -7.0), 7.6, 4.6, fc="0.95", ec="0.5", ls="--"))
+    rule = "x + F(LN(x))" if pre else "LN(x + F(x))"
+    ax.text(-2.2, -2.5, f"blocks: {c.n_layers} x\n{rule}", va="top", fontsize=9)
+    ln_f = "ln_f: LayerNorm" if pre else "ln_f: Identity (Post-LN)"
+    main = [(0, 0, "idx (B, T): token ids"), (0, -1.5, emb), (0, -7.8, ln_f)]
+    main += [(0, -9.1, f"lm_head: Linear({d}, {V})"), (0, -10.4, "logits (B, T, V)")]
+    for x, y, text in main:
+        box(x, y, text, "#dbe9f6")
+    for a, b in zip(main[:-1], main[1:], strict=True):
+        if a[1] != -1.5:
+            arrow(a[:2], b[:2])
+    attn = f"{'ln1 -> ' if pre else ''}attn: {c.n_heads} heads, causal"
+    attn += "\nRoPE turns q, k" if c.positional == "rope" else ""
+    ffn = f"{'ln2 -> ' if pre else ''}ffn: {d} -> {c.d_ff} -> {d}"
+    points = [(0, -1.5), (0, -4.1), (0, -6.2), (0, -7.8)]
+    for y, text in ((-3.4, attn), (-5.5, ffn)):
+        box(3, y, text, "#fde7c8")
+        arrow((0, y + 0.7), (3, y), shrinkA=0, connectionstyle="angle,angleA=0,angleB=90")
+        arrow((3, y), (0, y - 0.7), shrinkB=6, connectionstyle="angle,angleA=-90,angleB=0")
+        ax.text(0, y - 0.7, "+", **{**style, "fontsize": 14})
+    for a, b in zip(points[:-1], points[1:], strict=True):
+        arrow(a, b, shrinkA=8 if a[1] < -2 else 11, shrinkB=8 if b[1] > -7 else 11)
+    for y, shape in ((-0.75, "(B, T)"), (-2.05, "(B, T, d_model)"), (-8.5, "(B, T, d_model)")):
+        ax.text(0.15, y, shape, fontsize=8, color="0.35")
+    if model.lm_head.weight is model.tok_emb.weight:
+        arrow((-1.9, -9.1), (-1.9, -1.5), ls=":", connectionstyle="arc3,rad=-0.3")
+        ax.text(-3.3, -5.3, "the same\nweight\n(tied)", ha="center", fontsize=8)
+    box(3.6, -10.4, "targets (B, T)")
+    box(1.8, -11.6, "cross-entropy in float32 -> loss (mean over targets != -100)", "#e3f1dd")
+    arrow((0, -10.4), (1.8, -11.6))
+    arrow((3.6, -10.4), (1.8, -11.6))
+    kind = "Pre" if pre else "Post"
+    ax.set_title(f"TransformerLM.forward: {c.n_layers} {kind}-LN block(s), d_model = {d}, V = {V}")
+    ax.set_xlim(-4, 6.5)
+    ax.set_ylim(-12.2, 0.5)
+    ax.axis("off")
+    return fig
+
+
+def draw_norm_placement():
+    """Draw one Post-LN and one Pre-LN block side by side (Xiong et al.'s Figure 1), input at
+    the bottom, each residual shortcut on the right; returns ``(fig, axes)``."""
+    import matplotlib.pyplot as plt
+
+    fill = {"LayerNorm": "#f6e27f", "attention": "#f4b183", "feed-forward": "#9dc3e6"}
+    panels = (
+        ("Post-LN", ["x", "attention", "+", "LayerNorm", "feed-forward", "+", "LayerNorm"], 2, 5),
+        ("Pre-LN", ["x", "LayerNorm", "attention", "+", "LayerNorm", "feed-forward", "+"], 3, 6),
+    )
+    fig, axes = plt.subplots(1, 2, figsize=(6.4, 4.4))
+    for ax, (title, items, plus, plus2) in zip(axes, panels, strict=True):
+        ax.set(xlim=(-1.3, 1.6), ylim=(-0.5, len(items) + 0.5), title=title)
+        ax.axis("off")
+        for i, name in enumerate([*items, "out"]):
+            if i:  # the main path, bottom to top
+                ax.annotate("", (0, i - 0.26), (0, i - 0.74), arrowprops={"arrowstyle": "->"})
+            box = {"boxstyle": "circle" if name == "+" else "round", "fc": fill.get(name, "w")}
+            text = {"x": "input $x$", "out": "to the next block"}.get(name, name)
+            ax.text(
+                0,
+                i,
+                text,
+                ha="center",
+                va="center",
+                bbox=box if name in fill or name == "+" else None,
+            )
+        for a, b in ((0, plus), (3, plus2)):  # the shortcuts
+            ax.plot([0, 1.1, 1.1], [a + 0.5, a + 0.5, b], "k-", lw=1)
+            ax.annotate("", (0.25, b), (1.1, b), arrowprops={"arrowstyle": "->"})
+    axes[1].text(0, -0.45, "(a final LayerNorm follows the last block)", ha="center", fontsize=8)
     return fig, axes

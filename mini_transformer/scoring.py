@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from .additive import AdditiveAttention
 from .checks import check_choice, check_float, check_int
+from .core import train_step
 
 __all__ = ["ScoreModel", "retrieval_batch", "train_scores"]
 
@@ -92,11 +93,13 @@ def train_scores(kind: str, d_k: int, lr: float, seed: int = 0, steps: int = 200
     init_max = scores.softmax(-1).max(-1).values.mean().item()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     data = torch.Generator().manual_seed(100 + seed)
+
+    def retrieval(inputs, target):  # the model(x, y) -> (output, loss) of train_step
+        return None, _loss_and_accuracy(model, (*inputs, target))[0]
+
     for _ in range(steps):
-        loss, _ = _loss_and_accuracy(model, retrieval_batch(data))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        *inputs, target = retrieval_batch(data)
+        train_step(retrieval, opt, inputs, target, lr)
     with torch.no_grad():
         results = [_loss_and_accuracy(model, b) for b in held_out]
     return {"kind": kind, "d_k": d_k, "lr": lr, "seed": seed, "steps": steps} | {

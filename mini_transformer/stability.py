@@ -1,11 +1,11 @@
 """Post-LN vs Pre-LN (chapter 5): gradients at initialisation and training stability.
 
-Both experiments use :class:`TinyCausalLM`, a small causal LM of
-:class:`~mini_transformer.layers.TransformerBlock` s initialised as in Xiong et al.'s (2020)
+Both experiments use :func:`xiong_lm`, the package's
+:class:`~mini_transformer.model.TransformerLM` small and initialised as in Xiong et al.'s (2020)
 analysis, on a copy task: ``K`` random symbols, a separator, the same ``K`` symbols again. Only
 the copy is predictable, and the loss is its mean cross-entropy in nats: :math:`\\ln V` for a
 uniform guess, 0 for a perfect copier. One CPU thread and fixed seeds make a notebook re-run
-give the numbers of the committed sweep, ``tools/stability_sweep.py`` (48 runs, ten minutes).
+give the numbers of the committed sweep, ``tools/stability_sweep.py``.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import math
 from dataclasses import dataclass, replace
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
-from .checks import check_float, check_int
-from .core import train_step
-from .layers import FeedForward, LayerNorm, TransformerBlock
+from .checks import check_choice, check_float, check_int
+from .core import Schedule, train_step
+from .layers import ACTIVATIONS
+from .model import TransformerConfig, TransformerLM
+from .tasks import IGNORE_INDEX
 
 LEARNED_BELOW = 0.5
 """A run "learned the copy" if its held-out copy loss ends below this many nats.
@@ -28,15 +28,8 @@ LEARNED_BELOW = 0.5
 The uniform guess is :math:`\\ln 16 \\approx 2.77` nats; 0.5 nats means a geometric-mean
 probability of :math:`e^{-0.5} \\approx 0.6` on the right symbol, against 1/16 by chance."""
 
-__all__ = [
-    "LEARNED_BELOW",
-    "StabilityConfig",
-    "TinyCausalLM",
-    "copy_task_batch",
-    "grad_norms_at_init",
-    "train_run",
-    "warmup_lr",
-]
+__all__ = ["LEARNED_BELOW", "StabilityConfig", "copy_task_batch", "grad_norms_at_init"]
+__all__ += ["train_run", "xiong_lm"]
 
 
 @dataclass(frozen=True)
@@ -55,70 +48,51 @@ class StabilityConfig:
     def __post_init__(self) -> None:  # the sizes of the blocks are checked by the blocks
         for name, low in (("vocab_size", 2), ("copy_len", 1), ("n_layers", 1), ("batch_size", 1)):
             check_int(name, getattr(self, name), low=low)
+        check_choice("activation", self.activation, ACTIVATIONS)
 
     @property
     def block_size(self) -> int:
         return 2 * self.copy_len  # inputs are the first 2K tokens of the 2K + 1
 
 
-class TinyCausalLM(nn.Module):
-    """Token + learned position embedding -> causal TransformerBlocks -> (LN) -> linear head.
+def xiong_lm(cfg: StabilityConfig, norm_position: str) -> TransformerLM:
+    """The package's :class:`~mini_transformer.model.TransformerLM` as Xiong et al. analyse it.
 
-    Weights are initialised as in Xiong et al.'s analysis: Xavier-normal matrices and zero
-    biases in every ``nn.Linear``, embeddings :math:`\\mathcal{N}(0, 1)` entries (so a
+    Learned positions, ReLU feed-forward blocks, no dropout, an untied head; every ``nn.Linear``
+    weight Xavier-normal and every bias zero, token embeddings :math:`\\mathcal{N}(0, 1)` (a
     token vector has squared norm about ``d_model``, as with the original Transformer's
-    ``sqrt(d_model)`` embedding scale), LayerNorm ``gamma = 1``, ``beta = 0``.
+    ``sqrt(d_model)`` embedding scale), position embeddings :math:`\\mathcal{N}(0, 0.5^2)`,
+    LayerNorm ``gamma = 1``, ``beta = 0``. The initialisation draws from the global generator:
+    seed it first. The vocabulary is the ``V`` symbols and the separator, ``V + 1`` tokens.
     """
-
-    def __init__(self, cfg: StabilityConfig, norm_position: str) -> None:
-        super().__init__()
-        d, n_tokens = cfg.d_model, cfg.vocab_size + 1  # V symbols and SEP
-        self.tok = nn.Embedding(n_tokens, d)
-        self.pos = nn.Embedding(cfg.block_size, d)
-        self.blocks = nn.ModuleList(
-            TransformerBlock(
-                MultiHeadAttention(d, cfg.n_heads),
-                FeedForward(d, cfg.d_ff, activation=cfg.activation),
-                norm_position=norm_position,
-                causal=True,
-            )
-            for _ in range(cfg.n_layers)
-        )
-        # Pre-LN's residual stream is never normalised inside the blocks: one final LN.
-        self.ln_f = LayerNorm(d) if norm_position == "pre" else nn.Identity()
-        self.head = nn.Linear(d, n_tokens)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.xavier_normal_(m.weight)
+    sizes = {k: getattr(cfg, k) for k in ("d_model", "n_heads", "n_layers", "d_ff")}
+    kw = {"positional": "learned", "norm_position": norm_position, "tie_weights": False}
+    model = TransformerLM(TransformerConfig(cfg.vocab_size + 1, cfg.block_size, **sizes, **kw))
+    for block in model.blocks:  # checked by StabilityConfig; a plain attribute of FeedForward
+        block.ffn.activation = cfg.activation
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_normal_(m.weight)
+            if m.bias is not None:  # the head has none
                 nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Embedding):
-                nn.init.normal_(m.weight, 0.0, 1.0)
-        with torch.no_grad():  # positions on the same scale as tokens, but smaller
-            self.pos.weight.mul_(0.5)
-
-    def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        """``idx`` (B, T) -> ``(logits (B, T, V + 1), loss)``; ``targets`` (B, K) are the tokens
-        the *last* K positions must predict (the copy), the loss their mean cross-entropy."""
-        T = idx.shape[1]
-        x = self.tok(idx) + self.pos(torch.arange(T))  # (B, T, d_model)
-        for block in self.blocks:
-            x = block(x)
-        logits = self.head(self.ln_f(x))  # (B, T, V + 1)
-        if targets is None:
-            return logits, None
-        K = targets.shape[1]
-        copy = logits[:, -K:]  # positions SEP .. 2K-1 predict the copy
-        return logits, F.cross_entropy(copy.reshape(-1, copy.shape[-1]), targets.reshape(-1))
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, 0.0, 1.0)
+    model.pos_emb.init_std = 0.5  # positions: the tokens' scale, halved
+    model.pos_emb.reset_parameters()
+    return model
 
 
 def copy_task_batch(cfg: StabilityConfig, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """Inputs ``(B, 2K)`` and targets ``(B, K)``: of ``s_1..s_K, SEP, s_1..s_K`` the model reads
-    the first ``2K`` tokens and must predict the last ``K``."""
+    """Inputs and targets, both ``(B, 2K)``: of ``s_1..s_K, SEP, s_1..s_K`` the model reads the
+    first ``2K`` tokens and must predict the last ``K``; the first ``K`` targets are
+    ``IGNORE_INDEX``, so the model's loss is the mean cross-entropy of the copy alone."""
     K, V, B = cfg.copy_len, cfg.vocab_size, cfg.batch_size
     s = torch.randint(0, V, (B, K), generator=generator)
     sep = torch.full((B, 1), V, dtype=torch.long)
     seq = torch.cat([s, sep, s], dim=1)  # (B, 2K + 1)
-    return seq[:, :-1], seq[:, K + 1 :]
+    targets = seq[:, 1:].clone()  # next tokens (B, 2K)
+    targets[:, :K] = IGNORE_INDEX  # s_2..s_K and SEP cannot be predicted
+    return seq[:, :-1], targets
 
 
 def grad_norms_at_init(
@@ -136,7 +110,7 @@ def grad_norms_at_init(
     total = torch.zeros(n_layers, dtype=torch.float64)
     for seed in seeds:
         torch.manual_seed(seed)
-        model = TinyCausalLM(cfg, norm_position)
+        model = xiong_lm(cfg, norm_position)
         idx, targets = copy_task_batch(cfg, torch.Generator().manual_seed(10_000 + seed))
         model(idx, targets)[1].backward()
         norms = [b.ffn.linear2.weight.grad.norm().item() for b in model.blocks]
@@ -154,7 +128,7 @@ def train_run(
     log_every: int = 10,
     eval_batches: int = 4,
 ) -> dict:
-    """Train one TinyCausalLM with Adam (betas 0.9, 0.98, as Vaswani et al.) on the copy task.
+    """Train one :func:`xiong_lm` with Adam (betas 0.9, 0.98, as Vaswani et al.) on the copy task.
 
     No gradient clipping: it would hide the instability we want to see. ``seed`` fixes the
     model and the data stream, so runs differ only in placement and schedule. Training stops
@@ -164,17 +138,17 @@ def train_run(
     for name, value, low in (("steps", steps, 1), ("seed", seed, 0), ("log_every", log_every, 1)):
         check_int(name, value, low=low)
     check_int("eval_batches", eval_batches, low=1)
-    check_int("warmup_steps", warmup_steps, low=0)
     cfg = cfg or StabilityConfig()
     torch.manual_seed(seed)
-    model = TinyCausalLM(cfg, norm_position)  # its blocks check norm_position
+    model = xiong_lm(cfg, norm_position)  # its config checks norm_position
+    schedule = Schedule(lr, warmup_steps)  # lr (s + 1) / w for s < w, then lr
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
     data = torch.Generator().manual_seed(1_000 + seed)
     losses: list[float] = []
     diverged = False
     for step in range(steps):
         idx, targets = copy_task_batch(cfg, data)
-        loss, _ = train_step(model, opt, idx, targets, warmup_lr(step, lr, warmup_steps))
+        loss, _ = train_step(model, opt, idx, targets, schedule(step))
         if not torch.isfinite(loss):  # the update it made is never used
             diverged = True
             break
@@ -190,10 +164,3 @@ def train_run(
     run = {"norm_position": norm_position, "lr": lr, "warmup_steps": warmup_steps, "seed": seed}
     run |= {"losses": losses, "final_loss": round(final, 5) if math.isfinite(final) else None}
     return run | {"diverged": diverged, "steps_run": step + 1}
-
-
-def warmup_lr(step: int, lr: float, warmup_steps: int) -> float:
-    """The sweep's rate ``lr * ((s + 1) / w)``, then ``lr``: the same warm-up as
-    :class:`~mini_transformer.core.Schedule`'s ``lr * (s + 1) / w``, rounded in the order the
-    committed sweep used (the two can differ in the last bit)."""
-    return lr * ((step + 1) / warmup_steps) if step < warmup_steps else lr

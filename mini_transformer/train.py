@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from . import hardware
+from . import checks, hardware
 from .checkpoints import (
     PRETRAINED,
     atomic_write,
@@ -40,7 +40,7 @@ from .checkpoints import (
     load_checkpoint,
     load_model,
     load_pretrained,
-    read_log,
+    output_lock,
     save_checkpoint,
     write_record,
 )
@@ -88,23 +88,26 @@ def train(
     evaluates, logs and saves; ``setup_hook(model)`` runs once the model is built (tests inject
     faults with it). Raises ``TrainingDivergedError`` (nothing diverged was saved),
     ``KeyboardInterrupt`` after saving ``last.pt`` at a step boundary, or ``OSError`` (disk
-    full: what was saved stays intact)."""
+    full: what was saved stays intact). ``out_dir`` is new, empty or a run's (``resume`` or
+    ``overwrite`` it); another file there is never touched, and a second run into it is refused."""
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
-    created = not Path(out_dir).exists()
-    out_dir = check_output_dir(out_dir, resume=resume, overwrite=overwrite)
-    with _ddp_group(cfg):
+    out_dir, lock = Path(out_dir), contextlib.nullcontext()
+    if hardware.ddp_ranks()[0] == 0:  # the folder is rank 0's until the run ends (others read)
+        lock = output_lock(check_output_dir(out_dir, resume=resume, overwrite=overwrite))
+    with lock, _ddp_group(cfg):
         run = _prepare(cfg, out_dir, resume, setup_hook)
         main, show = run.rank == 0, cfg.progress and run.rank == 0
         T, opt = run.model.config.block_size, run.optimizer
         with (
-            _logged(run, resume, argv, created),
+            _logged(run, argv),
             tqdm(
                 total=cfg.steps, initial=run.step, disable=not show, desc=f"train {cfg.preset}"
             ) as bar,
             _stop_at_step_boundary() as flag,
+            checks.trusted(),  # the batches, lrs and steps are the loop's own: not re-checked
         ):
-            if main and not resume:
+            if main and not run.resume:
                 _evaluate_and_save(run, None)  # the loss before any training: about ln(vocab_size)
             run.model.train()
             losses, norms, t0, stopping = [], [], time.perf_counter(), False  # tensors, unread
@@ -153,6 +156,7 @@ class Run:
     train_ids: torch.Tensor
     val_ids: torch.Tensor
     precision: str | None  # "fp32" or "bf16"; None until measured (hardware.resolve_precision)
+    resume: bool = False  # continues last.pt (restored by _prepare)
     rank: int = 0
     world: int = 1
     step_model: torch.nn.Module | None = None  # what a step calls: model, DDP or compiled
@@ -225,7 +229,6 @@ def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
     train_ids, val_ids = train_ids.to(device), val_ids.to(device)
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
     model = TransformerLM(cfg.model)
-    model.check_token_ids = False  # encode() gave valid ids; a check: the host waits for the GPU
     if is_cuda and not model.config.fused_attention:
         print("note: fused_attention=False; the fused kernel is faster on CUDA", file=sys.stderr)
     model.to(device)
@@ -233,7 +236,7 @@ def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
         setup_hook(model)
     optimizer = configure_optimizer(model, cfg, fused=is_cuda)
     precision = hardware.resolve_precision(cfg.precision, device, d_model=model.config.d_model)
-    run = Run(cfg, out_dir, device, model, optimizer, tok, train_ids, val_ids, precision)
+    run = Run(cfg, out_dir, device, model, optimizer, tok, train_ids, val_ids, precision, resume)
     run.rank, run.world, run.step_model = rank, world, model
     if resume:
         _restore(run)
@@ -258,11 +261,11 @@ def _restore(run: Run) -> None:
     run.step = run.saved_step = ckpt["step"]
     run.val_loss = ckpt.get("val_loss")
     run.elapsed_before = ckpt.get("elapsed_s", 0.0)
-    run.best_val_loss = ckpt.get("best_val_loss", math.inf)
+    bests = [ckpt.get("best_val_loss")]  # each a loss, inf or None (checked by the loader)
     if run.best_path.is_file():  # a crash between writing best.pt and last.pt
         with contextlib.suppress(ValueError):
-            best = load_checkpoint(run.best_path).get("best_val_loss")
-            run.best_val_loss = min(run.best_val_loss, best if best is not None else math.inf)
+            bests.append(load_checkpoint(run.best_path).get("best_val_loss"))
+    run.best_val_loss = min((b for b in bests if b is not None), default=math.inf)
     if run.world == 1:  # RNG states must be CPU ByteTensors, whatever map_location did
         torch.set_rng_state(ckpt["rng"]["torch"].cpu())  # (torchrun: the loop seeds each step)
         if run.device.type == "cuda" and "cuda" in ckpt["rng"]:
@@ -270,37 +273,26 @@ def _restore(run: Run) -> None:
 
 
 @contextlib.contextmanager
-def _logged(run: Run, resume: bool, argv: list[str] | None, created: bool) -> Iterator[None]:
-    """The log's first record and its last (why the run ended); a fresh run stopped before its
-    first checkpoint leaves no files (one that diverged keeps its log, which says why)."""
+def _logged(run: Run, argv: list[str] | None) -> Iterator[None]:
+    """The log's first record and its last (why the run ended: the files stay, and say it)."""
     reason = "error"
+    if run.rank == 0:
+        _log_start(run, argv)
     try:
-        if run.rank == 0:
-            _log_start(run, resume, argv)
-        try:
-            yield
-            reason = "completed"
-        except (TrainingDivergedError, KeyboardInterrupt) as err:
-            reason = "diverged" if isinstance(err, TrainingDivergedError) else "interrupted"
-            raise
-        finally:
-            end = {"event": "end", "step": run.step, "reason": reason, "val_loss": run.val_loss}
-            end |= {"best_val_loss": run.best_val_loss, "wall_time_s": run.elapsed()}  # inf: null
-            write_record(run.log_path, end)
-    except BaseException as err:
-        fresh = run.rank == 0 and not resume and run.saved_step is None
-        if fresh and not isinstance(err, TrainingDivergedError):
-            with contextlib.suppress(OSError):
-                for name in ("config.json", "metrics.jsonl"):
-                    (run.out_dir / name).unlink(missing_ok=True)
-                if created:
-                    run.out_dir.rmdir()  # only if empty
+        yield
+        reason = "completed"
+    except (TrainingDivergedError, KeyboardInterrupt) as err:
+        reason = "diverged" if isinstance(err, TrainingDivergedError) else "interrupted"
         raise
+    finally:
+        end = {"event": "end", "step": run.step, "reason": reason, "val_loss": run.val_loss}
+        end |= {"best_val_loss": run.best_val_loss, "wall_time_s": run.elapsed()}  # inf: null
+        write_record(run.log_path, end)
 
 
-def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
+def _log_start(run: Run, argv: list[str] | None) -> None:
     """The run's ``config.json`` and the log's first record (where it ran)."""
-    if not resume:
+    if not run.resume:  # --overwrite: a new log
         run.log_path.unlink(missing_ok=True)
     model, cfg = run.model, run.cfg
     configs = {"model_config": model.config.to_dict(), "train_config": cfg.to_dict()}
@@ -308,7 +300,7 @@ def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
     write_record(
         run.log_path,
         {
-            "event": "resume" if resume else "start",
+            "event": "resume" if run.resume else "start",
             "step": run.step,
             **hardware.where_it_ran(run.device),
             "world_size": run.world,
@@ -330,6 +322,17 @@ def _log_start(run: Run, resume: bool, argv: list[str] | None) -> None:
             "val_tokens": len(run.val_ids),
         },
     )
+
+
+def read_log(which: str | Path = "cpu") -> list[dict]:
+    """The records of a JSONL metrics log (``"cpu"``/``"gpu"``: a committed model's): ``"start"``
+    (device, versions, configs, command, seed, peak FLOP/s), ``"eval"`` (``step``, ``val_loss``,
+    ``train_loss``, ``lr``, ``tokens_per_s``, ``mfu``, ...), ``"resume"`` where a run continued,
+    and ``"end"`` (``reason``, ``wall_time_s``, ``best_val_loss``)."""
+    path = PRETRAINED[which].with_suffix(".jsonl") if which in PRETRAINED else Path(which)
+    if not path.is_file():
+        raise FileNotFoundError(f"metrics log not found: {path}")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _read_window(run: Run, losses: list, norms: list, t0: float, bar) -> float | None:
@@ -361,9 +364,7 @@ def _diverged(run: Run, what: str, value: float, step: int) -> TrainingDivergedE
 
 def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
     """Losses on both splits, a log record, and checkpoints if all is well."""
-    cfg, model = run.cfg, run.model
-    if run.device.type == "cpu" and cfg.peak_flops is None and tokens_per_s is not None:
-        run.peak = max(run.peak, hardware.measure_matmul_flops(repeats=3))
+    model = run.model
     train_loss, val_loss = run.estimate("train"), run.estimate("val")
     mfu = None
     if tokens_per_s is not None and run.peak:

@@ -346,6 +346,23 @@ def test_alibi_given_at_construction_equals_its_bias_passed_per_call(fused, T):
     assert torch.equal(ALiBi(4, 8)(2, 7), alibi_bias(4, 2, 7))  # last 2 queries of 7 keys
 
 
+@pytest.mark.parametrize("n_heads", [1, 4, 6])
+def test_alibi_computes_the_same_bias_checked_or_trusted(n_heads):
+    """ALiBi's forward slices its table whether it checks (a direct call) or not (inside a
+    model or checks.trusted), and the slice is alibi_bias's own bias bit for bit."""
+    from mini_transformer import checks
+
+    alibi = ALiBi(n_heads, 16)
+    for T_q, T_k in [(1, 1), (5, 5), (2, 7), (16, 16), (3, 16), (20, 20), (4, 21)]:
+        direct = alibi(T_q, T_k)
+        with checks.trusted():
+            trusted = alibi(T_q, T_k)
+        assert torch.equal(direct, trusted)
+        assert torch.equal(direct, alibi_bias(n_heads, T_q, T_k))
+    with pytest.raises(ValueError, match=r"T_k must be an integer >= 5 \(queries are the last"):
+        alibi(5, 3)
+
+
 def test_error_positional_modules_at_construction():
     with pytest.raises(TypeError, match="rotary must be an nn.Module or None"):
         MultiHeadAttention(8, 2, rotary="rope")
@@ -667,3 +684,55 @@ def test_finite_bias_gives_the_same_numbers_as_before():
     scores = q @ k.transpose(-2, -1) / 2.0 + bias
     expected = torch.softmax(scores, dim=-1) @ v
     assert torch.equal(scaled_dot_product_attention(q, k, v, score_bias=bias), expected)
+
+
+def _attend_zeroing_weights(q, k, v, mask, scale, dropout_p):
+    """The rule as it was before issue 33's M2: multiply the *weights* of fully masked rows by
+    0 before they multiply ``v`` (so backward saved the softmax's output and that product)."""
+    scores = (q @ k.transpose(-2, -1)) * scale
+    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1) * mask.any(dim=-1, keepdim=True)
+    used = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    return used @ v, weights
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_zeroing_empty_rows_of_the_output_equals_zeroing_their_weights(dtype, dropout_p):
+    """Bit-identical outputs, weights and gradients (q, k, v), fully masked rows included."""
+    from mini_transformer.attention import _attend
+
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(3, 2, 6, 8, generator=g, dtype=dtype) for _ in range(3))
+    mask = combine_masks(causal_mask(6), padding_mask([6, 0, 3], 6))  # batch 1: no keys at all
+    mask = mask & (torch.arange(6) != 2)[:, None]  # query 2: no keys in any batch
+    results = []
+    for attend in (_attend_zeroing_weights, lambda *a: _attend(*a[:4], None, *a[4:])):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        torch.manual_seed(0)  # the same dropout draws
+        out, weights = attend(*leaves, mask, 0.35, dropout_p)
+        (out * torch.linspace(-1, 1, 8, dtype=dtype)).sum().backward()
+        results.append((out, weights, *(t.grad for t in leaves)))
+    for old, new in zip(*results, strict=True):
+        assert torch.equal(old, new)
+    assert results[1][0][1].abs().sum() == 0 and results[1][0][:, :, 2].abs().sum() == 0
+
+
+def test_backward_saves_one_scores_sized_tensor_with_an_empty_row():
+    """Zeroing the output (not the weights) leaves the softmax's output the only (..., T_q,
+    T_k) tensor saved for backward: 2 of them before issue 33's M2."""
+    from torch.autograd.graph import saved_tensors_hooks
+
+    from mini_transformer.attention import _attend
+
+    q, k, v = (torch.randn(2, 2, 32, 4).requires_grad_() for _ in range(3))
+    mask = combine_masks(causal_mask(32), padding_mask([32, 0], 32))  # batch 1: no keys
+    saved = {}
+
+    def pack(t):  # one entry per storage: a view of a saved tensor costs nothing more
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with saved_tensors_hooks(pack, lambda t: t):
+        _attend(q, k, v, mask, None, 0.5, 0.0)
+    assert list(saved.values()).count(2 * 2 * 32 * 32 * 4) == 1  # (B, h, T, T) float32

@@ -106,3 +106,66 @@ def test_float16_attention_matches_torch_where_raw_scores_overflow_float16():
     ref = F.scaled_dot_product_attention(q.float(), q.float(), v.float())
     assert ours.dtype == torch.float16 and torch.isfinite(ours).all()
     torch.testing.assert_close(ours.float(), ref, atol=1e-2, rtol=1e-2)
+
+
+# ------------------------------------------- issue 36: the checks the package shrink dropped
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,message",
+    [
+        ({"d_model": 0}, ValueError, "d_model must be a positive integer, got 0"),
+        ({"n_heads": 0}, ValueError, "n_heads must be a positive integer, got 0"),
+        ({"n_heads": 3}, ValueError, "divisible by n_heads"),
+        ({"n_layers": -1}, ValueError, "n_layers must be a positive integer, got -1"),
+        ({"d_ff": 2.5}, TypeError, "d_ff must be a positive integer"),
+        ({"vocab_size": 0}, ValueError, "vocab_size must be a positive integer, got 0"),
+        ({"curve_every": 0}, ValueError, "curve_every must be a positive integer, got 0"),
+    ],
+)
+def test_lab_config_checks_the_model_sizes_where_they_enter(kwargs, error, message):
+    from mini_transformer.lab import LabConfig
+
+    with pytest.raises(error, match=message):
+        LabConfig(**kwargs)
+
+
+def test_a_rope_config_with_an_odd_head_width_is_refused_by_the_config():
+    from mini_transformer.model import TransformerConfig
+
+    sizes = dict(vocab_size=10, block_size=8, d_model=6, n_heads=2)  # d_head = 3
+    with pytest.raises(ValueError, match="d_head must be a positive even integer for a rotation"):
+        TransformerConfig(**sizes, positional="rope")
+    TransformerConfig(**sizes, positional="alibi")  # the other schemes take any width
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"seed": 2**64}, r"seed must be an integer in \[0, 18446744073709551615\]"),
+        ({"threads": 10**9}, r"threads must be an integer in \[1, 1024\] or None"),
+    ],
+)
+def test_train_config_refuses_a_seed_torch_cannot_take_and_absurd_threads(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**kwargs)
+    TrainConfig(seed=2**64 - 1)  # torch.manual_seed's largest
+
+
+@pytest.mark.parametrize(
+    "dtype,name", [(torch.int16, "idx"), (torch.uint8, "idx"), (torch.int32, "targets")]
+)
+def test_integer_ids_of_a_dtype_torch_refuses_name_the_argument(dtype, name):
+    from mini_transformer.model import TransformerConfig, TransformerLM
+
+    model = TransformerLM(TransformerConfig(vocab_size=10, block_size=8, d_model=8, n_heads=2))
+    ids = {k: torch.zeros(2, 4, dtype=torch.long) for k in ("idx", "targets")}
+    ids[name] = ids[name].to(dtype)
+    with pytest.raises(ValueError, match=f"{name}.dtype must be one of torch.int64.*, got {dtype}"):
+        model(ids["idx"], ids["targets"])
+    model(ids["idx"].int(), ids["targets"].long())  # int32 ids index the embedding as they are
+
+
+def test_a_lone_surrogate_is_a_character_outside_the_vocabulary():
+    with pytest.raises(ValueError, match=r"character '\\udc80' \(U\+DC80\) at position 1 is not"):
+        CharTokenizer.from_corpus().encode("a\udc80")

@@ -4,6 +4,8 @@ configuration keeps the promises of the README (offline math, pinned toolchain).
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,6 +101,21 @@ def test_requirements_pin_the_toolchain():
     assert pins["torch"] == "2.13.0"
     for name in ("nbval", "pytest", "numpy", "matplotlib", "scikit-learn", "ipykernel", "tqdm"):
         assert name in pins, f"{name} is pinned"
+    assert "jupyterlab_myst" in pins, "make lab renders MyST as the book does"
+
+
+def test_jupyterlab_loads_the_myst_extension():
+    """JupyterLab disables an extension built against other shared packages, saying so only in
+    ``jupyter labextension list`` (jupyterlab_myst 2.7.0 under JupyterLab 4.6: "not compatible")."""
+    jupyter = Path(sys.executable).parent / "jupyter"
+    if not jupyter.exists():
+        pytest.skip("JupyterLab is not installed in this environment")
+    listed = subprocess.run(
+        [str(jupyter), "labextension", "list"], capture_output=True, text=True, timeout=120
+    )
+    text = re.sub(r"\x1b\[[0-9;]*m", "", listed.stdout + listed.stderr)
+    assert re.search(r"jupyterlab-myst v\S+ enabled OK", text), text
+    assert "not compatible" not in text, text
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
@@ -133,6 +150,21 @@ def test_folded_code_is_folded_in_jupyterlab_and_an_asides_output_with_it(path):
         assert cell["metadata"].get("jupyter", {}).get("source_hidden") is True, _text(cell)[:80]
         # the cell computing a folded aside shows nothing in the open: its output folds too
         aside = _text(before).rstrip()
-        last = aside[aside.rfind("```{") :] if "```{" in aside else ""
-        if before["cell_type"] == "markdown" and last.startswith("```{dropdown}"):
+        last = aside[aside.rfind(":::{") :] if ":::{" in aside else ""
+        if before["cell_type"] == "markdown" and last.startswith(":::{dropdown}"):
             assert "hide-cell" in tags, f"aside cell shows its output: {_text(cell)[:80]}"
+
+
+@pytest.mark.parametrize("path", [*CHAPTERS, *ROOT.glob("book/*.md")], ids=lambda p: p.name)
+def test_directives_are_colon_fenced_so_jupyterlab_and_colab_show_markdown(path):
+    """A backtick fence (```` ```{dropdown} ````) is a code block to every renderer without
+    MyST: JupyterLab without jupyterlab-myst, Colab, GitHub. A colon fence (``:::{dropdown}``)
+    shows its content as Markdown there. Code and math fences are not directives."""
+    if path.suffix == ".ipynb":
+        texts = [_text(c) for c in _cells(path) if c["cell_type"] == "markdown"]
+    else:
+        texts = [path.read_text()]
+    allowed = ("{math}", "{code-cell}", "{code}", "{bibliography}", "{toctree}", "{eval-rst}")
+    for text in texts:
+        for m in re.finditer(r"^\s*`{3,}\s*(\{[\w:-]+\})", text, re.M):
+            assert m.group(1) in allowed, f"{path.name}: backtick-fenced {m.group(1)}: use :::"

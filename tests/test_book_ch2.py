@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from mini_transformer import data, exercises
+from mini_transformer import data
 from mini_transformer import positional as P
 
 
@@ -264,20 +264,3 @@ def test_rope_applied_to_pe0_is_the_encoding():
     pe0 = torch.zeros(1, 1, 64, 16)
     pe0[..., 1::2] = 1.0
     assert np.allclose(rope(pe0)[0, 0].double().numpy(), P.sinusoidal_encoding(64, 16), atol=1e-6)
-
-
-# --- the exercises the chapter no longer shows (their checkers stay registered) ----------
-
-
-def test_dot_offset_solution(capsys):
-    def my_dot_offset(k, d_model):
-        return float(np.cos(k * 10000.0 ** (-np.arange(0, d_model, 2) / d_model)).sum())
-
-    assert exercises.check("sinusoidal-dot-offset", my_dot_offset, seed=1)
-    assert my_dot_offset(0, 64) == 32 and my_dot_offset(-7, 64) == my_dot_offset(7, 64)
-
-
-def test_rotation_matrix_solution(capsys):
-    assert exercises.check("rotation-matrix", P.rotation_matrix, seed=1)
-    assert not exercises.check("rotation-matrix", lambda k, d: P.rotation_matrix(-k, d), seed=1)
-    assert "transpose" in capsys.readouterr().out

@@ -240,3 +240,16 @@ def test_learned_table_pins(res):
     assert min(by, key=lambda k: by[k].mean()) == 3
     assert [_r2(by[k].mean()) for k in (7, 16)] == [-0.21, -0.24]
     assert all(by[3].mean() + by[3].std() > by[k].mean() - by[k].std() for k in (7, 16))
+
+
+@pytest.mark.parametrize(
+    ("head", "T", "quoted"), [(0, 32, 0.221), (0, 256, 0.221), (3, 32, 0.0332), (3, 256, 0.0062)]
+)
+def test_alibi_last_query_weight_on_the_newest_key(head, T, quoted):
+    # section 3.6's ALiBi figure: with equal content scores the last query's weights are a
+    # truncated geometric series, so the newest key gets (1 - e^-m) / (1 - e^-mT)
+    m = float(P.alibi_slopes(4)[head])
+    row = P.alibi_bias(n_heads=4, T_q=T)[head, -1].flip(0).double().numpy()  # by distance r
+    w = np.exp(row - row.max()) / np.exp(row - row.max()).sum()  # softmax
+    assert np.isclose(float(w[0]), (1 - np.exp(-m)) / (1 - np.exp(-m * T)), rtol=1e-6)
+    assert round(float(w[0]), len(str(quoted)) - 2) == quoted

@@ -1,11 +1,12 @@
 """Chapter 5's checks moved out of the reader's way (``book/05_layernorm.ipynb``).
 
 The chapter keeps in its visible cells the one to three asserts that test each claim; the
-bookkeeping lives here: that the two committed sweep files describe the same runs, the per-seed
-verdicts behind every sentence of section 5.8, a live re-run of one sweep run, the four-seed
-gradient claims the chapter made before it moved to 16 seeds, and the two exercises the chapter
-no longer shows. Everything is computed from the package and ``data.load_result``; the
-exact pins are pins of committed data (they fail if a results file changes).
+bookkeeping lives here: that the committed sweep is the grid the chapter describes and its
+summary the summary of its runs, the per-seed verdicts behind every sentence of section 5.8, a
+live re-run of one sweep run, the experiments' model (``stability.xiong_lm``) against its
+description, and the four-seed gradient claims the chapter made before it moved to 16 seeds.
+Everything is computed from the package and ``data.load_result``; the exact pins are pins of
+committed data (they fail if the file changes).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
-from mini_transformer import data, exercises, train
+from mini_transformer import data, train
 from mini_transformer import stability as S
+from mini_transformer.core import Schedule
 
 PLATEAU = 2.75  # the chapter's line: a logged training loss below it has left ln 16 = 2.77
 
@@ -27,7 +30,7 @@ def _verdict(run: dict) -> str:
         return "x"
     if run["final_loss"] < S.LEARNED_BELOW:
         return "L"
-    if min(run["losses"]) > PLATEAU:
+    if min(run["losses"][1:]) > PLATEAU:
         return "-"
     return "f" if run["losses"][-1] > PLATEAU else "s"
 
@@ -39,141 +42,154 @@ def _keyed(items: list[dict], with_seed: bool = True) -> dict:
 
 @pytest.fixture(scope="module")
 def sweep() -> dict:
-    res300, res600 = data.load_result("05_stability"), data.load_result("05_stability_600")
-    t300, t600 = res300["training"], res600["training"]
-    runs = {300: _keyed(t300["runs"]), 600: _keyed(t600["runs"])}
-    letters = {(b, *k): _verdict(r) for b, rs in runs.items() for k, r in rs.items()}
+    result = data.load_result("05_stability")
+    t = result["training"]
+    runs = _keyed(t["runs"])
+    letters = {k: _verdict(r) for k, r in runs.items()}
 
-    def of(budget, position, w, lr):
-        return "".join(letters[budget, position, w, lr, s] for s in t300["seeds"])
+    def of(position, w, lr):
+        return "".join(letters[position, w, lr, s] for s in t["seeds"])
 
     return {
-        "t300": t300,
-        "t600": t600,
+        "result": result,
+        "t": t,
         "runs": runs,
-        "summary": {300: _keyed(t300["summary"], False), 600: _keyed(t600["summary"], False)},
+        "summary": _keyed(t["summary"], False),
         "letters": letters,
         "of": of,
     }
 
 
-def test_the_two_sweep_files_describe_the_same_configurations(sweep):
-    t300, t600 = sweep["t300"], sweep["t600"]
-    assert t300["seeds"] == t600["seeds"] == [0, 1, 2] and t300["learned_below"] == S.LEARNED_BELOW
-    for key in ("lrs", "warmups", "seeds", "optimizer"):
-        assert t300[key] == t600[key]
-    assert len(t300["runs"]) == len(t600["runs"]) == 2 * len(t300["lrs"]) * len(t300["warmups"]) * 3
-    assert (t300["steps"], t600["steps"]) == (300, 600)
+def test_the_sweep_is_the_grid_the_chapter_describes(sweep):
+    result, t = sweep["result"], sweep["t"]
+    assert result["complete"] and t["steps"] == 300 and t["learned_below"] == S.LEARNED_BELOW
+    assert t["lrs"] == [1e-3, 3e-3, 5e-3, 7e-3, 1e-2, 3e-2] and t["seeds"] == [0, 1]
+    assert t["warmups"] == [0, 30, 100, 200] and t["pre_warmups"] == [0]
+    grid = {
+        (p, w, lr, s)
+        for lr in t["lrs"]
+        for s in t["seeds"]
+        for p, ws in (("post", t["warmups"]), ("pre", t["pre_warmups"]))
+        for w in ws
+    }
+    assert set(sweep["runs"]) == grid and len(t["runs"]) == len(grid) == 60
+    assert all(r["steps_run"] == 300 and len(r["losses"]) == 31 for r in t["runs"])
 
 
-def test_the_longer_runs_repeat_the_shorter_ones_step_for_step(sweep):
-    runs = sweep["runs"]
-    for key, r in runs[300].items():
-        assert np.allclose(runs[600][key]["losses"][:30], r["losses"][:30], atol=1e-4)
+def test_the_summary_agrees_with_the_runs(sweep):
+    runs, seeds = sweep["runs"], sweep["t"]["seeds"]
+    for (position, w, lr), s in sweep["summary"].items():
+        finals = [runs[position, w, lr, seed]["final_loss"] for seed in seeds]
+        assert s["final_losses"] == finals
+        assert s["n_learned"] == sum(f < S.LEARNED_BELOW for f in finals)
+        assert abs(s["mean_final_loss"] - np.mean(finals)) < 1e-5  # 5 decimals in the file
+        curves = np.array([runs[position, w, lr, seed]["losses"] for seed in seeds])
+        assert np.allclose(curves.mean(0), s["mean_losses"], atol=1e-5)
 
 
-def test_each_files_summary_agrees_with_its_runs(sweep):
-    for budget in (300, 600):
-        runs, seeds = sweep["runs"][budget], sweep["t300"]["seeds"]
-        for (position, w, lr), s in sweep["summary"][budget].items():
-            finals = [runs[position, w, lr, seed]["final_loss"] for seed in seeds]
-            assert s["final_losses"] == finals
-            assert s["n_learned"] == sum(f < S.LEARNED_BELOW for f in finals)
-            assert abs(s["mean_final_loss"] - np.mean(finals)) < 1e-5  # 5 decimals in the file
-            curves = np.array([runs[position, w, lr, seed]["losses"] for seed in seeds])
-            assert np.allclose(curves.mean(0), s["mean_losses"], atol=1e-5)
+def test_a_live_run_reproduces_the_stored_one(sweep):
+    """Provenance of the largest rate's first 30 steps (section 5.9 re-runs 60 steps at 1e-2)."""
+    lr = sweep["t"]["lrs"][-1]
+    live = S.train_run("post", lr=lr, warmup_steps=0, steps=30, seed=0)["losses"][:-1]
+    stored = sweep["runs"]["post", 0, lr, 0]["losses"][: len(live)]
+    assert np.allclose(live, stored, rtol=1e-3, atol=1e-3)
+
+
+def test_the_sweep_warms_up_linearly_then_holds_the_rate():
+    """train_run's rate is Schedule(lr, w): lr (s + 1) / w for s < w, then lr, written out."""
+    sched = Schedule(3e-3, warmup_steps=30)
+    expected = [3e-3 * (s + 1) / 30 for s in range(30)] + [3e-3] * 270
+    assert [sched(s) for s in range(300)] == expected
+
+
+def test_xiong_lm_is_initialised_as_described():
+    torch.manual_seed(0)
+    cfg = S.StabilityConfig()
+    model = S.xiong_lm(cfg, "post")
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert len(linears) == 6 * cfg.n_layers + 1  # q, k, v, out, FFN's two, and the head
+    for m in linears:
+        fan_in, fan_out = m.weight.shape[1], m.weight.shape[0]
+        std = math.sqrt(2 / (fan_in + fan_out))  # Xavier-normal
+        assert abs(m.weight.std().item() / std - 1) < 0.1
+        assert m.bias is None or not m.bias.any()
+    assert abs(model.tok_emb.weight.std().item() - 1) < 0.1
+    assert abs(model.pos_emb.weight.std().item() - 0.5) < 0.05
+    assert all(b.ffn.activation == "relu" for b in model.blocks)
+    assert not model.config.tie_weights and model.config.dropout == 0.0
+    x = torch.randn(3, 64)  # relu, not gelu: the FFN's output written out
+    f = model.blocks[0].ffn
+    ref = torch.relu(x @ f.linear1.weight.T + f.linear1.bias) @ f.linear2.weight.T + f.linear2.bias
+    assert torch.allclose(f(x), ref, atol=1e-5)
 
 
 def test_the_verdicts_of_section_5_8(sweep):
-    of, letters, runs = sweep["of"], sweep["letters"], sweep["runs"]
-    lrs, warmups, seeds = sweep["t300"]["lrs"], sweep["t300"]["warmups"], sweep["t300"]["seeds"]
-    assert not any(r["diverged"] for r in sweep["t300"]["runs"] + sweep["t600"]["runs"])
-    small = [lr for lr in lrs if lr <= 1e-2]
-    # Pre-LN: every seed learned at every rate up to 1e-2, with or without warm-up
-    assert all(of(b, "pre", w, lr) == "LLL" for b in (300, 600) for w in warmups for lr in small)
-    # Pre-LN at 3e-2: with warm-up every seed learned; without, none in 300 steps, none stuck
-    assert of(300, "pre", 100, 3e-2) == "LLL" and of(300, "pre", 0, 3e-2) == "sss"
-    assert of(600, "pre", 100, 3e-2) == "LLL"
-    assert sorted(of(600, "pre", 0, 3e-2)) == ["L", "s", "s"]  # one of three learned by 600
-    # Post-LN at 1e-3: every seed learned, with or without warm-up, at both budgets
-    assert all(of(b, "post", w, 1e-3) == "LLL" for b in (300, 600) for w in warmups)
-    # Post-LN at 3e-3 without warm-up: two slow and one stuck at 300; the slow two learned by 600
-    assert sorted(of(300, "post", 0, 3e-3)) == ["-", "s", "s"]
-    slow = [s for s in seeds if letters[300, "post", 0, 3e-3, s] == "s"]
-    assert all(letters[600, "post", 0, 3e-3, s] == "L" for s in slow)
-    stuck = [s for s in seeds if letters[300, "post", 0, 3e-3, s] == "-"][0]
-    assert letters[600, "post", 0, 3e-3, stuck] == "s"
-    assert min(runs[600]["post", 0, 3e-3, stuck]["losses"]) > 2.7  # only just left the plateau
-    assert max(runs[600]["post", 0, 3e-3, s]["final_loss"] for s in slow) < min(
-        runs[300]["post", w, 1e-3, s]["final_loss"] for w in warmups for s in seeds
+    of, t, summary = sweep["of"], sweep["t"], sweep["summary"]
+    lrs = t["lrs"]
+    assert not any(r["diverged"] for r in t["runs"])  # "no run diverged"
+    table = {(p, w): [of(p, w, lr) for lr in lrs] for p, w in summary_rows(t)}
+    assert table == {  # seeds 0, 1 at 1e-3, 3e-3, 5e-3, 7e-3, 1e-2, 3e-2
+        ("post", 0): ["LL", "s-", "--", "--", "--", "--"],
+        ("post", 30): ["LL", "LL", "LL", "ss", "ff", "--"],
+        ("post", 100): ["LL", "LL", "LL", "sL", "ff", "--"],
+        ("post", 200): ["Ls", "LL", "sL", "LL", "LL", "ff"],
+        ("pre", 0): ["LL", "LL", "LL", "LL", "LL", "ss"],
+    }
+    # the Summary's line: the rates at which every seed learned
+    learned_at = {
+        c: [lr for lr in lrs if summary[(*c, lr)]["n_learned"] == len(t["seeds"])]
+        for c in summary_rows(t)
+    }
+    assert learned_at == {
+        ("post", 0): [1e-3],
+        ("post", 30): [1e-3, 3e-3, 5e-3],
+        ("post", 100): [1e-3, 3e-3, 5e-3],
+        ("post", 200): [3e-3, 7e-3, 1e-2],
+        ("pre", 0): [1e-3, 3e-3, 5e-3, 7e-3, 1e-2],
+    }
+    # "not reached the line by step 300": the 200-step warm-up's slow seeds ended near it
+    slow = [sweep["runs"]["post", 200, lr, s]["final_loss"] for lr, s in ((1e-3, 1), (5e-3, 0))]
+    assert all(S.LEARNED_BELOW < f < 0.61 for f in slow)
+
+
+def summary_rows(t: dict) -> list[tuple[str, int]]:
+    return [("post", w) for w in t["warmups"]] + [("pre", w) for w in t["pre_warmups"]]
+
+
+def test_the_plateau_line_sits_under_the_stuck_runs(sweep):
+    """Section 5.8's 2.75: below every logged loss (after step 0) of the nine no-warm-up Post-LN
+    runs that never left the plateau (chosen after seeing them)."""
+    runs, letters = sweep["runs"], sweep["letters"]
+    flat = np.array(
+        [r["losses"][1:] for k, r in runs.items() if k[:2] == ("post", 0) and letters[k] == "-"]
     )
-    assert all(of(b, "post", 100, 3e-3) == "LLL" for b in (300, 600))
-    # Post-LN from 1e-2 on: stuck without warm-up, fell back with it, never learned
-    assert all(of(b, "post", 0, lr) == "---" for b in (300, 600) for lr in (1e-2, 3e-2))
-    assert all(of(b, "post", 100, 1e-2) == "fff" for b in (300, 600))
-    assert all(
-        "L" not in of(b, "post", w, lr) for b in (300, 600) for w in warmups for lr in (1e-2, 3e-2)
+    assert flat.shape == (9, 30) and round(float(flat.min()), 3) == 2.769
+
+
+def test_the_fall_backs_of_post_ln_at_1e_2(sweep):
+    """The runs that fell back left the plateau (the 100-step ones by far: to 2.35 and 2.39)."""
+    runs = sweep["runs"]
+    low = {w: [min(runs["post", w, 1e-2, s]["losses"]) for s in (0, 1)] for w in (30, 100)}
+    assert all(v < PLATEAU for v in low[30] + low[100])
+    assert [round(v, 2) for v in low[100]] == [2.35, 2.39]
+    assert all(runs["post", w, 1e-2, s]["final_loss"] > 2.75 for w in (30, 100) for s in (0, 1))
+
+
+def test_where_post_ln_learned_pre_ln_ended_lower(sweep):
+    runs, letters = sweep["runs"], sweep["letters"]
+    pairs = [
+        r["final_loss"] / runs["pre", 0, lr, s]["final_loss"]
+        for (p, w, lr, s), r in runs.items()
+        if p == "post" and letters[p, w, lr, s] == "L"
+    ]
+    assert len(pairs) == 23 and round(min(pairs), 1) == 15.6
+
+
+def test_the_sweep_of_section_5_9_is_seed_0_at_1e_2(sweep):
+    """Section 5.9 re-runs Post-LN (stuck) and Pre-LN (learned) at 1e-2 without warm-up, seed 0."""
+    assert (
+        sweep["letters"]["post", 0, 1e-2, 0] == "-" and sweep["letters"]["pre", 0, 1e-2, 0] == "L"
     )
-    # the largest rate at which all seeds learned, per placement and warm-up (both budgets)
-    for budget in (300, 600):
-        summ = sweep["summary"][budget]
-        best = {
-            (p, w): max(lr for lr in lrs if summ[p, w, lr]["n_learned"] == len(seeds))
-            for p in ("post", "pre")
-            for w in warmups
-        }
-        assert best == {
-            ("post", 0): 1e-3,
-            ("post", 100): 3e-3,
-            ("pre", 0): 1e-2,
-            ("pre", 100): 3e-2,
-        }
-
-
-def test_the_plateau_line_sits_under_the_flat_runs_noise(sweep):
-    """Section 5.8's 2.75: below every logged batch loss of the six no-warm-up Post-LN runs from
-    1e-2 on (after step 0; chosen after seeing them), and the two 3e-2 warm-up seeds that crossed
-    it ended below all 360 of those losses (2.70 and 2.72, both at step 40)."""
-    runs600, seeds = sweep["runs"][600], sweep["t300"]["seeds"]
-    flat = np.array([runs600["post", 0, lr, s]["losses"][1:] for lr in (1e-2, 3e-2) for s in seeds])
-    assert flat.size == 360 and round(float(flat.min()), 3) == 2.763 and flat.min() > PLATEAU
-    # the plateau's noise once reached (steps 50 on): sd 0.0096 around 2.782
-    on_plateau = flat[:, 4:]
-    noise = (round(float(on_plateau.mean()), 3), round(float(on_plateau.std()), 4))
-    assert noise == (2.782, 0.0096)
-    low = sorted(min(runs600["post", 100, 3e-2, s]["losses"]) for s in seeds)
-    left = [v for v in low if v < PLATEAU]
-    assert [round(v, 2) for v in left] == [2.70, 2.72] and max(left) < flat.min()
-
-
-def test_the_dip_of_post_ln_with_warm_up(sweep):
-    runs600, seeds = sweep["runs"][600], sweep["t300"]["seeds"]
-    dips = [min(runs600["post", 100, 1e-2, s]["losses"]) for s in seeds]
-    dip_steps = [10 * int(np.argmin(runs600["post", 100, 1e-2, s]["losses"])) for s in seeds]
-    dip_lrs = [S.warmup_lr(t, 1e-2, 100) for t in dip_steps]
-    assert all(x > 2 * 3e-3 for x in dip_lrs) and all(x > 7 * 1e-3 for x in dip_lrs)
-    assert 2.3 < min(dips) and max(dips) < 2.5 and min(dip_steps) == 70 and max(dip_steps) <= 80
-    assert math.isclose(S.warmup_lr(70, 1e-2, 100), 7.1e-3)  # (70 + 1) / 100 of the peak
-
-
-def test_where_both_learned_pre_ln_ended_lower(sweep):
-    for budget in (300, 600):
-        rs = sweep["runs"][budget]
-        pairs = [
-            r["final_loss"] / rs[("pre",) + key[1:]]["final_loss"]
-            for key, r in rs.items()
-            if key[0] == "post" and r["final_loss"] < S.LEARNED_BELOW
-        ]
-        assert pairs and min(pairs) > 1
-
-
-def test_a_live_run_reproduces_both_files(sweep):
-    """Provenance of the largest rate's first 30 steps (section 5.9 re-runs 60 steps at 1e-2)."""
-    lr = sweep["t300"]["lrs"][-1]
-    live = S.train_run("post", lr=lr, warmup_steps=0, steps=30, seed=0)["losses"][:-1]
-    for budget in (300, 600):
-        stored = sweep["runs"][budget]["post", 0, lr, 0]["losses"][: len(live)]
-        assert np.allclose(live, stored, rtol=1e-3, atol=1e-3)
 
 
 @pytest.fixture(scope="module")
@@ -195,37 +211,17 @@ def test_the_four_seed_gradient_claims_at_initialisation(init_grads):
     g = {k: v[:4] for k, v in init_grads.items()}
     stored = data.load_result("05_stability")["grad_norms"]["layers"]
     for (p, L), rows in g.items():
-        assert np.allclose(rows.mean(0), stored[str(L)][p], rtol=1e-6)
+        assert np.allclose(rows.mean(0), stored[str(L)][p], rtol=1e-4)  # float32 sums (TOLERANCES)
     post12 = g["post", 12].mean(0)
     assert _trend(post12) > 0 and post12[-1] > post12[0]
     trends6 = [_trend(r) for r in g["post", 6]]
     assert min(trends6) < 0 < max(trends6)  # at 6 layers the four seeds disagree in sign
     assert all(_trend(r) < 0 for L in (6, 12) for r in g["pre", L])
-    assert all((g["post", L][:, -1] > 2 * g["pre", L][:, -1]).all() for L in (6, 12))
+    assert all((g["post", L][:, -1] > g["pre", L][:, -1]).all() for L in (6, 12))  # every seed
     ratio = {L: g["post", L].mean(0)[-1] / g["pre", L].mean(0)[-1] for L in (6, 12)}
     assert ratio[6] < ratio[12]
-
-
-def test_seeds_4_to_7_agree_with_seeds_0_to_3_within_noise(init_grads):
-    for rows in init_grads.values():
-        old, new = rows[:4, -1], rows[4:, -1]
-        se = math.sqrt(old.var(ddof=1) / len(old) + new.var(ddof=1) / len(new))
-        assert abs(new.mean() - old.mean()) < 3 * se
 
 
 def test_the_deletion_test_model_has_six_pre_ln_blocks():
     lm, _ = train.load_pretrained("gpu")
     assert len(lm.blocks) == 6 and lm.config.norm_position == "pre"
-
-
-def test_the_exercises_the_chapter_no_longer_shows_still_pass(capsys):
-    assert exercises.check(
-        "batch-norm-stats", lambda x: (x.mean(dim=(0, 1)), x.var(dim=(0, 1), unbiased=False))
-    )
-
-    def pre_ln(x, attn, ffn, ln1, ln2):
-        h = x + attn(ln1(x))
-        return h + ffn(ln2(h))
-
-    with torch.no_grad():
-        assert exercises.check("pre-ln-block", pre_ln)

@@ -258,3 +258,72 @@ def test_open_loop_matches_the_package_under_bf16_autocast(corpus):
         log = train.read_log(f"{tmp}/metrics.jsonl")
     assert log[0]["precision"] == "bf16"
     assert losses == result["losses"]
+
+
+# ---------------------------------------------------------------- statistics folded out of 6.5
+
+
+def test_whole_text_lies_2_4_standard_errors_above_the_sample(corpus, cpu_model):
+    """The sampled loss's error bar, and how unlikely its gap to the whole text is: a
+    two-sided p of 0.017 (normal approximation, windows taken as independent)."""
+    _, _, _, _, val_ids = corpus
+    lm = cpu_model[0]
+    whole = train.estimate_loss(lm, val_ids, n_batches=None, batch_size=16, seed=None)
+    g, T, per_window = torch.Generator().manual_seed(1234), lm.config.block_size, []
+    with torch.no_grad():
+        for _ in range(8):
+            xs, ys = data.get_batch(val_ids, 16, T, generator=g)
+            logits, _ = lm(xs)
+            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ys, reduction="none")
+            per_window.append(nll.mean(1))
+    per_window = torch.cat(per_window).double()
+    se = float(per_window.std() / math.sqrt(len(per_window)))
+    z = (whole - float(per_window.mean())) / se
+    p = math.erfc(abs(z) / math.sqrt(2))
+    assert (round(whole, 3), round(float(per_window.mean()), 3), round(se, 3)) == (
+        1.718,
+        1.68,
+        0.016,
+    )
+    assert round(z, 1) == 2.4 and round(p, 3) == 0.017
+
+
+# ---------------------------------------------------------------- the model's diagram (6.1)
+
+
+def test_the_model_diagram_is_read_from_the_model():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from mini_transformer import plotting
+    from mini_transformer.model import TransformerConfig
+
+    def texts(model):
+        fig = plotting.draw_decoder_lm(model)
+        out = " ".join(t.get_text() for t in fig.axes[0].texts) + fig.axes[0].get_title()
+        plt.close(fig)
+        return out
+
+    lm = TransformerLM(train.get_preset("cpu").model)
+    drawn = texts(lm)
+    assert "Embedding(84, 128)" in drawn and "Linear(128, 84)" in drawn and "tied" in drawn
+    assert (
+        "2 Pre-LN block(s)" in drawn and "RoPE turns q, k" in drawn and "128 -> 512 -> 128" in drawn
+    )
+    cfg = TransformerConfig(
+        vocab_size=10,
+        block_size=8,
+        d_model=16,
+        n_heads=2,
+        n_layers=3,
+        norm_position="post",
+        tie_weights=False,
+        positional="learned",
+    )
+    post = texts(TransformerLM(cfg))
+    assert "3 Post-LN block(s)" in post and "Identity (Post-LN)" in post
+    assert "tied" not in post and "learned positions" in post and "RoPE" not in post
+    with pytest.raises(TypeError, match="TransformerLM"):
+        plotting.draw_decoder_lm(torch.nn.Linear(2, 2))

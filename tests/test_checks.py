@@ -276,3 +276,39 @@ def test_device():
             C.check_device("device", "cuda")
     with pytest.raises(TypeError, match="device must be None, a device string"):
         C.check_device("device", 0)
+
+
+def test_check_size_refuses_a_negative_size():  # issue 36: it returned -20 bytes
+    with pytest.raises(ValueError, match=r"s of shape \(-1, 5\) has a negative size"):
+        C.check_size("s", (-1, 5))
+
+
+def test_the_training_loop_makes_no_check_calls_per_step(tmp_path):
+    """Issue 35's measure: the calls into checks.py (not counting checks.entry's gate and
+    checks.trusted) of a tiny run of 4 steps minus those of 2 steps, both evaluating only at
+    the end: 0 per step (16 before the loop opened checks.trusted)."""
+    import sys
+
+    from mini_transformer import checks
+    from mini_transformer.core import get_preset
+    from mini_transformer.train import train
+
+    def calls(steps: int) -> int:
+        cfg = get_preset("tiny", steps=steps, eval_interval=steps, progress=False, threads=1)
+        n = [0]
+
+        def profile(frame, event, arg):
+            code = frame.f_code
+            gate = code.co_name in ("checked", "checking", "trusted")
+            if event == "call" and code.co_filename == checks.__file__ and not gate:
+                n[0] += 1
+
+        sys.setprofile(profile)
+        try:
+            train(cfg, tmp_path / f"run{steps}", overwrite=True)
+        finally:
+            sys.setprofile(None)
+        return n[0]
+
+    calls(1)  # fills the caches (corpus, tokenizer) the later runs reuse
+    assert calls(4) - calls(2) == 0

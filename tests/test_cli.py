@@ -88,8 +88,10 @@ def test_a_full_disk_exits_1_with_one_line_and_no_temporary_file(tmp_path, capsy
     err = err.strip().splitlines()
     assert len(err) == 1 and "could not write" in err[0] and "file write failed" in err[0]
     assert not list(tmp_path.glob("*.tmp"))
-    # a fresh run that saved nothing leaves nothing behind (issue 26.5)
-    assert not (tmp_path / "config.json").exists() and not (tmp_path / "metrics.jsonl").exists()
+    # its own files stay and say why it ended (issue 36: no clean-up that could delete a user's
+    # file); the folder's lock is gone
+    assert T.read_log(tmp_path / "metrics.jsonl")[-1]["reason"] == "error"
+    assert not (tmp_path / "run.lock").exists()
 
 
 def test_export_refuses_an_out_that_would_be_overwritten_by_its_json(tmp_path, capsys):

@@ -8,6 +8,7 @@ against right and wrong answers in tests/test_exercises_answers.py.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import random
 import signal
@@ -24,6 +25,7 @@ from mini_transformer.exercises import (
     ch6_training,
     checking,
     comparing,
+    running,
 )
 
 
@@ -60,7 +62,7 @@ def value():
 def test_right_answer_passes_with_a_check_mark(square, capsys):
     verdict = exercises.check(square, lambda x: x * x)
     assert verdict and verdict.passed
-    assert capsys.readouterr().out == "✓ test-square: all 1 edge cases and 5 random cases agree.\n"
+    assert capsys.readouterr().out == "✓ test-square: the edge case and 5 random cases agree.\n"
 
 
 def test_verdict_is_not_echoed_by_jupyter(square, capsys):
@@ -174,7 +176,10 @@ def test_an_input_modified_in_place_is_reported(square, capsys):
         return x
 
     assert not exercises.check(square, squares_in_place)
-    assert "modified its argument 1 in place" in capsys.readouterr().out
+    assert "modified its argument x in place" in capsys.readouterr().out
+    # not a plain function (no parameter names read without running its code): in words
+    assert not exercises.check(square, functools.partial(squares_in_place))
+    assert "modified its first argument in place" in capsys.readouterr().out
 
 
 def test_global_random_states_are_left_untouched(square):
@@ -300,25 +305,52 @@ def test_a_function_exercise_without_cases_is_refused():
     assert "test-empty" not in exercises.available()
 
 
-def test_a_checked_prediction_explains_the_right_answer_after_the_verdict(capsys):
+@pytest.fixture
+def prediction():
+    """A checked prediction (2 + 2) with a hint and an explanation, no wrong tries yet."""
+    name = "test-prediction"
+    checking.exercise(
+        name, "predict 2 + 2", mistakes={"off by one": 5}, hint="count on your fingers",
+        explanation="two and two make four",
+    )(lambda: 4)  # fmt: skip
+    checking._WRONG.pop(name, None)
+    yield name
+    checking._REGISTRY.pop(name)
 
-    name = "test-prediction-explained"
-    checking._REGISTRY.pop(name, None)
-    checking.exercise(name, "predict 2 + 2", explanation="two and two make four")(lambda: 4)
-    try:
-        assert not exercises.check(name, 5)
-        wrong = capsys.readouterr().out
-        assert exercises.check(name, 4)
-        right = capsys.readouterr().out
-        assert "Why: two and two make four" in wrong and "Why: two and two make four" in right
-        assert not exercises.check(name, None)
-        assert "Why:" not in capsys.readouterr().out  # no prediction committed yet
-        assert not exercises.check(name, "four")  # the wrong kind: rejected, no spoiler
-        assert "Why:" not in capsys.readouterr().out
-        with pytest.raises(ValueError, match="explanation"):
-            checking.exercise("test-bad", "x", inputs=lambda rng: (1,), explanation="no")
-    finally:
-        checking._REGISTRY.pop(name, None)
+
+def test_a_first_wrong_prediction_gets_a_hint_and_another_try(prediction, capsys):
+    assert not exercises.check(prediction, 5)
+    out = capsys.readouterr().out
+    assert "This looks like: off by one." in out and "Hint: count on your fingers" in out
+    assert "Why:" not in out and "four" not in out and "why=True" in out
+    assert not exercises.check(prediction, 5)  # the same answer again: still a first try
+    assert "Hint:" in capsys.readouterr().out
+    assert not exercises.check(prediction, 3)  # a second, different wrong answer: the why
+    out = capsys.readouterr().out
+    assert "Why: two and two make four" in out and "Hint:" not in out
+
+
+def test_the_explanation_on_request_and_after_a_right_answer(prediction, capsys):
+    assert not exercises.check(prediction, 5, why=True)
+    assert "Why: two and two make four" in capsys.readouterr().out
+    checking._WRONG.pop(prediction)
+    assert exercises.check(prediction, 4)
+    assert "Why: two and two make four" in capsys.readouterr().out
+
+
+def test_no_explanation_and_no_try_used_without_a_prediction_of_the_right_kind(prediction, capsys):
+    assert not exercises.check(prediction, None)
+    assert not exercises.check(prediction, "four")  # the wrong kind: rejected, no spoiler
+    out = capsys.readouterr().out
+    assert "Why:" not in out and "Hint:" not in out and prediction not in checking._WRONG
+
+
+def test_hint_and_explanation_come_together_for_value_exercises_only():
+    with pytest.raises(ValueError, match="explanation and hint"):
+        checking.exercise("test-bad", "x", explanation="no")
+    with pytest.raises(ValueError, match="explanation and hint"):
+        checking.exercise("test-bad", "x", inputs=lambda rng: (1,), explanation="a", hint="b")
+    assert "test-bad" not in exercises.available()
 
 
 # --- messages name the actual difference (issue 25) --------------------------------------
@@ -639,3 +671,131 @@ def test_a_huge_result_comes_back_as_its_description_and_input_is_refused(square
     assert isinstance(verdict.got, str) and verdict.got.startswith("an array of shape (2000001,)")
     assert not exercises.check(square, lambda x: float(input("x? ")))
     assert "input() is not available" in capsys.readouterr().out
+
+
+# --- the time limit is the reader's, results are plain data, nothing outlives (issues 34, 36) --
+
+
+@pytest.fixture
+def slow_reference():
+    """A function exercise whose reference takes 0.3 s a case (3 cases: 0.9 s in all)."""
+    name = "test-slow-reference"
+    exercises.exercise(name, "x + 1", inputs=lambda rng: (float(rng.random()),), n_random=3)(
+        lambda x: time.sleep(0.3) or x + 1
+    )
+    yield name
+    checking._REGISTRY.pop(name)
+
+
+def test_the_time_limit_counts_the_readers_calls_only(slow_reference, mode):
+    verdict = exercises.check(slow_reference, lambda x: x + 1, time_limit=0.5)
+    assert verdict, verdict.message  # the checker's 0.9 s are not the reader's
+    verdict = exercises.check(slow_reference, lambda x: time.sleep(0.3) or x + 1, time_limit=0.5)
+    assert not verdict and "did not finish within 0.5 s in all" in verdict.message
+
+
+@child_only
+def test_the_checkers_own_slowness_is_never_blamed_on_the_reader(slow_reference, monkeypatch):
+    monkeypatch.setattr(running, "_OWN_WORK", 0.1)
+    verdict = exercises.check(slow_reference, lambda x: x + 1)
+    assert not verdict and "not your code" in verdict.message
+    assert "your code did not" not in verdict.message
+
+
+def test_close_values_get_more_digits_and_their_relative_difference():
+    msg = comparing.close(rtol=1e-9, atol=0.0)(0.000262688895, float(np.float32(0.000262688895)))
+    assert msg == (
+        "expected 0.000262688895, got 0.000262688904, a relative difference of 3.3e-08 "
+        "(the tolerance is 1e-09)"
+    )
+
+
+class _Lying(int):  # issue 36: an int whose __int__ and __eq__ lie
+    def __int__(self):
+        return 4
+
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__
+
+
+def test_answers_are_compared_as_their_plain_values_not_their_subclasses(value, mode, capsys):
+    assert not exercises.check(value, _Lying(41))
+    assert "41 is not right" in capsys.readouterr().out
+    assert not exercises.check(value, lambda: _Lying(7))
+    assert exercises.check(value, _Lying(42))  # its value is right: accepted
+    assert checking._plain(np.ma.masked_array([1.0, 2.0])).__class__ is np.ndarray
+
+
+@pytest.fixture
+def in_a_list():
+    """A function exercise taking a list of tensors (as grad-clip does)."""
+    name = "test-list"
+    exercises.exercise(
+        name, "sum of a list", inputs=lambda rng: ([torch.ones(2), {"t": torch.zeros(2)}],)
+    )(lambda xs: xs[0].sum())
+    yield name
+    checking._REGISTRY.pop(name)
+
+
+def test_an_input_changed_in_place_inside_a_list_or_dict_is_reported(in_a_list, mode, capsys):
+    assert exercises.check(in_a_list, lambda xs: xs[0].sum())
+    assert not exercises.check(in_a_list, lambda xs: xs[0].mul_(2).sum() / 2)
+    assert not exercises.check(in_a_list, lambda xs: (xs[1]["t"].add_(1), xs[0].sum())[1])
+    assert capsys.readouterr().out.count("modified its argument xs in place") == 2
+
+
+def _send_to_the_parent(data: bytes) -> None:
+    """What an answer can do in the child: find the result pipe and write its own bytes."""
+    import multiprocessing.connection as mpc
+    import sys
+
+    frame = sys._getframe()
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            if isinstance(value, mpc.Connection) and value.writable:
+                value.send_bytes(data)
+                return
+        frame = frame.f_back
+    raise AssertionError("no pipe found")
+
+
+class _Payload:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):  # unpickled with pickle, this would write the file
+        return (open, (self.path, "w"))
+
+
+@child_only
+def test_the_parent_never_unpickles_what_the_answer_sends(square, tmp_path):
+    import io
+    import pickle
+
+    marker = tmp_path / "unpickled"
+    forged = pickle.dumps(("done", _Payload(str(marker))))
+    verdict = exercises.check(square, lambda x: _send_to_the_parent(forged) or x**2)
+    assert not marker.exists() and not verdict
+    assert "could not be read" in verdict.message
+    buffer = io.BytesIO()  # well-formed plain data of the wrong kinds is refused too
+    torch.save(("done", {"passed": "yes"}), buffer)
+    verdict = exercises.check(square, lambda x: _send_to_the_parent(buffer.getvalue()) or x**2)
+    assert not verdict and "could not read its result" in verdict.message
+
+
+@child_only
+def test_no_process_the_answer_starts_outlives_the_check(square, tmp_path):
+    marker = tmp_path / "outlived"
+
+    def forks(x):
+        if os.fork() == 0:  # a grandchild, in the checking child's process group
+            time.sleep(1.0)
+            marker.write_text("still running")
+            os._exit(0)
+        return x**2
+
+    assert exercises.check(square, forks)
+    time.sleep(2.0)
+    assert not marker.exists()

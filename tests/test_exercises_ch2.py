@@ -1,8 +1,7 @@
 """Chapter 2's new exercises: a right answer passes, and every named mistake is caught and named.
 
-The older chapter-2 exercises (sinusoidal-encoding, sinusoidal-dot-offset, rotation-matrix,
-near-repeat, rope-half) are covered in tests/test_exercises_answers.py. Each check runs with
-a fixed seed so that a failure is reproducible.
+The older chapter-2 exercises (sinusoidal-encoding, near-repeat, rope-half) are covered in
+tests/test_exercises_answers.py. Each check runs with a fixed seed so that a failure replays.
 """
 
 from __future__ import annotations
@@ -17,6 +16,12 @@ from mini_transformer import positional as P
 from mini_transformer.exercises import checking
 
 SEED = 20261125
+
+
+@pytest.fixture(autouse=True)
+def first_try():
+    """Every test starts with no wrong predictions made (the second try is per process)."""
+    checking._WRONG.clear()
 
 
 def infer_base(pe):
@@ -66,11 +71,6 @@ WRONG = {
         None,
     ),
     # mistakes the learner review (2026-11-24) found unnamed in the older exercises
-    "dot-offset: pair index from 1": (
-        "sinusoidal-dot-offset",
-        lambda k, d: float(np.cos(k * 10000.0 ** (-2 * np.arange(1, d // 2 + 1) / d)).sum()),
-        "pair index counted from 1",
-    ),
     "near-repeat: searched from position 0": (
         "near-repeat",
         lambda d, b, n, t: (lambda h: int(h[0]) if len(h) else None)(
@@ -120,10 +120,13 @@ def test_named_mistake_is_caught_and_named(case, capsys):
         assert words in out, out
 
 
-def test_predictions_explain_after_any_committed_answer(capsys):
-    for name, answer in [("pairs-that-wrap", 30), ("rope-same-token", True)]:
-        exercises.check(name, answer)
-        assert "  Why: " in capsys.readouterr().out
+def test_predictions_hint_then_explain_after_a_committed_answer(capsys):
+    for name, answers in [("pairs-that-wrap", (30, 32)), ("rope-same-token", (True,))]:
+        for i, answer in enumerate(answers):
+            exercises.check(name, answer)
+            out = capsys.readouterr().out
+            assert ("  Why: " in out) == (i == len(answers) - 1)
+            assert ("  Hint: " in out) == (i < len(answers) - 1)
     exercises.check("pairs-that-wrap", None)  # nothing committed yet: no explanation
     assert "Why" not in capsys.readouterr().out
 
@@ -207,3 +210,57 @@ def _pe_with(n, d, exponent, cos_first=False):
 def test_sinusoidal_encoding_names_the_learners_mistakes(answer, words, capsys):
     assert not exercises.check("sinusoidal-encoding", answer, seed=1)
     assert f"This looks like: {words}" in capsys.readouterr().out
+
+
+def rope_half_stale(x, pos, base):  # the learner review's second attempt
+    x = x.copy()
+    h = x.shape[1] // 2
+    angle = np.asarray(pos)[:, None] * base ** (-2 * np.arange(h) / (2 * h))
+    a, b = x[:, :h], x[:, h:]
+    a[:] = a * np.cos(angle) - b * np.sin(angle)
+    b[:] = a * np.sin(angle) + b * np.cos(angle)  # a is already rotated here
+    return x
+
+
+def near_repeat_argmax(d, base, n, tol):  # no check for "no hit"
+    dist = np.linalg.norm(P.sinusoidal_encoding(n, d, base=base)[1:] - [0, 1] * (d // 2), axis=1)
+    return int(np.argmax(dist < tol)) + 1
+
+
+@pytest.mark.parametrize(
+    ("name", "answer", "words"),
+    [
+        ("rope-half", rope_half_stale, "the second half computed from the already rotated"),
+        ("near-repeat", near_repeat_argmax, "argmax of an all-False array is 0"),
+    ],
+)
+def test_the_learner_reviews_unnamed_slips_are_named(name, answer, words, capsys):
+    assert not exercises.check(name, answer, seed=SEED)
+    assert f"This looks like: {words}" in capsys.readouterr().out
+
+
+def test_rope_half_states_the_sign_to_compare_with_the_package():
+    assert "compare it with -pos" in checking._get("rope-half").task
+
+
+def near_repeat_through_n(d, base, n, tol):  # the persona's: positions 1..n, one too far
+    pe = P.sinusoidal_encoding(n + 1, d, base=base)
+    hits = [p for p in range(1, n + 1) if np.linalg.norm(pe[p] - pe[0]) < tol]
+    return hits[0] if hits else None
+
+
+def near_repeat_zero_for_none(d, base, n, tol):  # 0, not None, when nothing repeats
+    return near_repeat_through_n(d, base, n - 1, tol) or 0
+
+
+def test_near_repeat_rejects_a_search_one_past_the_table(capsys):
+    assert near_repeat_through_n(2, 1e4, 333, 0.01) == 333  # the first return sits at n
+    assert not exercises.check("near-repeat", near_repeat_through_n, seed=SEED)
+    assert "This looks like: searched pos = 1..n, one too far" in capsys.readouterr().out
+
+
+def test_near_repeat_names_0_for_none_and_not_a_search_from_0(capsys):
+    assert not exercises.check("near-repeat", near_repeat_zero_for_none, seed=SEED)
+    out = capsys.readouterr().out
+    assert "This looks like: 0 for 'no repeat': return None" in out
+    assert "searched from position 0" not in out

@@ -13,8 +13,15 @@ import pytest
 
 from mini_transformer import exercises
 from mini_transformer import positional as P
+from mini_transformer.exercises import checking
 
 SEED = 20261125
+
+
+@pytest.fixture(autouse=True)
+def first_try():
+    """Every test starts with no wrong predictions made (the second try is per process)."""
+    checking._WRONG.clear()
 
 
 def slopes(n):
@@ -60,7 +67,7 @@ def test_memn2n_append_accepts_the_prediction_and_explains(capsys):
         ((0, 16), "a causal scheme"),
         ((8, 0), "middle dimension"),
         ((1, 15), "only the word that was last"),
-        ((7, 1), "is not right"),
+        ((7, 1), "is not right ((a) wrong, (b) right)"),
         (8, "expected a tuple of 2 items, got 8"),  # a bare number instead of the tuple
     ],
 )
@@ -69,9 +76,9 @@ def test_memn2n_append_names_each_mistake(answer, words, capsys):
     out = capsys.readouterr().out
     assert not verdict
     assert words in out, out
-    # A prediction of the right kind is committed: the explanation follows. A value of the
-    # wrong kind is refused without the explanation (it would give the answer away).
-    assert ("Why:" in out) == isinstance(answer, tuple)
+    # A prediction of the right kind is committed: a hint follows (the explanation after a
+    # second wrong one). A value of the wrong kind is refused with neither (no spoiler).
+    assert ("Hint:" in out) == isinstance(answer, tuple) and "Why:" not in out
 
 
 def test_memn2n_append_matches_the_package_encoding():

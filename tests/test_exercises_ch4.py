@@ -12,8 +12,15 @@ import pytest
 import torch
 
 from mini_transformer import exercises
+from mini_transformer.exercises import checking
 
 SEED = 20261125
+
+
+@pytest.fixture(autouse=True)
+def first_try():
+    """Every test starts with no wrong predictions made (the second try is per process)."""
+    checking._WRONG.clear()
 
 
 def masked_softmax(s, m):
@@ -30,8 +37,13 @@ def window_mask(T, w):
     return (j <= i) & (j > i - w)
 
 
+def masked_log_softmax(s, m):
+    lse = s.masked_fill(~m, float("-inf")).logsumexp(-1, keepdim=True)
+    return (s - lse).masked_fill(~m, float("-inf"))
+
+
 RIGHT = {
-    "masked-softmax": masked_softmax,
+    "masked-log-softmax": masked_log_softmax,
     "softmax-jacobian": softmax_jacobian,
     "window-mask": window_mask,
     "prefix-lm-zeros": 39,
@@ -43,7 +55,7 @@ def fill_2_30(s, m):  # the blog post's TensorFlow recipe, zeroing empty rows af
 
 
 def masked_fill_2_30(s, m):  # masked_fill refuses -2**30 in float16
-    return s.masked_fill(~m, -(2**30)).softmax(-1) * m.any(-1, keepdim=True)
+    return s.masked_fill(~m, -(2**30)).log_softmax(-1).masked_fill(~m, float("-inf"))
 
 
 def jacobian_unstable(s):
@@ -53,8 +65,7 @@ def jacobian_unstable(s):
 
 
 WRONG = [
-    ("masked-softmax", fill_2_30, "-2**30"),
-    ("masked-softmax", masked_fill_2_30, "without overflow"),
+    ("masked-log-softmax", masked_fill_2_30, "without overflow"),
     ("softmax-jacobian", jacobian_unstable, "without subtracting the maximum"),
     ("window-mask", lambda T, w: window_mask(T, w + 1), "one token too wide"),
     ("window-mask", lambda T, w: window_mask(T, w) | window_mask(T, w).T, "symmetric window"),
@@ -86,8 +97,11 @@ def test_float16_case_passes_the_finite_fill_and_fails_the_2_30_fill():
     assert torch.isfinite(fill_2_30(s.float(), m)).all()  # float32 alone would not catch it
 
 
-def test_prediction_prints_its_explanation(capsys):
+def test_prediction_hints_then_explains(capsys):
     exercises.check("prefix-lm-zeros", 45)
+    out = capsys.readouterr().out
+    assert "Hint:" in out and "Why:" not in out and "39" not in out
+    exercises.check("prefix-lm-zeros", 61)
     out = capsys.readouterr().out
     assert "Why:" in out and "39" in out
 
@@ -126,3 +140,70 @@ def test_softmax_jacobian_written_out_with_the_maximum_subtracted_passes(capsys)
 
     assert exercises.check("softmax-jacobian", by_hand, seed=SEED)
     assert not exercises.check("softmax-jacobian", jacobian_unstable, seed=SEED)
+
+
+def fill_1e4_in_float16(s, m):  # finfo.min in float32, a fixed fill in float16
+    fill = -1e4 if s.dtype == torch.float16 else torch.finfo(s.dtype).min
+    return s.masked_fill(~m, fill).log_softmax(-1).masked_fill(~m, float("-inf"))
+
+
+def mean_shift_jacobian(s):
+    e = (s - s.mean()).exp()
+    p = e / e.sum()
+    return torch.diag(p) - torch.outer(p, p)
+
+
+NEW_WRONG = [
+    ("masked-log-softmax", fill_1e4_in_float16, "a fixed fill (-1e4)", "float16 scores near"),
+    ("softmax-jacobian", mean_shift_jacobian, "the mean subtracted", "spread both ways"),
+    (
+        "masked-log-softmax",
+        lambda s, m: s.masked_fill(~m, float("-inf")).log_softmax(-1),
+        "-inf - (-inf) = NaN",
+        "a fully masked row",
+    ),
+    (
+        "masked-log-softmax",
+        lambda s, m: s.masked_fill(~m, torch.finfo(s.dtype).min).log_softmax(-1),
+        "the masked entries left finite",
+        "a fully masked row",
+    ),
+    (
+        "masked-log-softmax",
+        lambda s, m: masked_softmax(s, m).log(),
+        "the log of the softmax",
+        "200 below",
+    ),
+    (
+        "masked-log-softmax",
+        lambda s, m: s.masked_fill(~m, -1e4).log_softmax(-1).masked_fill(~m, float("-inf")),
+        "a fixed fill (-1e4)",
+        "near -20000 in float32",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "answer", "words", "case"), NEW_WRONG)
+def test_new_edge_cases_name_each_mistake(name, answer, words, case, capsys):
+    verdict = exercises.check(name, answer, seed=SEED)
+    out = capsys.readouterr().out
+    assert not verdict and case in verdict.case
+    assert "This looks like: " in out and words in out, out
+
+
+def test_masked_log_softmax_agrees_with_the_masked_softmax():
+    s = torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.0, 1.0]], dtype=torch.float64)
+    m = torch.tensor([[True, False, True], [False, False, False]])
+    assert torch.allclose(masked_log_softmax(s, m).exp(), masked_softmax(s, m))
+
+
+def softmax_jacobian_float32(s):  # the persona's: float32 arithmetic for float64 scores
+    p = s.float().softmax(-1)
+    return torch.diag(p) - torch.outer(p, p)
+
+
+def test_softmax_jacobian_wants_the_scores_dtype(capsys):
+    s = torch.tensor([0.0, -104.0], dtype=torch.float64)
+    assert softmax_jacobian_float32(s)[1, 1] == 0 < softmax_jacobian(s)[1, 1]  # 6.8e-46 lost
+    assert not exercises.check("softmax-jacobian", softmax_jacobian_float32, seed=SEED)
+    assert "expected a float64 tensor, got float32" in capsys.readouterr().out

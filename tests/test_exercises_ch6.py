@@ -13,8 +13,15 @@ import pytest
 import torch
 
 from mini_transformer import exercises
+from mini_transformer.exercises import checking
 
 SEED = 20261125
+
+
+@pytest.fixture(autouse=True)
+def first_try():
+    """Every test starts with no wrong predictions made (the second try is per process)."""
+    checking._WRONG.clear()
 
 
 def _ppl_right(z, t):
@@ -74,10 +81,13 @@ def test_checker_names_the_mistake(name, answer, words, capsys):
     assert words in out, out
 
 
-def test_the_prediction_explains_itself_after_the_verdict(capsys):
+def test_the_prediction_explains_itself_after_a_second_wrong_answer(capsys):
     exercises.check("se-prediction", 3)
     out = capsys.readouterr().out
     assert out.startswith("✗ se-prediction: 3 is not right (too small).")
+    assert "Hint:" in out and "Why:" not in out
+    exercises.check("se-prediction", 8)
+    out = capsys.readouterr().out
     assert "Why:" in out and "sqrt(n)" in out
 
 
@@ -106,3 +116,111 @@ def _count_like_the_learner(V, block, d, L, d_ff, positional, bias, table=True, 
 def test_param_count_names_the_learners_mistakes(answer, words, capsys):
     assert not exercises.check("param-count", answer, seed=1)
     assert f"This looks like: {words}" in capsys.readouterr().out
+
+
+def noam(step, d_model, warmup):
+    n = step + 1
+    return d_model**-0.5 * min(n**-0.5, n * warmup**-1.5)
+
+
+NOAM_MISTAKES = [
+    (lambda s, d, w: d**-0.5 * min(s**-0.5 if s else math.inf, s * w**-1.5), "counts from 1"),
+    (lambda s, d, w: d**-0.5 * min((s + 1) ** -0.5, (s + 1) / w), "^-1 instead of ^-1.5"),
+    (lambda s, d, w: d**-0.5 * max((s + 1) ** -0.5, (s + 1) * w**-1.5), "max instead of min"),
+    (lambda s, d, w: min((s + 1) ** -0.5, (s + 1) * w**-1.5), "d_model^-0.5 left out"),
+]
+
+
+def noam_float32(step, d_model, warmup):  # float32 arithmetic: right too (issue 34)
+    n = torch.tensor(step + 1.0)
+    return float(d_model**-0.5 * torch.minimum(n**-0.5, n * torch.tensor(warmup) ** -1.5))
+
+
+def test_noam_schedule_accepts_a_right_answer_and_peaks_at_warmup(capsys):
+    assert exercises.check("noam-schedule", noam, seed=SEED)
+    assert exercises.check("noam-schedule", noam_float32, seed=SEED), capsys.readouterr().out
+    rates = [noam(s, 512, 4000) for s in range(8000)]
+    assert max(range(8000), key=rates.__getitem__) == 3999 and abs(max(rates) - 7.0e-4) < 1e-5
+
+
+@pytest.mark.parametrize(("answer", "words"), NOAM_MISTAKES, ids=[w for _, w in NOAM_MISTAKES])
+def test_noam_schedule_names_each_mistake(answer, words, capsys):
+    assert not exercises.check("noam-schedule", answer, seed=SEED)
+    assert words in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("axis", "words"), [(1, "over the positions"), (0, "over the batch")])
+def test_perplexity_names_a_log_softmax_over_the_wrong_axis(axis, words, capsys):
+    def wrong_axis(z, t):
+        logp = z.double() - torch.logsumexp(z.double(), dim=axis, keepdim=True)
+        return math.exp(-logp.gather(-1, t[..., None]).mean().item())
+
+    assert not exercises.check("perplexity", wrong_axis, seed=SEED)
+    assert f"This looks like: log-softmax {words}" in capsys.readouterr().out
+
+
+def test_grad_clip_refuses_clipping_the_callers_tensors_in_place(capsys):
+    def clip_in_place(grads, max_norm):
+        norm = _global_norm(grads)
+        for g in grads:
+            g.mul_(min(1.0, max_norm / norm))
+        return grads, norm
+
+    assert not exercises.check("grad-clip", clip_in_place, seed=SEED)
+    out = capsys.readouterr().out
+    assert "modified its argument grads in place" in out
+    assert "inputs (a list of 2 tensors of shapes (2,), (2, 1), 0.9)" in out  # not "a list object"
+
+
+class _LyingInt(int):
+    def __int__(self):
+        return 4
+
+
+def test_se_prediction_reads_the_value_of_an_int_subclass(capsys):
+    assert not exercises.check("se-prediction", _LyingInt(2))
+    assert "2 is not right" in capsys.readouterr().out
+
+
+def _ppl_max_over(axis):  # the persona's: the shift's maximum over the wrong axis
+    def ppl(z, t):
+        s = z - z.max(dim=axis, keepdim=True).values
+        logp = s - torch.log(torch.exp(s).sum(-1, keepdim=True))
+        return math.exp(-logp.gather(-1, t[..., None]).mean().item())
+
+    return ppl
+
+
+@pytest.mark.parametrize(("axis", "words"), [(1, "over the positions"), (0, "over the batch")])
+def test_perplexity_names_a_maximum_over_the_wrong_axis(axis, words, capsys):
+    assert not exercises.check("perplexity", _ppl_max_over(axis), seed=SEED)
+    assert f"This looks like: the maximum taken {words}" in capsys.readouterr().out
+
+
+def _clip_adding_norms(grads, max_norm):  # the persona's: norms added, not squares
+    norm = sum(float(g.norm()) for g in grads)
+    return [g * min(1.0, max_norm / norm) for g in grads], norm
+
+
+def test_grad_clip_shows_the_norm_first_and_names_added_norms(capsys):
+    assert not exercises.check("grad-clip", _clip_adding_norms, seed=SEED)
+    out = capsys.readouterr().out
+    assert "the norm: expected 1, got 1.4. This looks like: the tensors' norms added" in out
+
+
+def _clip_like_pytorch(grads, max_norm):  # torch's factor max_norm / (norm + 1e-6)
+    norm = _global_norm(grads)
+    return [g * min(1.0, max_norm / (norm + 1e-6)) for g in grads], norm
+
+
+def _clip_with_pytorch(grads, max_norm):
+    params = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g.clone()
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    return [p.grad for p in params], float(norm)
+
+
+@pytest.mark.parametrize("answer", [_clip_like_pytorch, _clip_with_pytorch])
+def test_grad_clip_accepts_pytorchs_own_formula(answer, capsys):
+    assert exercises.check("grad-clip", answer, seed=SEED), capsys.readouterr().out

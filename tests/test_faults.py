@@ -324,6 +324,6 @@ def test_a_refused_run_leaves_the_existing_run_untouched(tmp_path):
     """The clean-up of a fresh run that saved nothing must not touch a run it refused."""
     T.train(tiny(steps=1, eval_interval=1), tmp_path)
     files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    with pytest.raises(ValueError, match="already holds a checkpoint"):
+    with pytest.raises(ValueError, match="already holds a run"):
         T.train(tiny(steps=1, eval_interval=1), tmp_path)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from mini_transformer import layers
 from mini_transformer.model import POSITIONAL_SCHEMES, TransformerConfig, TransformerLM
 
 torch.set_num_threads(1)  # small tensors: one thread is faster and bit-stable
@@ -47,10 +48,9 @@ def test_config_rejects_an_unknown_positional_scheme():
         TransformerConfig(vocab_size=5, block_size=4, positional="relative")
 
 
-def test_model_rejects_an_odd_head_dimension_for_rope():
-    cfg = TransformerConfig(vocab_size=5, block_size=4, d_model=6, n_heads=2, positional="rope")
+def test_model_rejects_an_odd_head_dimension_for_rope():  # the config, with the model's words
     with pytest.raises(ValueError, match="d_head must be a positive even integer for a rotation"):
-        TransformerLM(cfg)
+        TransformerConfig(vocab_size=5, block_size=4, d_model=6, n_heads=2, positional="rope")
 
 
 def test_config_rejects_a_non_positive_vocab_size():
@@ -335,7 +335,8 @@ def test_only_learned_has_a_position_parameter(positional):
 
 def _check_calls(fn):
     """The calls into mini_transformer/checks.py from outside it made by ``fn()``, as (caller
-    file, function)."""
+    file, function); not the gate ``checks.entry`` puts before a forward and its
+    ``checks.trusted`` scope (they check nothing themselves)."""
     import sys
 
     import mini_transformer.checks as checks
@@ -344,7 +345,8 @@ def _check_calls(fn):
 
     def profile(frame, event, arg):
         caller = frame.f_back.f_code.co_filename
-        if event == "call" and frame.f_code.co_filename == checks.__file__ != caller:
+        gate = frame.f_code.co_name in ("checked", "trusted")
+        if event == "call" and frame.f_code.co_filename == checks.__file__ != caller and not gate:
             calls.append((frame.f_back.f_code.co_filename, frame.f_code.co_name))
 
     sys.setprofile(profile)
@@ -361,8 +363,9 @@ def test_a_models_parts_do_not_recheck_the_hidden_state(positional):
     calls = _check_calls(lambda: model(idx))
     parts = ("layers.py", "attention.py", "positional.py", "alibi.py", "memn2n.py")
     assert not [c for c in calls if c[0].endswith(parts)]
-    if positional == "rope":  # the default: idx's tensor, its scores' size and its ids
-        assert [name for _, name in calls] == ["check_tensor", "check_size", "check_ids"]
+    if positional == "rope":  # the default: idx's tensor and dtype, its scores' size, its ids
+        names = ["check_tensor", "check_choice", "check_size", "check_ids"]
+        assert [name for _, name in calls] == names
 
 
 def _standalone_bad_calls():
@@ -389,14 +392,24 @@ def _standalone_bad_calls():
 @pytest.mark.parametrize("name", sorted(_standalone_bad_calls()))
 def test_standalone_modules_still_check_their_inputs(name):
     module, args, match = _standalone_bad_calls()[name]
-    assert module.check_inputs
     with pytest.raises(ValueError, match=match):
         module(*args)
 
 
-def test_a_model_turns_off_its_parts_checks_without_changing_its_state_dict():
+def test_no_module_carries_a_check_switch():  # checks.entry decides, not a flag a parent flips
     model = make("alibi")
-    flags = {n: m.check_inputs for n, m in model.named_modules() if hasattr(m, "check_inputs")}
-    assert flags and not any(flags.values())
-    assert {"blocks.0.ln1", "blocks.0.attn", "blocks.0.ffn", "alibi", "ln_f"} <= flags.keys()
-    assert all(not k.endswith("check_inputs") for k in model.state_dict())
+    switches = ("check_inputs", "check_token_ids")
+    assert not [n for n, m in model.named_modules() for s in switches if hasattr(m, s)]
+
+
+@pytest.mark.parametrize("positional", ["alibi", "learned", "memn2n", "rope", "sinusoidal"])
+def test_a_part_checks_when_called_directly_and_not_inside_a_model_or_trusted(positional):
+    from mini_transformer import checks
+
+    model, idx = make(positional), torch.zeros(2, 10, dtype=torch.long)
+    part = model.blocks[0].ln1
+    x = torch.randn(2, 10, 16)
+    assert _check_calls(lambda: part(x)) == [(layers.__file__, "check_tensor")]
+    with checks.trusted():
+        assert _check_calls(lambda: (part(x), model(idx))) == []
+    assert [name for _, name in _check_calls(lambda: model(idx))][0] == "check_tensor"

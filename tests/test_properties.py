@@ -980,8 +980,8 @@ def test_stability_config_and_run_name_bad_arguments():
     rejects(lambda: S.StabilityConfig(n_layers=2.5), "n_layers")
     rejects(lambda: S.StabilityConfig(vocab_size=1), "vocab_size")
     # the sizes of the blocks are checked by the blocks, when the model is built
-    rejects(lambda: S.TinyCausalLM(S.StabilityConfig(d_model=30, n_heads=4), "pre"), "d_model")
-    rejects(lambda: S.TinyCausalLM(S.StabilityConfig(activation="tanh"), "pre"), "activation")
+    rejects(lambda: S.xiong_lm(S.StabilityConfig(d_model=30, n_heads=4), "pre"), "d_model")
+    rejects(lambda: S.StabilityConfig(activation="tanh"), "activation")
     run = S.train_run
     rejects(lambda: run("post", lr=-1.0, warmup_steps=0, steps=1), "lr")
     rejects(lambda: run("post", lr=math.nan, warmup_steps=0, steps=1), "lr")

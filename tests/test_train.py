@@ -110,7 +110,7 @@ def test_a_tiny_run_lowers_the_loss_and_writes_its_log(tmp_path):
 
 def test_a_new_run_refuses_a_folder_with_a_checkpoint(tmp_path):
     T.train(tiny(steps=1, eval_interval=1), tmp_path)
-    with pytest.raises(ValueError, match="already holds a checkpoint"):
+    with pytest.raises(ValueError, match="already holds a run"):
         T.train(tiny(steps=1, eval_interval=1), tmp_path)
 
 
@@ -375,3 +375,52 @@ def test_estimate_loss_names_a_bad_argument(kwargs, name, error):
 def test_train_config_names_a_bad_setting(kwargs, error):
     with pytest.raises(error, match=next(iter(kwargs))):
         TrainConfig(**kwargs)
+
+
+# ------------------------------------------------- issue 35.3: the step path trimmed
+
+
+def test_a_cpu_run_measures_its_matmul_ceiling_once(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(T.hardware, "measure_matmul_flops", lambda **kw: calls.append(kw) or 1e11)
+    T.train(tiny(steps=3, eval_interval=1, peak_flops=None), tmp_path)  # 4 evaluations
+    assert len(calls) == 1
+    start, *_ = T.read_log(tmp_path / "metrics.jsonl")
+    assert start["peak_flops"] == 1e11 and "measured once" in start["peak_flops_source"]
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--steps", "0"], "steps must be a positive integer, got 0"),
+        (["--lr", "nan"], "lr must be a finite number >= 0, got nan"),
+        (["--threads", "0"], "threads must be an integer in [1, 1024] or None, got 0"),
+        (["--seed", "-1"], "seed must be an integer in [0, 18446744073709551615], got -1"),
+    ],
+)
+def test_the_train_command_refuses_numbers_with_train_configs_message(
+    tmp_path, capsys, argv, message
+):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--preset", "tiny", "--out", str(tmp_path / "r"), *argv])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and "usage:" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_checkpoints_are_version_3_and_a_version_2_file_loads_but_does_not_resume(
+    tmp_path, monkeypatch
+):
+    model = small_model()
+    opt = T.configure_optimizer(model, TrainConfig())
+    assert torch.load(T.save_checkpoint(tmp_path / "v3.pt", model, opt))["version"] == 3
+    monkeypatch.setattr(checkpoints, "VERSION", 2)  # a file of the version before
+    path = T.save_checkpoint(tmp_path / "v2.pt", model, opt)
+    twin = small_model()
+    torch.nn.init.zeros_(twin.tok_emb.weight)
+    T.load_checkpoint(path, twin)  # the weights load
+    pairs = zip(model.parameters(), twin.parameters(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+    assert T.load_model(path)[0].config == model.config
+    with pytest.raises(ValueError, match="is of an older version: it cannot be resumed"):
+        T.load_checkpoint(path, twin, T.configure_optimizer(twin, TrainConfig()))

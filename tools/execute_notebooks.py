@@ -13,6 +13,10 @@ For each notebook this script
    the appendix page ``book/execution_report.md`` from it.
 
 Usage: ``python tools/execute_notebooks.py [book/NN_name.ipynb ...]`` (default: all chapters).
+
+``python tools/execute_notebooks.py --also-tested "TEXT"`` executes nothing: it records, dated,
+another environment the chapters were checked in (e.g. a newer torch, with the command and the
+result) in the report's "Also tested" section.
 """
 
 from __future__ import annotations
@@ -85,11 +89,11 @@ def _ensure_install_cell(nb: nbformat.NotebookNode) -> None:
 
 def _set_stamp(nb: nbformat.NotebookNode, versions: dict[str, str], seconds: float, when: str):
     text = (
-        "```{admonition} Tested with\n:class: tip\n"
+        ":::{admonition} Tested with\n:class: tip\n"
         f"The outputs on this page were produced on {when} by Python {versions['python']}, "
         f"torch {versions['torch']} and NumPy {versions['numpy']} on a CPU "
         f"(executed in {seconds:.0f} s by `make execute`). If your numbers differ in the last "
-        "digits, compare these versions with yours first.\n```"
+        "digits, compare these versions with yours first.\n:::"
     )
     for cell in nb.cells:
         if "tested-with" in cell.metadata.get("tags", []):
@@ -138,15 +142,18 @@ def execute(path: Path, versions: dict[str, str], when: str) -> dict:
     }
 
 
-def write_report(records: list[dict]) -> None:
+def write_report(records: list[dict], also: str | None = None) -> None:
     REPORT_JSON.parent.mkdir(exist_ok=True)
-    old = {}
-    if REPORT_JSON.exists():
-        old = {r["notebook"]: r for r in json.loads(REPORT_JSON.read_text())["notebooks"]}
+    stored = json.loads(REPORT_JSON.read_text()) if REPORT_JSON.exists() else {}
+    old = {r["notebook"]: r for r in stored.get("notebooks", [])}
     for r in records:
         old[r["notebook"]] = r
     rows = [old[k] for k in sorted(old)]
-    REPORT_JSON.write_text(json.dumps({"notebooks": rows}, indent=2) + "\n")
+    also_tested = stored.get("also_tested", [])
+    if also:
+        also_tested.append({"date": dt.date.today().isoformat(), "text": also})
+    report = {"notebooks": rows, "also_tested": also_tested}
+    REPORT_JSON.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     lines = [
         "# Execution report",
         "",
@@ -173,10 +180,19 @@ def write_report(records: list[dict]) -> None:
         "Times are wall-clock seconds on the machine that ran `make execute`; a 2-core CPU",
         "is the budget the book is written for (about a minute a chapter).",
     ]
+    if also_tested:
+        lines += ["", "## Also tested", ""]
+        lines += [f"- {a['date']}: {a['text']}" for a in also_tested]
     REPORT_MD.write_text("\n".join(lines) + "\n")
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--also-tested"]:
+        if len(argv) != 2 or not argv[1].strip():
+            print('usage: python tools/execute_notebooks.py --also-tested "TEXT"', file=sys.stderr)
+            return 2
+        write_report([], also=argv[1].strip())
+        return 0
     os.environ.setdefault("PYTHONHASHSEED", "0")
     paths = [Path(a).resolve() for a in argv] or sorted(BOOK.glob("[0-9]*.ipynb"))
     versions = _versions()

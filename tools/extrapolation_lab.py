@@ -287,7 +287,11 @@ def parser() -> argparse.ArgumentParser:
     """The tool's arguments (also used by the tests to parse the commands stored in JSON)."""
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     p.add_argument("--out", default=None, help="write the JSON results here (default: print only)")
-    p.add_argument("--overwrite", action="store_true", help="--out may be a committed result")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --out (a committed result too)",
+    )
     p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=positive_int, default=LabConfig.steps)
     p.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=SCHEMES)
@@ -338,7 +342,7 @@ def _read_json(path: str) -> dict:
     try:
         with open(path) as f:
             return json.load(f)
-    except json.JSONDecodeError as err:
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError (a binary file)
         raise ValueError(f"{path} is not a JSON file ({err})") from None
 
 
@@ -381,8 +385,8 @@ def _sweep(args: argparse.Namespace, cfg: LabConfig, command: str) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     """Run the sweep (or ``--merge`` parts) and write ``--out``; return the result.
 
-    Every argument and ``--out`` are checked before any training (exit 2 with usage; a
-    committed result only with ``--overwrite``); a failure once training began exits
+    Every argument and ``--out`` are checked before any training (exit 2 with usage; an
+    existing file only with ``--overwrite``, an input never); a failure once training began exits
     with 1. The JSON is rewritten after every run (``"complete": false`` until the end).
     """
     p = parser()
@@ -390,8 +394,9 @@ def main(argv: list[str] | None = None) -> dict:
     command = command_line(PROG, argv)
 
     def check():
-        if args.out:
-            check_output_file(args.out, overwrite=args.overwrite)
+        if args.out:  # never over one of the files it reads
+            inputs = [*(args.merge or []), *(a.partition("=")[2] for a in args.attach)]
+            check_output_file(args.out, overwrite=args.overwrite, inputs=inputs)
         if args.attach and not args.merge:
             raise ValueError("--attach only works together with --merge")
         if args.merge:  # reading and merging the parts is the check; nothing runs

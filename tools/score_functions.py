@@ -21,6 +21,9 @@ other jobs, one thread)::
 (the command is stored in the file; it ran as ``python -m mini_transformer.scoring`` with
 the same flags before the command line moved here on 2026-11-23). Rerunning it over the
 committed file needs ``--overwrite``; without it the tool exits with status 2.
+
+The committed file predates the recording of commit, date and load (issue 33): its provenance
+is the command, the device line and ``recorded_as`` (a rerun records them all).
 """
 
 from __future__ import annotations
@@ -90,7 +93,11 @@ def parser() -> argparse.ArgumentParser:
     """The tool's arguments (also used by the tests to parse the command stored in JSON)."""
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--overwrite", action="store_true", help="--out may be a committed result")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --out (a committed result too)",
+    )
     p.add_argument("--d-ks", type=positive_int, nargs="+", default=[4, 16, 64, 256, 1024])
     p.add_argument("--lrs", type=positive_float, nargs="+", default=[1e-3, 1e-2])
     p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])

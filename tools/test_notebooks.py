@@ -5,9 +5,12 @@
    repository's source, so package data missing from the wheel fails here.
 2. Copy each chapter, alone, into an empty folder of its own: a chapter that reads a path
    relative to the repository (``data/x.json``, ``../mini_transformer``) fails here.
-3. In those folders, run nbval (every stored output reproduced, strict mode) and, at the same
-   time on the second core, ``tests/notebooks/rerun_check.py`` (every code cell prints the
-   same text when run twice in a row).
+3. In those folders, run at the same time, on the two cores: nbval (every stored output
+   reproduced, strict mode); nbval again under *another CPU's arithmetic* (``OTHER_CPU``:
+   torch's portable kernels instead of this CPU's AVX2/AVX-512 ones, and MKL's conditional
+   numerical reproducibility set to its SSE2 code path), so that an assert or a printed digit
+   that holds only on the machine that made the outputs fails here too; and
+   ``tests/notebooks/rerun_check.py`` (every code cell prints the same text when run twice).
 
 Usage: ``python tools/test_notebooks.py [book/NN_name.ipynb ...]`` (default: all chapters).
 Exits with the first non-zero status of the two pytest runs.
@@ -24,6 +27,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
+# Another CPU's arithmetic, reproduced on this one: torch dispatches its vectorised kernels by
+# CPU (AVX-512 here, AVX2 or none elsewhere) and MKL picks its matmul code path the same way.
+# Each reorders float32 sums, so a value printed to its last digit, or compared at rtol 1e-6,
+# differs. Both variables are read once, at import time.
+OTHER_CPU = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
+KERNELS = "import torch; print(torch.backends.cpu.get_cpu_capability())"
 
 
 def install_wheel(where: Path) -> Path:
@@ -83,15 +92,36 @@ def main(argv: list[str]) -> int:
             print(f"the wheel is not what the chapters import: {found}", file=sys.stderr)
             return 1
         print(f"chapters run alone in {chapters}; mini_transformer {found[1]} from {site}")
-        nbval = subprocess.Popen(
-            PYTEST + ["--nbval", "--nbval-current-env", "--nbval-sanitize-with",
-                      str(where / "nbval_sanitize.cfg"), str(chapters)],
-            env=env, cwd=where,
-        )  # fmt: skip
+        other = dict(env, **OTHER_CPU)
+        native, portable = (
+            subprocess.run(
+                [sys.executable, "-c", KERNELS], env=e, capture_output=True, text=True
+            ).stdout.strip()
+            for e in (env, other)
+        )
+        print(f"nbval twice: this CPU's kernels ({native}) and another CPU's ({portable}, "
+              f"{' '.join(f'{k}={v}' for k, v in OTHER_CPU.items())})")  # fmt: skip
+        copy = where / "other_cpu"
+        shutil.copytree(chapters, copy)
+        nbval = [
+            subprocess.Popen(
+                PYTEST
+                + [
+                    "--nbval",
+                    "--nbval-current-env",
+                    "--nbval-sanitize-with",
+                    str(where / "nbval_sanitize.cfg"),
+                    str(folder),
+                ],
+                env=e,
+                cwd=where,
+            )  # fmt: skip
+            for folder, e in ((chapters, env), (copy, other))
+        ]
         rerun = subprocess.Popen(
             PYTEST + [str(ROOT / "tests" / "notebooks" / "rerun_check.py")], env=env, cwd=where
         )
-        codes = [nbval.wait(), rerun.wait()]
+        codes = [p.wait() for p in nbval] + [rerun.wait()]
     return next((c for c in codes if c), 0)
 
 

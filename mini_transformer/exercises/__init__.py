@@ -11,7 +11,9 @@ case where it differs from the reference (otherwise it cannot be the bug).
 Fresh cases on every call, so an answer cannot pass by memorising inputs; a failure names
 the seed, and ``check(name, answer, seed=...)`` replays it. The reader's code cannot break the
 notebook: its exceptions are reported, never raised, and on Linux it runs in a forked child
-that is killed when its time is up (``running.py``).
+that is killed when its time is up (``running.py``). A *checked prediction* (a value) gets a
+hint and a second try after a first wrong answer; its explanation follows a right answer, a
+second wrong one, or ``check(name, answer, why=True)``.
 
 In a chapter::
 

@@ -1,6 +1,5 @@
-"""Chapter 1's exercises (why position): binary codes, neighbour distances, the first
-return of (sin pos, cos pos), the position's share of the norm, a linear probe.
-"""
+"""Chapter 1's exercises (why position): binary codes, circles, the first return of
+(sin pos, cos pos), the position's share of the norm, a linear probe, the scalar's readout."""
 
 from __future__ import annotations
 
@@ -37,24 +36,6 @@ exercise(
 )(_bits)
 
 
-def _distances(pe: np.ndarray, squared: bool = False, to_first: bool = False) -> np.ndarray:
-    sq = ((pe[1:] - (pe[0] if to_first else pe[:-1])) ** 2).sum(axis=1)  # ||PE[p+1] - PE[p]||^2
-    return sq if squared else np.sqrt(sq)
-
-
-exercise(
-    "neighbour-distances",
-    "f(pe) -> the Euclidean distances between consecutive rows of the (n, d) array pe, "
-    "shape (n - 1,).",
-    inputs=lambda rng: (rng.standard_normal((int(rng.integers(2, 40)), int(rng.integers(1, 9)))),),
-    edge_cases={"two rows, one column": (np.array([[0.0], [-3.0]]),)},
-    mistakes={
-        "squared distances (no square root)": partial(_distances, squared=True),
-        "distances to row 0 instead of to the previous row": partial(_distances, to_first=True),
-    },
-)(_distances)
-
-
 def _first_return(tol: float = 0.01) -> int:
     pos = np.arange(1, 100_000)
     return int(pos[np.argmax(np.hypot(np.sin(pos), np.cos(pos) - 1.0) < tol)])
@@ -65,8 +46,16 @@ exercise(
     "The first position pos >= 1 whose point (sin pos, cos pos) lies within 0.01 of the "
     "point of position 0 (an integer).",
     mistakes={
-        "the first return within 0.05, not 0.01": _first_return(0.05),
+        "the first return within 0.1 (or 0.05), not 0.01: the squared distance compared "
+        "with 0.01 is the distance compared with 0.1": _first_return(0.1),
+        "355 = 113 pi is half a turn: sin 355 ~ 0 but cos 355 ~ -1, the far side of the "
+        "circle (compare both coordinates)": 355,
+        "only the sine compared with 0: it is 0 at every half turn too": 22,
+        "the first return within 0.001, not 0.01": _first_return(0.001),
+        "only the cosine compared with 1: the sine is -0.13 there, the point 0.13 away": 25,
         "one turn, 2 pi ~ 6 radians (the circle never closes exactly)": 6,
+        "off by one, an index and not a position: in an array that starts at pos = 1, "
+        "index i holds position i + 1": _first_return() - 1,
     },
     compare=exact_int,
 )(_first_return)
@@ -160,7 +149,7 @@ exercise(
 )(_circles)
 
 
-def scalar_readout_accuracy(n_positions: int) -> float:
+def scalar_readout_accuracy(n_positions: int, half_gap: float | None = None) -> float:
     """The expected share of positions read back right from ``e + (pos/N) u_0`` by the
     nearest code, with ``e ~ N(0, I)``, whatever ``d_model`` is.
 
@@ -174,7 +163,8 @@ def scalar_readout_accuracy(n_positions: int) -> float:
     """
     if n_positions == 1:
         return 1.0
-    phi = 0.5 * (1.0 + math.erf(1.0 / (2 * n_positions) / math.sqrt(2.0)))  # Phi(1/(2N))
+    half_gap = 1.0 / (2 * n_positions) if half_gap is None else half_gap  # of the codes' gap
+    phi = 0.5 * (1.0 + math.erf(half_gap / math.sqrt(2.0)))  # Phi(1/(2N))
     return ((n_positions - 2) * (2 * phi - 1) + 2 * phi) / n_positions
 
 
@@ -182,15 +172,23 @@ exercise(
     "scalar-readout",
     "Predict, before measuring: the share of positions the nearest-code readout gets right "
     "for the scalar pos/N in channel 0 of x = e + (pos/N) u_0, e ~ N(0, I), with N = 20 "
-    "positions and d_model = 4096 (a number between 0 and 1, within 0.01).",
+    "positions and d_model = 4096 (a number between 0 and 1, within 0.003).",
     mistakes={
         "chance, 1/N = 0.05: the two end positions are read right about half the time": 0.05,
-        "the N = 10 value of the chapter's table (0.13): with twice the positions, the codes "
-        "are half as far apart": 0.133,
+        "the share for N = 10 positions: with twice the positions, the codes are half as "
+        "far apart": scalar_readout_accuracy(10),
+        "a position read right when its noise is within the whole gap 1/N of zero; the "
+        "nearest code is its own while the noise is within half the gap, 1/(2N)": (
+            scalar_readout_accuracy(20, half_gap=1 / 20)
+        ),
         "0, 'drowned': the share of the squared norm is tiny, but the readout only looks at "
         "the channel that differs": 0.0,
     },
-    compare=close(rtol=0.0, atol=0.01),
+    compare=close(rtol=0.0, atol=0.003),
+    hint="only channel 0 differs between the codes, so the other channels add the same "
+    "amount to every candidate's distance. In channel 0 the codes sit 1/N apart: how likely "
+    "is N(0, 1) noise to leave an inner position nearest its own code, and an end position, "
+    "which has one neighbour only?",
     explanation=(
         "the codes differ only in channel 0, so the other 4095 channels add the same noise to "
         "every candidate's distance and cancel: d_model does not matter. The 20 codes sit "

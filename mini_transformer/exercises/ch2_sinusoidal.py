@@ -1,7 +1,5 @@
-"""Chapter 2's exercises (sinusoidal encoding): the encoding, the dot product as a function
-of the offset, the rotation matrix, near repeats, RoPE by halves, two checked predictions
-(how many pairs wrap; RoPE's symmetric case) and reading the base off a stored table.
-"""
+"""Chapter 2's exercises (sinusoidal encoding): the encoding, near repeats, RoPE by halves,
+two checked predictions (pairs that wrap, RoPE's symmetric case), the base of a stored table."""
 
 from __future__ import annotations
 
@@ -47,64 +45,17 @@ exercise(
 )(_pe)
 
 
-def _dot(k: int, d: int, sin=False, per_column=False, exponent=2, first=0) -> float:
-    # PE[pos] . PE[pos + k] = sum_i sin a sin(a + k w_i) + cos a cos(a + k w_i) = sum_i cos(k w_i)
-    n, f = (d if per_column else d // 2), (math.sin if sin else math.cos)
-    return float(sum(f(k * 10000.0 ** (-exponent * i / d)) for i in range(first, first + n)))
-
-
-exercise(
-    "sinusoidal-dot-offset",
-    "f(k, d_model) -> PE[pos] . PE[pos + k] (a float) for the paper's encoding, without "
-    "building the encoding.",
-    inputs=lambda rng: (int(rng.integers(-200, 201)), _even(rng)),
-    edge_cases={"offset 0": (0, 8), "negative offset": (-5, 6), "two channels": (3, 2)},
-    mistakes={
-        "sines instead of cosines": partial(_dot, sin=True),
-        "one frequency per column (d_model terms with exponent 2i/d_model for every "
-        "column i)": partial(_dot, per_column=True),
-        "exponent i/d_model instead of 2i/d_model": partial(_dot, exponent=1),
-        "pair index counted from 1 (i = 1..d_model/2): the fastest pair, omega = 1, is "
-        "missing": partial(_dot, first=1),
-    },
-)(_dot)
-
-
-def _rotation(offset: int, d_model: int, sign: int = 1, reverse: bool = False) -> np.ndarray:
-    # PE[pos + k] in block i from PE[pos]: sin(a + b) = sin a cos b + cos a sin b,
-    # cos(a + b) = cos a cos b - sin a sin b.
-    r = np.zeros((d_model, d_model))
-    for i, w in enumerate(_omega(d_model)):
-        c, s = math.cos(offset * w), sign * math.sin(offset * w)
-        r[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = [[c, s], [-s, c]]
-    return r[::-1, ::-1].copy() if reverse else r
-
-
-exercise(
-    "rotation-matrix",
-    "f(offset, d_model) -> the (d_model, d_model) matrix R with PE[pos + offset] = R @ PE[pos] "
-    "for every pos (paper layout, base 10000).",
-    inputs=lambda rng: (int(rng.integers(-100, 101)), _even(rng)),
-    edge_cases={"offset 0 (the identity)": (0, 4), "offset 1, two channels": (1, 2)},
-    mistakes={
-        "the transpose R(-offset): rotates the wrong way (PE[pos - offset])": partial(
-            _rotation, sign=-1
-        ),
-        "frequencies in reverse order (slowest pair first)": partial(_rotation, reverse=True),
-    },
-)(_rotation)
-
-
-def _near_repeat(d_model, base, n, tol, shift=0, exponent=2) -> int | None:
+def _near_repeat(d_model, base, n, tol, shift=0, exponent=2, argmax=False) -> int | None:
     pe = _pe(n, d_model, base, exponent)
-    hits = np.flatnonzero(np.linalg.norm(pe[1:] - pe[0], axis=1) < tol)  # positions 1..n-1
-    return int(hits[0]) + 1 - shift if len(hits) else None
+    near = np.linalg.norm(pe[1:] - pe[0], axis=1) < tol  # positions 1..n-1
+    hits = np.flatnonzero(near)
+    return int(np.argmax(near)) + 1 if argmax else int(hits[0]) + 1 - shift if len(hits) else None
 
 
 exercise(
     "near-repeat",
     "f(d_model, base, n, tol) -> the smallest pos in 1..n-1 with ||PE[pos] - PE[0]|| < tol "
-    "for the sinusoidal encoding with that base, or None if there is none.",
+    "for the sinusoidal encoding with that base (rows 0..n-1), or None if there is none.",
     inputs=lambda rng: (
         _even(rng, 5),
         float(10 ** rng.uniform(0.5, 4)),
@@ -113,28 +64,37 @@ exercise(
     ),
     edge_cases={
         "d_model 2, the first return": (2, 10000.0, 400, 0.01),
-        "no repeat in range": (2, 10000.0, 300, 0.01),
+        "no repeat in range (the first one is at pos = n, one past it)": (2, 10000.0, 333, 0.01),
         "one position": (4, 100.0, 1, 0.5),
     },
     mistakes={
         "an index into PE[1:], one less than the position": partial(_near_repeat, shift=1),
         "exponent i/d_model instead of 2i/d_model": partial(_near_repeat, exponent=1),
-        "searched from position 0, which always repeats itself (distance 0)": lambda d, b, n, t: (
-            0 if n >= 1 else None
+        "searched from position 0, which always repeats itself (distance 0)": lambda *a: (
+            None if _near_repeat(*a) is None else 0
         ),
+        "0 for 'no repeat': return None when no position qualifies": lambda *a: (
+            _near_repeat(*a) if _near_repeat(*a) is not None else 0
+        ),
+        "searched pos = 1..n, one too far: PE has rows 0..n-1": lambda d, b, n, t: _near_repeat(
+            d, b, n + 1, t
+        ),
+        "argmax of an all-False array is 0, so 'no hit' came back as position 1: check that "
+        "there is a hit (None when there is none)": partial(_near_repeat, argmax=True),
     },
     compare=exact_int,
 )(_near_repeat)
 
 
-def _rope_half(x, pos, base, sign=1, interleaved=False, exponent=2) -> np.ndarray:
+def _rope_half(x, pos, base, sign=1, interleaved=False, exponent=2, stale=False) -> np.ndarray:
     # (u, v) -> (u cos a - v sin a, u sin a + v cos a), a = pos * base^(-2i/d)
     d = x.shape[1]
     ang = np.asarray(pos, dtype=np.float64)[:, None] * _omega(d, base, exponent)[None, :]
     c, s = np.cos(ang), sign * np.sin(ang)
     u, v = (slice(0, d, 2), slice(1, d, 2)) if interleaved else (slice(0, d // 2), slice(d // 2, d))
     out = np.empty_like(x, dtype=np.float64)
-    out[:, u], out[:, v] = x[:, u] * c - x[:, v] * s, x[:, u] * s + x[:, v] * c
+    out[:, u] = x[:, u] * c - x[:, v] * s
+    out[:, v] = (out if stale else x)[:, u] * s + x[:, v] * c
     return out
 
 
@@ -146,7 +106,8 @@ def _rope_inputs(rng: np.random.Generator) -> tuple:
 exercise(
     "rope-half",
     "f(x, pos, base) -> RoPE in the half-split (concat) layout: for x of shape (T, d), rotate "
-    "each pair (x[:, i], x[:, i + d/2]) by the angle pos * base^(-2i/d), counter-clockwise.",
+    "each pair (x[:, i], x[:, i + d/2]) by the angle +pos * base^(-2i/d), counter-clockwise "
+    "(RoFormer's sign; P.RotaryEmbedding rotates by -pos * omega, so compare it with -pos).",
     inputs=_rope_inputs,
     edge_cases={"position 0 (unchanged)": (np.arange(4.0)[None, :], np.array([0]), 1e4)},
     mistakes={
@@ -159,6 +120,10 @@ exercise(
         ),
         "exponent i/d instead of 2i/d: the frequencies fall too slowly": partial(
             _rope_half, exponent=1
+        ),
+        "the second half computed from the already rotated first half: keep the original "
+        "x[:, :d/2] for both halves (a copy, or both halves in one expression)": partial(
+            _rope_half, stale=True
         ),
     },
 )(_rope_half)
@@ -177,6 +142,8 @@ exercise(
         "just under one half": 32,
     },
     compare=exact_int,
+    hint="pair i turns once every 2 pi / omega_i = 2 pi * 10000^(2i/128) positions: solve "
+    "2 pi * 10000^(2i/128) < 512 for i, and remember that i counts from 0.",
     explanation=(
         "lambda_i = 2 pi * 10000^(2i/128) is below 512 while 2i/128 is below "
         "log10(512 / (2 pi)) / 4 = 0.478, that is for i = 0..30: 31 pairs. The fraction "
@@ -201,6 +168,8 @@ exercise(
         "R(k) differs from R(-k), but the score q^T R(k) q does not see the difference": False
     },
     compare=_bool_answer,
+    hint="take one pair: q_i^T R_i(k) q_i with R_i(k) the 2 x 2 rotation by k omega_i. Write "
+    "it out with cos and sin: which term would change sign with k, and what is it here?",
     explanation=(
         "Each pair contributes q_i^T R_i(k) q_i = |q_i|^2 cos(k w_i): the sine terms cancel "
         "because q_i is rotated against itself. The score is sum_i |q_i|^2 cos(k w_i), even "

@@ -164,6 +164,8 @@ exercise(
         "only the word that was last moves (its l_kJ = k/d)": (1, 15),
     },
     compare=close(rtol=0, atol=0),
+    hint="write l_kj = (1 - k/d) + (j/J)(2k/d - 1) and set J = T: which of its parts change "
+    "when T goes from 8 to 9, for which j, and is there a k where they cannot matter?",
     explanation=(
         "l_kj = (1 - k/d) + (j/J)(2k/d - 1). With J = T every fraction j/J changes when T grows "
         "from 8 to 9 (1/8 -> 1/9, ..., 8/8 -> 8/9), so all 8 factors change, in every dimension "

@@ -1,7 +1,5 @@
-"""Chapter 4's exercises (attention): the causal mask, masked softmax, attention, the
-prefix-LM mask, the softmax Jacobian, a sliding-window mask, and a checked prediction (how
-many blocks of a prefix-LM layer's Jacobian are exactly zero).
-"""
+"""Chapter 4's exercises (attention): masked softmax and its log, the prefix-LM mask, the
+softmax Jacobian, a sliding-window mask, the zeros of a prefix-LM's Jacobian (a prediction)."""
 
 from __future__ import annotations
 
@@ -22,33 +20,15 @@ def _bool_mask(T: int, allowed) -> torch.Tensor:
     ).reshape(T, T)
 
 
-exercise(
-    "causal-mask",
-    "f(T) -> a (T, T) bool tensor, True where query i may attend to key j (j <= i).",
-    inputs=lambda rng: (int(rng.integers(1, 13)),),
-    edge_cases={"T = 1": (1,), "T = 3": (3,)},
-    mistakes={
-        "the transpose (j >= i): every query sees the future": lambda T: (
-            torch.ones(T, T).triu().bool()
-        ),
-        "strict (j < i): a token may not see itself": lambda T: torch.ones(T, T).tril(-1).bool(),
-        "a float 0/1 mask: PyTorch adds a float mask to the scores": lambda T: torch.ones(
-            T, T
-        ).tril(),
-    },
-    compare=close(same_dtype=True),
-)(lambda T: _bool_mask(T, lambda i, j: j <= i))
-
-
-def _softmax_rows(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Row by row: softmax over the allowed keys (shifted by their maximum), 0 elsewhere."""
-    out = torch.zeros_like(scores, dtype=torch.float64)
+def _softmax_rows(scores: torch.Tensor, mask: torch.Tensor, log: bool = False) -> torch.Tensor:
+    """Row by row: softmax (or its log) over the allowed keys (shifted by their maximum), 0
+    (log 0 = -inf) elsewhere."""
+    out = torch.full(scores.shape, -math.inf if log else 0.0, dtype=torch.float64)
     for i in range(scores.shape[0]):
         allowed = mask[i]
         if allowed.any():
-            s = scores[i, allowed].double()
-            e = torch.exp(s - s.max())
-            out[i, allowed] = e / e.sum()
+            s = scores[i, allowed].double() - scores[i, allowed].double().max()
+            out[i, allowed] = s - s.exp().sum().log() if log else s.exp() / s.exp().sum()
     return out.to(scores.dtype)
 
 
@@ -62,90 +42,60 @@ def _masked_softmax_inputs(rng: np.random.Generator) -> tuple:
     return scores, mask
 
 
-def _softmax_fill_2_30(s, m):
-    """The blog post's TensorFlow recipe: add -2**30 where masked, then zero empty rows."""
-    return (s + (~m) * -(2**30)).softmax(-1) * m.any(-1, keepdim=True)
+_FIXED_FILL = (  # a fill like -1e4 loses to allowed scores below it, in float32 and in float16
+    "a fixed fill (-1e4): allowed scores below it lose to the masked ones; fill with "
+    "torch.finfo(scores.dtype).min"
+)
+_T, _F = True, False
+_LARGE = {  # allowed scores far below zero (float16: 16 apart, its spacing there)
+    "allowed scores near -20000 in float32": (
+        torch.tensor([[-20000.0, -20001.0, 5.0], [1.0, 2.0, 3.0]]),
+        torch.tensor([[_T, _T, _F], [_F, _F, _F]]),
+    ),
+    "float16 scores near -20000, with a fully masked row": (
+        torch.tensor([[-20000.0, -20016.0, 0.0], [0.5, -1.0, 2.0]], dtype=torch.float16),
+        torch.tensor([[_T, _T, _F], [_F, _F, _F]]),
+    ),
+}
 
 
 exercise(
-    "masked-softmax",
-    "f(scores, mask) -> softmax over the last axis of scores where mask is True, exactly 0 "
-    "where it is False, an all-zero row where a row is fully masked; same dtype as scores.",
+    "masked-log-softmax",
+    "f(scores, mask) -> the log of the masked softmax, computed without NaN: log-softmax over "
+    "the True entries of each row, -inf (log 0) at the False ones and along a fully masked "
+    "row; same dtype as scores.",
     inputs=_masked_softmax_inputs,
     edge_cases={
         "a fully masked row": (
             torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]]),
-            torch.tensor([[True, False, True], [False, False, False]]),
+            torch.tensor([[_T, _F, _T], [_F, _F, _F]]),
         ),
-        "large scores in float32": (
-            torch.tensor([[1000.0, 998.0, 990.0], [-1000.0, -1001.0, 5.0]]),
-            torch.tensor([[True, True, False], [True, True, False]]),
-        ),
-        "one allowed key": (torch.tensor([[3.0, 4.0]]), torch.tensor([[False, True]])),
-        # float16: the blog post's fill -2**30 does not exist there (it becomes -inf), so with
-        # a fully masked row it gives NaN again; finfo(float16).min = -65504 stays finite.
         "float16, with a fully masked row": (
-            torch.tensor(
-                [[1.0, 2.0, 3.0], [0.5, -1.0, 2.0], [-3.0, 4.0, 0.0]], dtype=torch.float16
-            ),
-            torch.tensor([[True, False, True], [False, False, False], [True, True, True]]),
+            torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]], dtype=torch.float16),
+            torch.tensor([[_T, _F, _T], [_F, _F, _F]]),
         ),
+        "an allowed score 200 below its row's maximum (its probability underflows)": (
+            torch.tensor([[0.0, -200.0, 1.0], [3.0, 1.0, -1.0]]),
+            torch.tensor([[_T, _T, _F], [_T, _T, _T]]),
+        ),
+        **_LARGE,
     },
     mistakes={
-        "the blog post's fill -2**30: in float16 it overflows to -inf, so a fully masked row "
-        "is NaN again (use torch.finfo(scores.dtype).min)": _softmax_fill_2_30,
-        "masked scores filled with -inf: a fully masked row becomes 0/0 = NaN": lambda s, m: (
-            s.masked_fill(~m, float("-inf")).softmax(-1)
+        "masked scores filled with -inf: along a fully masked row, -inf - (-inf) = "
+        "NaN": lambda s, m: s.masked_fill(~m, -math.inf).log_softmax(-1),
+        "the masked entries left finite: a probability of 0 has log -inf": lambda s, m: (
+            s.masked_fill(~m, torch.finfo(s.dtype).min).log_softmax(-1)
         ),
-        "softmax over all keys, then zeroed (the row no longer sums to 1)": lambda s, m: (
-            s.softmax(-1) * m
+        _FIXED_FILL: lambda s, m: (
+            s.masked_fill(~m, -1e4).log_softmax(-1).masked_fill(~m, -math.inf)
         ),
-        "exp without subtracting the row maximum: overflows for large scores": lambda s, m: (
-            (s.exp() * m) / (s.exp() * m).sum(-1, keepdim=True).clamp_min(1e-300)
-        ),
+        "the log of the softmax: a probability that underflows to 0 gives -inf where the "
+        "log-probability is finite; subtract the logsumexp instead": lambda s, m: _softmax_rows(
+            s, m
+        ).log(),
     },
-    compare=close(same_dtype=True),  # float16 and bfloat16: to their own precision
-)(_softmax_rows)
-
-
-def _attention_inputs(rng: np.random.Generator) -> tuple:
-    T_q, T_k, d_v = (int(n) for n in rng.integers(1, 7, size=3))
-    d_k = int(rng.choice([1, 4, 16, 64]))
-    q = random_tensor(rng, T_q, d_k)  # drawn in this order: q, k, v
-    k = random_tensor(rng, T_k, d_k)
-    v = random_tensor(rng, T_k, d_v)
-    mask = torch.from_numpy(rng.random((T_q, T_k)) < 0.7)
-    mask[:, int(rng.integers(T_k))] = True  # every query may attend to at least one key
-    return q, k, v, mask
-
-
-def _attention(q, k, v, mask, by: str = "sqrt(d_k)"):
-    # weights = softmax(q k^T / sqrt(d_k)) over the allowed keys, out = weights v
-    d_k, d_v = q.shape[-1], v.shape[-1]
-    scale = {"sqrt(d_k)": 1 / math.sqrt(d_k), "d_k": 1 / d_k, "sqrt(d_v)": 1 / math.sqrt(d_v)}
-    w = _softmax_rows(q @ k.T * scale.get(by, 1.0), mask)
-    return w @ v, w
-
-
-exercise(
-    "attention-weights",
-    "f(q, k, v, mask) -> (out, weights) of masked scaled dot-product attention: weights = "
-    "softmax(q k^T / sqrt(d_k)) with masked keys at 0, out = weights v.",
-    inputs=_attention_inputs,
-    edge_cases={
-        "d_k = 64, where the scaling matters": (
-            torch.linspace(-1, 1, 128).reshape(2, 64).double(),
-            torch.linspace(1, -1, 192).reshape(3, 64).double(),
-            torch.arange(6.0).reshape(3, 2).double(),
-            torch.ones(2, 3, dtype=torch.bool),
-        )
-    },
-    mistakes={
-        "no 1/sqrt(d_k) scaling": partial(_attention, by="nothing"),
-        "divided by d_k instead of sqrt(d_k)": partial(_attention, by="d_k"),
-        "divided by sqrt(d_v) instead of sqrt(d_k)": partial(_attention, by="sqrt(d_v)"),
-    },
-)(_attention)
+    compare=close(atol=0.01, same_dtype=True),  # float32 scores near -20000 are 0.002 apart
+)(partial(_softmax_rows, log=True))
 
 
 def _prefix(T, P, plus=0, prefix_sees_all=False):
@@ -177,9 +127,9 @@ def _jacobian_inputs(rng: np.random.Generator) -> tuple:
     return (random_tensor(rng, int(rng.integers(1, 9)), scale=float(rng.choice([0.5, 3.0, 10.0]))),)
 
 
-def _jacobian(s, unstable=False, sign=1, outer=True, diagonal_only=False) -> torch.Tensor:
+def _jacobian(s, unstable=False, sign=1, outer=True, diagonal_only=False, mean=False):
     # J[i, j] = d p_i / d s_j = p_i (delta_ij - p_j): J = diag(p) - p p^T
-    e = s.exp() if unstable else (s - s.max()).exp()  # exp(800) overflows without the shift
+    e = s.exp() if unstable else (s - (s.mean() if mean else s.max())).exp()  # exp(800) = inf
     p = e / e.sum()
     if diagonal_only:
         return torch.diag(p * (1 - p))
@@ -197,8 +147,11 @@ exercise(
         "large scores (exp(800) overflows)": (
             torch.tensor([800.0, 798.0, 0.0], dtype=torch.float64),
         ),
+        "scores spread both ways": (torch.tensor([1000.0, -1000.0], dtype=torch.float64),),
     },
     mistakes={
+        "the mean subtracted, not the maximum: exp(s - mean) still overflows when the scores "
+        "spread both ways ([1000, -1000])": partial(_jacobian, mean=True),
         "softmax without subtracting the maximum: exp overflows to inf, inf / inf = NaN": (
             partial(_jacobian, unstable=True)
         ),
@@ -206,6 +159,7 @@ exercise(
         "diagonal only: diag(p (1 - p))": partial(_jacobian, diagonal_only=True),
         "diag(p) alone (the -p p^T term forgotten)": partial(_jacobian, outer=False),
     },
+    compare=close(same_dtype=True),  # float64 scores: a float32 J loses p_i below 1e-38
 )(_jacobian)
 
 
@@ -251,6 +205,8 @@ exercise(
         "the causal count of visible pairs T(T + 1)/2": _ZEROS_T * (_ZEROS_T + 1) // 2,
     },
     compare=exact_int,
+    hint="a block d out_t / d x_t' is exactly zero when query t cannot see key t' at all. "
+    "Draw the 10 x 10 mask: which cells does the prompt open above the diagonal?",
     explanation=(
         "a block d out_t / d x_t' is zero exactly where the mask hides key t' from query t "
         "(query t always sees itself). The causal mask hides T(T - 1)/2 = 45 pairs; the prompt "

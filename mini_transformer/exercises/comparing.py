@@ -22,6 +22,10 @@ _SMALL = 16  # arrays with at most this many entries are shown in full in a mess
 _SCALARS = (bool, int, float, np.number, np.bool_)
 
 
+class _Described(str):
+    """The description of a result that is not plain data (shown as it is, never quoted)."""
+
+
 def _array(x: Any) -> np.ndarray | None:
     """x as a NumPy array when it is array-like (a readable tensor, an array, a number, a list
     of numbers); ``None`` otherwise. Never raises."""
@@ -54,11 +58,11 @@ def _dtype_name(x: Any) -> str:
     return type(x).__name__
 
 
-def _num(x: Any) -> str:
+def _num(x: Any, digits: int = 6) -> str:
     x = x.item() if hasattr(x, "item") else x
     if isinstance(x, float) and not math.isfinite(x):
         return "NaN" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    return f"{x:.6g}" if isinstance(x, float) else repr(x)
+    return f"{x:.{digits}g}" if isinstance(x, float) else repr(x)
 
 
 def _safe_repr(x: Any, depth: int = 0) -> str | None:
@@ -84,6 +88,8 @@ def _safe_repr(x: Any, depth: int = 0) -> str | None:
 def _describe(x: Any) -> str:
     """A short description of a value for a message: arrays and tensors with at most 16
     entries in full, larger ones by shape, dtype and range; a reader's objects by type."""
+    if isinstance(x, _Described):
+        return str(x)
     if isinstance(x, nn.Module):
         return f"a {type(x).__name__} module"
     if isinstance(x, (torch.Tensor, np.ndarray)):
@@ -106,6 +112,9 @@ def _describe(x: Any) -> str:
         if a.dtype.kind in "iuf" and finite.size:
             span = f", from {_num(finite.min())} to {_num(finite.max())}"
         return f"{'an' if kind == 'array' else 'a'} {kind} of shape {shape} ({dtype}{span})"
+    if isinstance(x, (list, tuple)) and x and all(isinstance(e, torch.Tensor) for e in x):
+        shapes = ", ".join(str(tuple(e.shape)) for e in x[:8]) + (", ..." if len(x) > 8 else "")
+        return f"a {type(x).__name__} of {len(x)} tensors of shapes {shapes}"
     if isinstance(x, (list, tuple)) and len(x) > 8:
         return f"a {type(x).__name__} of {len(x)} items"
     text = _safe_repr(x)
@@ -177,7 +186,14 @@ def _value_difference(e: np.ndarray, g: np.ndarray, rtol: float, atol: float) ->
     if not bad.any():
         return None
     idx, n = tuple(int(i) for i in np.argwhere(bad)[0]), int(bad.sum())
-    return f"expected {_num(e[idx])}{f' at index {idx}' if idx else ''}, got {_num(g[idx])}" + (
+    digits, close_to = 6, ""  # as many digits as it takes to see the difference
+    while digits < 17 and _num(e[idx], digits) == _num(g[idx], digits):
+        digits += 1
+    if digits > 6:  # equal to 6 digits: say how far apart, against the tolerance
+        rel = abs(float(g[idx]) - float(e[idx])) / abs(float(e[idx]))
+        close_to = f", a relative difference of {rel:.1e} (the tolerance is {rtol:g})"
+    where = f" at index {idx}" if idx else ""
+    return f"expected {_num(e[idx], digits)}{where}, got {_num(g[idx], digits)}{close_to}" + (
         f" ({n} of {e.size} entries differ)" if e.size > 1 else ""
     )
 

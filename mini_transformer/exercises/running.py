@@ -1,12 +1,19 @@
 """Running a reader's answer: a time limit, global state restored, a forked child process.
 
-Why a child process (Linux, where there is ``fork``): the parent kills it at most a second past
-the time limit whatever the code does (a C-level loop, a bare ``except:``, a ``__repr__`` that
-never returns), a crash or ``os._exit`` in it is reported, and what the code changes (default
-dtype, grad mode, ``np.seterr``, warning filters, random states) stays in the child. In-process
-a SIGALRM timer stops the code and the global state is restored after each call, but a C-level
-call that never returns cannot be stopped. Neither is a sandbox: code written to do harm on
-purpose can still delete files or kill the notebook's process.
+Why a child process (Linux, where there is ``fork``): the parent kills it and every process it
+started (the child leads its own process group) at most a second past the time limit whatever
+the code does (a C-level loop, a bare ``except:``, a ``__repr__`` that never returns), a crash
+or ``os._exit`` in it is reported, and what the code changes (default dtype, grad mode,
+``np.seterr``, warning filters, random states) stays in the child. The limit counts the
+reader's calls only: the child says when each starts and ends; the checker's own work between
+them has a separate, generous limit. The child's messages are plain data that the parent reads
+with ``torch.load(weights_only=True)``: nothing in them can run code in the parent.
+In-process, a SIGALRM timer stops the code and the global state is restored after each call,
+but a C-level call that never returns cannot be stopped.
+
+Out of reach, by design: the answer runs in the child's process, so code written to cheat can
+forge the child's verdict; code written to do harm can delete files, kill the notebook, or
+start a process in a session of its own (``setsid``) that outlives the check.
 """
 
 from __future__ import annotations
@@ -17,7 +24,6 @@ import gc
 import io
 import multiprocessing
 import os
-import pickle
 import random
 import signal
 import sys
@@ -31,6 +37,8 @@ import numpy as np
 import torch
 
 _GRACE = 1.0  # seconds the parent waits past the time limit before it kills the child
+_OWN_WORK = 120.0  # seconds the checker's own work in the child may take between two calls
+_MAX_BYTES = 2**27  # a longer message from the child is not read
 _MAX_OUTPUT = 20_000  # characters of the reader's printed output relayed to the notebook
 
 
@@ -136,10 +144,11 @@ class _Capped(io.StringIO):
 
 
 def _child(work: Callable, conn) -> None:
-    """The body of the checking child process; never returns. ``work`` returns an outcome
-    made of builtin values, arrays and tensors only (the parent never unpickles a reader's
-    own class)."""
+    """The body of the checking child process; never returns. ``work(report)`` returns the
+    outcome as plain data; ``report("run", case, seconds)`` and ``report("ran")`` mark the
+    reader's calls."""
     try:
+        os.setpgid(0, 0)  # a process group of its own: the parent kills all of it
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
         gc.freeze()  # the collector leaves the inherited objects alone (no copy-on-write)
         torch.set_num_threads(1)  # OpenMP's threads do not survive a fork
@@ -151,9 +160,8 @@ def _child(work: Callable, conn) -> None:
         shell = ipython.get_ipython() if ipython is not None else None
         if getattr(shell, "display_pub", None) is not None:
             shell.display_pub.publish = lambda *args, **kwargs: None
-        outcome = work(lambda index: _send(conn, ("case", index)))
-        outcome.stdout, outcome.stderr = out.getvalue(), err.getvalue()
-        _send(conn, ("done", outcome))
+        outcome = work(lambda *message: _send(conn, message))
+        _send(conn, ("done", {**outcome, "stdout": out.getvalue(), "stderr": err.getvalue()}))
     except BaseException as error:  # the checker's own failure: report it, do not hang
         with contextlib.suppress(BaseException):
             _send(conn, ("crash", f"{type(error).__name__}: {error}"))
@@ -161,29 +169,39 @@ def _child(work: Callable, conn) -> None:
         os._exit(0)
 
 
-def _send(conn, message: Any) -> None:
-    # Plain pickle: Connection.send's pickler would share tensors through a helper process.
-    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+def _send(conn, message: tuple) -> None:
+    buffer = io.BytesIO()  # torch.save: Connection.send would share tensors through a helper
+    torch.save(message, buffer)
+    conn.send_bytes(buffer.getvalue())
+
+
+def _receive(read) -> tuple:
+    """The child's next message, read as plain data only; a message that is not is refused."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            message = torch.load(io.BytesIO(read.recv_bytes(_MAX_BYTES)), weights_only=True)
+    except (EOFError, KeyboardInterrupt):
+        raise
+    except BaseException as error:  # noqa: BLE001 (a forged or cut message)
+        return ("crash", f"its result could not be read: {type(error).__name__}")
+    if type(message) is tuple and message and type(message[0]) is str:
+        return message
+    return ("crash", "its result was malformed")
 
 
 def _no_input(*args: Any) -> str:
     raise RuntimeError("input() is not available while an answer is checked")
 
 
-_ZOMBIES: list[int] = []  # children that sent their outcome and are exiting
-
-
 def in_child(work: Callable, seconds: float) -> tuple[str, Any, int | None]:
-    """Run ``work(progress)`` in a forked child, killed ``_GRACE`` s past ``seconds``.
+    """Run ``work(report)`` in a forked child; the reader's calls get ``seconds`` in all (and
+    ``_GRACE`` more before the kill), the checker's own work ``_OWN_WORK`` between two calls.
 
-    Returns ("done", outcome, None), ("timeout", None, last case started), ("died", how it
-    ended, last case started), ("crash", text, None), or ("no fork", None, None).
+    Returns ("done", outcome, None), ("timeout", None, case running) when the reader's time
+    ran out, ("slow", None, None) when the checker's own did, ("died", how it ended, case
+    running), ("crash", text, None), or ("no fork", None, None).
     """
-    for pid in list(_ZOMBIES):
-        with contextlib.suppress(ChildProcessError):
-            if not os.waitpid(pid, os.WNOHANG)[0]:
-                continue
-        _ZOMBIES.remove(pid)
     read, write = multiprocessing.Pipe(duplex=False)
     try:
         with warnings.catch_warnings():
@@ -197,14 +215,20 @@ def in_child(work: Callable, seconds: float) -> tuple[str, Any, int | None]:
         read.close()
         _child(work, write)
     write.close()
-    deadline, last = time.monotonic() + seconds + _GRACE, None
+    with contextlib.suppress(OSError):
+        os.setpgid(pid, pid)  # also here, so that no kill can come before the child's own call
+    deadline, last, reader = time.monotonic() + _OWN_WORK, None, False
     try:
         while read.poll(max(deadline - time.monotonic(), 0.0)):
-            kind, payload = pickle.loads(read.recv_bytes())
-            if kind != "case":
-                _ZOMBIES.append(pid)
-                return kind, payload, None
-            last = payload
+            kind, *payload = _receive(read)
+            if kind == "run" and len(payload) == 2 and type(payload[1]) is float:  # the reader's
+                last, reader = (payload[0] if type(payload[0]) is int else None), True
+                deadline = time.monotonic() + float(payload[1]) + _GRACE
+            elif kind == "ran":
+                reader, deadline = False, time.monotonic() + _OWN_WORK
+            else:
+                _kill(pid)  # done: no process the answer started outlives the check
+                return kind, (payload or [None])[0], None
     except EOFError:  # the child has gone
         pass
     except BaseException:  # Ctrl-C: stop the child, then let the interrupt through
@@ -214,8 +238,9 @@ def in_child(work: Callable, seconds: float) -> tuple[str, Any, int | None]:
         read.close()
     if time.monotonic() >= deadline:
         _kill(pid)
-        return "timeout", None, last
+        return ("timeout", None, last) if reader else ("slow", None, None)
     _, status = os.waitpid(pid, 0)
+    _kill(pid)
     if os.WIFSIGNALED(status):
         return "died", f"the process running it was killed by signal {os.WTERMSIG(status)}", last
     code = os.waitstatus_to_exitcode(status)
@@ -223,6 +248,8 @@ def in_child(work: Callable, seconds: float) -> tuple[str, Any, int | None]:
 
 
 def _kill(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, ChildProcessError):
-        os.kill(pid, signal.SIGKILL)
+    """Kill the child's process group (the child and what it started), then reap the child."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
