@@ -178,23 +178,31 @@ def check_fields(name: str, d: object, cls: type) -> dict:
     return d
 
 
-def check_device(name: str, device: object) -> torch.device | None:
-    """``None``, a ``torch.device``, or a device string that exists on this machine (``"cuda"``
-    without a GPU is a ``ValueError`` naming the argument, not a RuntimeError from torch)."""
-    if device is None or isinstance(device, torch.device):  # fast path for forward calls
+def check_device(
+    name: str, device: object, *, run: bool = False, here: bool = True, local_rank: int = 0
+) -> torch.device | None:
+    """The one device parser: ``None``, a ``torch.device``, or a device string that exists here
+    (not torch's RuntimeError). ``run=True``: a run's, ``"auto"`` (CUDA if any), ``"cpu"``,
+    ``"cuda"`` (``cuda:<local_rank>``) or ``"cuda:N"``; ``here=False``: parsed only (a config)."""
+    if not run and (device is None or isinstance(device, torch.device)):  # forward calls
         return device
     what = "None, a device string such as 'cpu' or 'cuda', or a torch.device"
-    check_instance(name, device, str, what)
+    check_instance(name, device, (str, torch.device), "a str or torch.device" if run else what)
+    given, auto = str(device), "cuda" if here and torch.cuda.is_available() else "cpu"
     try:
-        dev = torch.device(device)
+        dev = torch.device(auto if run and device == "auto" else device)
     except RuntimeError:
-        raise ValueError(
-            f"{name} must be a device such as 'cpu', 'cuda' or 'cuda:0', got {device!r}"
-        ) from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"{name} is {device!r} but CUDA is not available on this machine")
-    if dev.type == "cuda" and (dev.index or 0) >= (n := torch.cuda.device_count()):
-        raise ValueError(f"{name} is {device!r} but this machine has {n} CUDA devices")
+        dev = None
+    if dev is None or (run and dev.type not in ("cpu", "cuda")):
+        such = "'auto', 'cpu', 'cuda' or 'cuda:N'" if run else "a device such as 'cpu', 'cuda'"
+        such += "" if run else " or 'cuda:0'"
+        raise ValueError(f"{name} must be {such}, got {given!r}")
+    if here and dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{name} is {given!r} but CUDA is not available on this machine")
+    if here and dev.type == "cuda" and (dev.index or 0) >= (n := torch.cuda.device_count()):
+        raise ValueError(f"{name} is {given!r} but this machine has {n} CUDA devices")
+    if run and dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", local_rank)
     return dev
 
 
