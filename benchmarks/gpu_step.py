@@ -34,6 +34,7 @@ import torch
 
 from mini_transformer import checks
 from mini_transformer.checkpoints import check_output_file
+from mini_transformer.checks import check_device
 from mini_transformer.cli import positive_int, run_cli
 from mini_transformer.core import (
     COMPILE_MODES,
@@ -46,8 +47,8 @@ from mini_transformer.data import CharTokenizer, get_batch, load_corpus
 from mini_transformer.hardware import (
     PRECISIONS,
     log_label,
+    measure_precision,
     peak_flops,
-    resolve_device,
     resolve_precision,
     where_it_ran,
 )
@@ -80,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _setup(args):
-    device = resolve_device(args.device)
+    device = check_device("--device", args.device, run=True)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -99,14 +100,16 @@ def _setup(args):
 def measure(args) -> dict:
     """Run the benchmark; return the results as a dict."""
     cfg, device, data, model, optimizer, step_model = _setup(args)
+    g = torch.Generator().manual_seed(0)
+    B, T = cfg.batch_size, model.config.block_size
     precision = resolve_precision(args.precision, device, d_model=model.config.d_model)
+    if precision is None:  # "auto" on a CPU with native bf16: as the training run decides
+        precision = measure_precision(model, *get_batch(data, B, T, g, device))[0]
 
     def autocast():
         return precision_autocast(precision, device)
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    g = torch.Generator().manual_seed(0)
-    B, T = cfg.batch_size, model.config.block_size
 
     def step():
         with checks.trusted():  # as the training loop: no per-step checks (ids: a host sync)
@@ -180,7 +183,7 @@ def main(argv: list[str] | None = None) -> dict:
     def check() -> None:
         if args.json:
             check_output_file(args.json)
-        resolve_device(args.device)  # "tpu" or a missing GPU: exit 2 before any work
+        check_device("--device", args.device, run=True)  # "tpu", no GPU: exit 2, no work
 
     def work(_) -> dict:
         r = measure(args)

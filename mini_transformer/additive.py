@@ -60,13 +60,9 @@ class AdditiveAttention(nn.Module):
         return hidden @ self.w  # e_ij = w^T tanh(...)   (..., T_q, T_k)
 
     def forward(
-        self,
-        x: torch.Tensor,
-        context: torch.Tensor,
-        value: torch.Tensor | None = None,
-        mask: torch.Tensor | None = None,
-        return_weights: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        self, x: torch.Tensor, context: torch.Tensor, value: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None, return_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """Attend from ``x`` ``(..., T_q, d_query)`` to ``context`` ``(..., T_k, d_key)``;
         ``value`` ``(..., T_k, d_v)`` defaults to ``context``. Returns ``out`` ``(..., T_q,
         d_v)``, or ``(out, weights)``."""

@@ -70,16 +70,10 @@ def _attend(q, k, v, mask, score_bias, scale, dropout_p):
 
 
 def scaled_dot_product_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    return_weights: bool = False,
-    score_bias: torch.Tensor | None = None,
-    *,
-    scale: float | None = None,
-    dropout_p: float = 0.0,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+    return_weights: bool = False, score_bias: torch.Tensor | None = None, *,
+    scale: float | None = None, dropout_p: float = 0.0,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     r"""Scaled dot-product attention, written out step by step.
 
     $$S = \frac{q k^\top}{\sqrt{d_k}} + B, \quad S_{ij} \leftarrow \texttt{finfo.min}
@@ -196,15 +190,10 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        dropout: float = 0.0,
-        bias: bool = True,
-        fused_attention: bool = True,
-        rotary: torch.nn.Module | None = None,
+        self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True,
+        fused_attention: bool = True, rotary: torch.nn.Module | None = None,
         alibi: ALiBi | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         super().__init__()
         d_model = check_int("d_model", d_model, low=1)
         n_heads = check_int("n_heads", n_heads, low=1)
@@ -249,14 +238,9 @@ class MultiHeadAttention(nn.Module):
 
     @checks.entry(_check)
     def forward(
-        self,
-        x: torch.Tensor,
-        memory: torch.Tensor | None = None,
-        mask: torch.Tensor | None = None,
-        causal: bool = False,
-        score_bias: torch.Tensor | None = None,
-        return_weights: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        self, x: torch.Tensor, memory: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+        causal: bool = False, score_bias: torch.Tensor | None = None, return_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
         """Attend from ``x`` ``(B, T_q, d_model)`` to ``memory`` ``(B, T_k, d_model)`` (an
         encoder's output), or to ``x`` itself when ``memory`` is ``None``. ``mask`` (bool,
         ``True`` = may attend) and ``score_bias`` (float, added to the scaled scores and to

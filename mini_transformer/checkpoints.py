@@ -28,14 +28,9 @@ from .data import ASSETS_DIR, CharTokenizer
 from .model import MAX_LEN, TransformerConfig, TransformerLM
 
 __all__ = [
-    "PRETRAINED",
-    "atomic_write",
-    "save_checkpoint",
-    "load_checkpoint",
-    "load_model",
-    "prepare_export",
-    "load_pretrained",
-]
+    "PRETRAINED", "atomic_write", "save_checkpoint", "load_checkpoint", "load_model",
+    "prepare_export", "load_pretrained",
+]  # fmt: skip
 
 CHECKPOINT_FORMAT = "mini_transformer.checkpoint"
 WEIGHTS_FORMAT = "mini_transformer.weights"
@@ -220,15 +215,9 @@ def _save_verified(payload: dict, path: str | Path) -> Path:
 
 
 def save_checkpoint(
-    path: str | Path,
-    model: TransformerLM,
-    optimizer=None,
-    *,
-    step: int = 0,
-    train_config=None,
-    tokenizer: CharTokenizer | None = None,
-    **extra,
-) -> Path:
+    path: str | Path, model: TransformerLM, optimizer=None, *, step: int = 0, train_config=None,
+    tokenizer: CharTokenizer | None = None, **extra,
+) -> Path:  # fmt: skip
     """Write a full checkpoint atomically, with a checksum of everything it stores: plain types
     only (``weights_only=True`` reads it), with the RNG states (for an exact resume)."""
     step = check_int("step", step, low=0)
@@ -243,16 +232,12 @@ def save_checkpoint(
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         rng["cuda"] = torch.cuda.get_rng_state_all()
     ckpt = {
-        "format": CHECKPOINT_FORMAT,
-        "model_config": model.config.to_dict(),
+        "format": CHECKPOINT_FORMAT, "model_config": model.config.to_dict(),
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
-        "step": int(step),
-        "train_config": train_config,
-        "tokenizer": tokenizer.to_dict() if tokenizer is not None else None,
-        "rng": rng,
-        **extra,
-    }
+        "step": int(step), "train_config": train_config,
+        "tokenizer": tokenizer.to_dict() if tokenizer is not None else None, "rng": rng, **extra,
+    }  # fmt: skip
     return _save_verified(ckpt, path)
 
 
@@ -329,11 +314,9 @@ def _read(path: Path, map_location) -> dict:
 
 
 def load_checkpoint(
-    path: str | Path,
-    model: TransformerLM | None = None,
-    optimizer=None,
+    path: str | Path, model: TransformerLM | None = None, optimizer=None,
     map_location: str | torch.device = "cpu",
-) -> dict:
+) -> dict:  # fmt: skip
     """A checkpoint or weights file, verified, as a dict; with ``model`` (and ``optimizer``) the
     stored state is loaded into it, once the stored config equals the model's."""
     path = Path(path)
@@ -417,12 +400,9 @@ def load_model(
 
 
 def prepare_export(
-    ckpt_path: str | Path,
-    out_path: str | Path = PRETRAINED["cpu"],
-    log_path: str | Path | None = None,
-    *,
-    overwrite: bool = False,
-) -> Callable[[], Path]:
+    ckpt_path: str | Path, out_path: str | Path = PRETRAINED["cpu"],
+    log_path: str | Path | None = None, *, overwrite: bool = False,
+) -> Callable[[], Path]:  # fmt: skip
     """A half-precision, weights-only copy of a checkpoint (for committing), its configuration
     (``.json``) and ``log_path`` (``.jsonl``) beside it, tied tensors tied: checked and built in
     memory now, written by the function returned: ``prepare_export(ckpt_path, out_path)()``."""

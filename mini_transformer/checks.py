@@ -23,19 +23,9 @@ import numpy as np
 import torch
 
 __all__ = [
-    "check_int",
-    "check_float",
-    "check_probability",
-    "check_bool",
-    "check_choice",
-    "check_instance",
-    "check_fields",
-    "check_device",
-    "check_tensor",
-    "check_ids",
-    "check_array",
-    "check_size",
-]
+    "check_int", "check_float", "check_probability", "check_bool", "check_choice", "check_instance",
+    "check_fields", "check_device", "check_tensor", "check_ids", "check_array", "check_size",
+]  # fmt: skip
 
 #: Largest allocation :func:`check_size` lets through (16 GiB): bigger is almost always a typo
 #: (``T=10**6`` for ``10**3``) that would end in an allocator error from deep inside torch.
@@ -103,14 +93,9 @@ def _interval(low: float | None, high: float | None, low_open: bool, high_open: 
 
 
 def check_int(
-    name: str,
-    value: object,
-    *,
-    low: int | None = None,
-    high: int | None = None,
-    even: bool = False,
-    why: str = "",
-) -> int:
+    name: str, value: object, *, low: int | None = None, high: int | None = None,
+    even: bool = False, why: str = "",
+) -> int:  # fmt: skip
     """Return ``value`` as an ``int`` in ``[low, high]``; ``why`` is appended to the message.
     ``bool`` and ``float`` (even ``2.0``) are a ``TypeError``: a flag is not a size.
 
@@ -135,15 +120,9 @@ def check_int(
 
 
 def check_float(
-    name: str,
-    value: object,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    high_open: bool = False,
-    what: str | None = None,
-) -> float:
+    name: str, value: object, *, low: float | None = None, high: float | None = None,
+    low_open: bool = False, high_open: bool = False, what: str | None = None,
+) -> float:  # fmt: skip
     """Return ``value`` as a finite ``float`` in ``low``..``high`` (NaN and ``inf`` are
     refused); ``what`` replaces the generated words for the allowed values."""
     if what is None:
@@ -199,43 +178,40 @@ def check_fields(name: str, d: object, cls: type) -> dict:
     return d
 
 
-def check_device(name: str, device: object) -> torch.device | None:
-    """``None``, a ``torch.device``, or a device string that exists on this machine (``"cuda"``
-    without a GPU is a ``ValueError`` naming the argument, not a RuntimeError from torch)."""
-    if device is None or isinstance(device, torch.device):  # fast path for forward calls
+def check_device(
+    name: str, device: object, *, run: bool = False, here: bool = True, local_rank: int = 0
+) -> torch.device | None:
+    """The one device parser: ``None``, a ``torch.device``, or a device string that exists here
+    (not torch's RuntimeError). ``run=True``: a run's, ``"auto"`` (CUDA if any), ``"cpu"``,
+    ``"cuda"`` (``cuda:<local_rank>``) or ``"cuda:N"``; ``here=False``: parsed only (a config)."""
+    if not run and (device is None or isinstance(device, torch.device)):  # forward calls
         return device
     what = "None, a device string such as 'cpu' or 'cuda', or a torch.device"
-    check_instance(name, device, str, what)
+    check_instance(name, device, (str, torch.device), "a str or torch.device" if run else what)
+    given, auto = str(device), "cuda" if here and torch.cuda.is_available() else "cpu"
     try:
-        dev = torch.device(device)
+        dev = torch.device(auto if run and device == "auto" else device)
     except RuntimeError:
-        raise ValueError(
-            f"{name} must be a device such as 'cpu', 'cuda' or 'cuda:0', got {device!r}"
-        ) from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"{name} is {device!r} but CUDA is not available on this machine")
-    if dev.type == "cuda" and (dev.index or 0) >= (n := torch.cuda.device_count()):
-        raise ValueError(f"{name} is {device!r} but this machine has {n} CUDA devices")
+        dev = None
+    if dev is None or (run and dev.type not in ("cpu", "cuda")):
+        such = "'auto', 'cpu', 'cuda' or 'cuda:N'" if run else "a device such as 'cpu', 'cuda'"
+        such += "" if run else " or 'cuda:0'"
+        raise ValueError(f"{name} must be {such}, got {given!r}")
+    if here and dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{name} is {given!r} but CUDA is not available on this machine")
+    if here and dev.type == "cuda" and (dev.index or 0) >= (n := torch.cuda.device_count()):
+        raise ValueError(f"{name} is {given!r} but this machine has {n} CUDA devices")
+    if run and dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", local_rank)
     return dev
 
 
 def check_tensor(
-    name: str,
-    t: object,
-    *,
-    floating: bool = False,
-    integer: bool = False,
-    boolean: bool = False,
-    ndim: int | None = None,
-    min_ndim: int | None = None,
-    shape: Sequence[int | None] | None = None,
-    dims: str | None = None,
-    nonempty: bool = False,
-    broadcast_to: tuple[int, ...] | None = None,
-    dtype_of: torch.Tensor | None = None,
-    of: str = "the layer's weights",
-    why: str = "",
-) -> torch.Tensor:
+    name: str, t: object, *, floating: bool = False, integer: bool = False, boolean: bool = False,
+    ndim: int | None = None, min_ndim: int | None = None, shape: Sequence[int | None] | None = None,
+    dims: str | None = None, nonempty: bool = False, broadcast_to: tuple[int, ...] | None = None,
+    dtype_of: torch.Tensor | None = None, of: str = "the layer's weights", why: str = "",
+) -> torch.Tensor:  # fmt: skip
     """Check a tensor's type, dtype and shape (metadata only); return it.
 
     ``floating`` refuses integer, bool and complex dtypes (they would be cast, or lose their
@@ -325,6 +301,33 @@ def check_array(
     if not np.isfinite(arr).all():
         raise ValueError(f"{name} must hold finite numbers, got NaN or inf")
     return arr
+
+
+def check_lengths(lengths: object, T: int) -> list[int]:
+    """``lengths`` as a non-empty list of B integers in ``[0, T]`` (a padding mask's)."""
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+        raise TypeError(f"lengths must be a sequence of B integers, got {type(lengths).__name__}")
+    values = [check_int(f"lengths[{b}]", n, low=0, high=T) for b, n in enumerate(lengths)]
+    if not values:
+        raise ValueError("lengths must be a non-empty 1-D sequence of B integers, got []")
+    return values
+
+
+def check_block_size(T: int, block_size: int, extrapolating: tuple) -> None:
+    """A learned position table ends at ``block_size``: a longer input has no position vector."""
+    if T > block_size:
+        raise ValueError(
+            f"sequence length T={T} exceeds block_size={block_size}: a learned position "
+            "embedding has no vector for unseen positions (crop the input, or use a scheme "
+            f"from {extrapolating})"
+        )
+
+
+def check_rows(self, x: torch.Tensor, offset: int = 0) -> None:
+    """The input checks of a position encoding's forward (``self.d_model`` wide): ``x`` is
+    ``(B, T, d_model)``, ``offset`` the position of its first token (MemN2N's has none)."""
+    check_tensor("x", x, floating=True, shape=(None, None, self.d_model), dims="(B, T, d_model)")
+    check_int("offset", offset, low=0)
 
 
 def check_heads(d: int, h: int) -> None:

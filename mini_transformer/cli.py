@@ -32,6 +32,7 @@ from .checkpoints import (
     load_model,
     prepare_export,
 )
+from .checks import check_device
 from .core import COMPILE_MODES, PRESETS, TrainConfig, get_preset
 from .model import POSITIONAL_SCHEMES, TransformerLM
 from .train import train
@@ -69,10 +70,9 @@ def _one_line(err: BaseException) -> str:
 
 
 def run_cli(
-    parser: argparse.ArgumentParser,
-    check: Callable[[], object],
+    parser: argparse.ArgumentParser, check: Callable[[], object],
     work: Callable[[object], object] | None = None,
-):
+):  # fmt: skip
     """Run a command with the package's exit codes: 2 (with the usage) for a ``ValueError``,
     ``TypeError`` or ``FileNotFoundError`` from ``check()``; 1 (one line on stderr) for any
     failure in ``work(checked)`` or an ``OSError`` from ``check``; 130 for Ctrl-C."""
@@ -93,8 +93,6 @@ def run_cli(
         print(f"{parser.prog}: error: {_one_line(err)}", file=sys.stderr)
         raise SystemExit(1) from None
 
-
-# ---------------------------------------------------------------- train, sample, export
 
 #: For the refusal of ``--preset gpu`` on a CPU: the share of the measured fp32 matmul
 #: ceiling a training step of the gpu model reaches on a CPU (benchmarks/results/train_step_*:
@@ -162,8 +160,7 @@ def _resume_config(parser, args, overrides: dict) -> TrainConfig:
 def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
     """Why the ``gpu`` preset should not run here, with a time estimate (the run's FLOPs over
     :data:`CPU_STEP_CEILING_SHARE` of a matmul ceiling measured now); ``None`` if it may."""
-    device = hardware.resolve_device(cfg.device, here=False)  # "cuda" asked for, absent or not
-    if cfg.preset != "gpu" or torch.cuda.is_available() or device.type == "cuda":
+    if cfg.preset != "gpu" or torch.cuda.is_available() or cfg.device.startswith("cuda"):
         return None
     model = TransformerLM(cfg.model)
     tokens = cfg.steps * cfg.batch_size * model.config.block_size
@@ -195,8 +192,8 @@ def _main_train(argv: list[str]) -> int:
             raise ValueError("--preset is required (unless --resume)")
         else:
             cfg = get_preset(args.preset, **overrides)
-        device = hardware.resolve_device(cfg.device, local_rank)
-        hardware.resolve_precision(cfg.precision, device, d_model=cfg.model.d_model)
+        device = check_device("device", cfg.device, run=True, local_rank=local_rank)
+        hardware.resolve_precision(cfg.precision, device)  # a forced bf16 on a GPU without it
         if not args.allow_cpu and (refusal := gpu_preset_refusal(cfg)):  # times a matmul on a CPU
             raise ValueError(refusal)
         return cfg
@@ -234,7 +231,7 @@ def _main_sample(argv: list[str]) -> int:
             raise ValueError("--prompt must hold at least one character (default: a newline)")
         if args.tokens > 100_000:  # one forward each: about a play at most
             raise ValueError(f"--tokens must be at most 100000, got {args.tokens}")
-        hardware.resolve_device(args.device)  # a clear error for "tpu" or a missing GPU
+        check_device("--device", args.device)  # a clear error for "tpu" or a missing GPU
         model, tok, _ = load_model(args.ckpt, args.device)
         if (args.top_k or 0) > (v := model.config.vocab_size):  # before any sampling
             raise ValueError(f"--top-k must be at most the model's vocab_size {v}")

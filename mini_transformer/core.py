@@ -23,6 +23,7 @@ from . import checks
 from .checks import (
     check_bool,
     check_choice,
+    check_device,
     check_fields,
     check_float,
     check_instance,
@@ -30,7 +31,7 @@ from .checks import (
     check_tensor,
 )
 from .data import CharTokenizer, get_batch
-from .hardware import PRECISIONS, resolve_device
+from .hardware import PRECISIONS
 from .model import TransformerConfig, TransformerLM, evaluating
 
 __all__ = [
@@ -125,9 +126,8 @@ class TrainConfig:
     precision: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:  # resolved by the run, on its device
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        resolve_device(self.device, here=False)  # parsed only: a config may name a GPU not here
+        check_choice("precision", self.precision, PRECISIONS)  # resolved once, as the run starts
+        check_device("device", self.device, run=True, here=False)  # may name a GPU not here
         check_instance("model", self.model, TransformerConfig, "a TransformerConfig")
         for name in ("batch_size", "steps", "eval_interval", "eval_batches"):
             check_int(name, getattr(self, name), low=1)

@@ -25,14 +25,9 @@ from .checks import check_choice, check_device, check_instance, check_int, check
 from .tasks import IGNORE_INDEX, SYNTHETIC_TASKS, copy_offset_task  # noqa: F401 (contract)
 
 __all__ = [
-    "VAL_WORKS",
-    "WORK_SEPARATOR",
-    "load_works",
-    "load_corpus",
-    "CharTokenizer",
-    "get_batch",
+    "VAL_WORKS", "WORK_SEPARATOR", "load_works", "load_corpus", "CharTokenizer", "get_batch",
     "load_result",
-]
+]  # fmt: skip
 
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 CORPUS_ARCHIVE = ASSETS_DIR / "shakespeare.tar.gz"
@@ -47,13 +42,9 @@ WORK_SEPARATOR = "\n\n"
 #: The committed results the chapters quote (``mini_transformer/results/<name>.json``), made
 #: by the repository's ``tools/`` and ``benchmarks/``.
 RESULTS = (
-    "extrapolation",
-    "04_score_functions",
-    "05_stability",
-    "attention_benchmark",
-    "attention_benchmark_h100",
-    "06_gpu_whole_text",
-)
+    "extrapolation", "04_score_functions", "05_stability", "attention_benchmark",
+    "attention_benchmark_h100", "06_gpu_whole_text",
+)  # fmt: skip
 
 
 def load_result(name: str) -> dict:
@@ -177,12 +168,9 @@ class CharTokenizer:
 
 
 def get_batch(
-    data: torch.Tensor,
-    batch_size: int,
-    block_size: int,
-    generator: torch.Generator | None = None,
+    data: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator | None = None,
     device: str | torch.device | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """``(x, y)``, ``(B, T)`` ``torch.long``: ``batch_size`` random windows of ``block_size`` ids
     and their next tokens, ``x[b] = data[s : s+T]``, ``y[b] = data[s+1 : s+T+1]``, ``s`` uniform
     (drawn with ``generator``); on ``device`` (default: ``data``'s), pinned from CPU to GPU."""

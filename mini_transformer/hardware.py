@@ -1,9 +1,9 @@
 r"""Where a run happens (chapter 6): the device, its number format, its threads and its peak.
 
 - **Precision.** ``"bf16"`` runs the forward pass under ``torch.autocast(dtype=bfloat16)``:
-  products take bf16 inputs and accumulate in float32; weights, gradients, optimizer state
-  and loss stay float32 (bf16 keeps float32's exponent, so no loss scaling). It pays only
-  where the hardware multiplies bf16 natively (CUDA Ampere+; AVX-512 BF16 or AMX on x86).
+  products take bf16 inputs and accumulate in float32; weights, gradients, optimizer state and
+  loss stay float32 (float32's exponent: no loss scaling). It can pay only where bf16 is native
+  (CUDA Ampere+; AVX-512 BF16, AMX), and on a CPU not even there: ``"auto"`` measures it.
 - **Threads.** One per physical core on the command line: a core's hardware threads share
   its vector units. The notebooks keep one, as float32 sums round differently with two.
 - **MFU** divides the achieved FLOP/s by a peak: a GPU's data sheet, or on a CPU, which has
@@ -13,6 +13,7 @@ r"""Where a run happens (chapter 6): the device, its number format, its threads 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import platform
 import time
@@ -20,13 +21,13 @@ from pathlib import Path
 
 import torch
 
-from .checks import check_float, check_int
+from .checks import check_float
 
 __all__ = [
     "GPU_PEAK_FLOPS",
     "ddp_ranks",
-    "resolve_device",
     "resolve_precision",
+    "measure_precision",
     "log_label",
     "cpu_name",
     "cpu_bf16_features",
@@ -54,11 +55,8 @@ GPU_PEAK_FLOPS = {
 
 PRECISIONS = ("auto", "fp32", "bf16")
 
-#: ``"auto"`` on a CPU with native bf16 picks bf16 from this width up. On an AMD EPYC (Zen 5,
-#: AVX-512 BF16) bf16 made a step 1.22x faster at d_model 128 on 2 threads
-#: (``benchmarks/results/cpu_step_ab_2threads.json``) and 1.86x at d_model 384 on one
-#: (``train_step_1thread_cpuclock.json``). Narrower models (``tiny``, the chapters'
-#: experiments) stay float32: not measured there, and stored outputs must not change.
+#: ``"auto"`` on a CPU with native bf16 measures from this width up; narrower models (``tiny``,
+#: the chapters') run float32 unmeasured: too small to gain, and no timing race in the book.
 CPU_BF16_MIN_D_MODEL = 128
 
 
@@ -69,31 +67,6 @@ def ddp_ranks() -> tuple[int, int, int]:
         raise ValueError(f"environment variable {bad} must be an integer >= 0, got {env[bad]!r}")
     rank, local_rank, world = (int(v) for v in env.values())
     return (rank, local_rank, world) if world > 1 else (0, 0, 1)
-
-
-def resolve_device(
-    device: str | torch.device, local_rank: int = 0, *, here: bool = True
-) -> torch.device:
-    """A run's device, ``"auto"``, ``"cpu"``, ``"cuda"`` (``cuda:<local_rank>``) or ``"cuda:N"``;
-    ``checks.check_device`` takes any device a tensor may go to, but not ``"auto"`` or a rank.
-    ``here=False`` only parses (a config may name a GPU this machine lacks)."""
-    if not isinstance(device, (str, torch.device)):
-        raise TypeError(f"device must be a str, got {type(device).__name__}")
-    name = device
-    if device == "auto":
-        device = "cuda" if here and torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(device)
-    except RuntimeError:
-        device = None
-    if device is None or device.type not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {str(name)!r}")
-    if here and device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {str(name)!r} requested but CUDA is not available")
-        if device.index is None:
-            device = torch.device("cuda", local_rank)
-    return device
 
 
 def _cpuinfo() -> str:
@@ -120,52 +93,63 @@ def cpu_bf16_features() -> dict[str, bool]:
     return {"avx512_bf16": ask("_is_avx512_bf16_supported"), "amx": ask("_is_amx_tile_supported")}
 
 
-def native_bf16(device: str | torch.device) -> bool:
+def native_bf16(device: torch.device) -> bool:
     """Whether ``device`` multiplies bfloat16 in hardware (CUDA Ampere+; AVX-512 BF16 or AMX)."""
-    if resolve_device(device, here=False).type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    return any(cpu_bf16_features().values())
+    cuda = device.type == "cuda"  # is_bf16_supported(): False without CUDA
+    return torch.cuda.is_bf16_supported() if cuda else any(cpu_bf16_features().values())
 
 
 def resolve_precision(
-    precision: str, device: str | torch.device, d_model: int | None = None, native=None
-) -> str:
-    """``"fp32"`` or ``"bf16"``. ``"auto"`` picks bf16 only where it is native, and on a CPU
-    only from ``CPU_BF16_MIN_D_MODEL`` up. A forced ``"bf16"`` runs where a CPU emulates
-    it (slowly), not on a CUDA GPU without it. ``native`` overrides the detection (tests)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if d_model is not None:
-        check_int("d_model", d_model, low=1, why=" or None")
-    device = resolve_device(device, here=False)
-    native = native_bf16(device) if native is None else native
+    precision: str, device: torch.device, d_model: int | None = None
+) -> str | None:
+    """``"fp32"``, ``"bf16"``, or ``None`` where only :func:`measure_precision` can tell: ``"auto"``
+    on a CPU with native bf16 from ``CPU_BF16_MIN_D_MODEL`` up; elsewhere bf16 on a CUDA GPU with
+    it, else fp32. A forced ``"bf16"`` runs where a CPU emulates it (slowly), not on a CUDA GPU
+    without it. ``precision``: as ``TrainConfig`` checked it; ``device``: resolved."""
+    native = native_bf16(device)
     if precision == "bf16" and device.type == "cuda" and not native:
         raise ValueError("precision='bf16' was forced, but this CUDA GPU has no bf16 support")
     if precision != "auto":
         return precision
-    narrow = device.type == "cpu" and d_model is not None and d_model < CPU_BF16_MIN_D_MODEL
-    return "bf16" if native and not narrow else "fp32"
+    if device.type == "cuda" or not native:
+        return "bf16" if native else "fp32"
+    return None if d_model is None or d_model >= CPU_BF16_MIN_D_MODEL else "fp32"
 
 
-def _resolved(precision: str, device: str | torch.device) -> torch.device:
-    if precision not in ("fp32", "bf16"):
-        raise ValueError(
-            f"precision must be a resolved precision, 'fp32' or 'bf16', got {precision!r}"
-        )
-    return resolve_device(device, here=False)
+def measure_precision(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, clock=time.perf_counter
+) -> tuple[str, dict[str, float]]:
+    """The faster precision for a forward and backward pass of ``model(x, y)``, and each one's
+    best time (s) of 3, interleaved, after an untimed pass each: 8 passes (the ``cpu`` preset:
+    0.7 s of one core). Flags do not tell: bf16 made it 1.29x faster on an AMD EPYC and 1.46x
+    slower on an Intel Xeon with AMX (issue 37). Near ties (3%): float32. Keeps RNG and weights."""
+    device, rng, times = x.device, torch.get_rng_state(), {"fp32": math.inf, "bf16": math.inf}
+    order = ["fp32", "bf16"] + ["fp32", "bf16", "bf16", "fp32", "fp32", "bf16"]  # each goes first
+    for i, precision in enumerate(order):
+        t0 = clock()
+        with autocast(precision, device):
+            loss = model(x, y)[1]
+        loss.backward()
+        if i >= 2:  # not the first pass of each (kernel choice, allocation)
+            times[precision] = min(times[precision], clock() - t0)
+    model.zero_grad(set_to_none=True)
+    torch.set_rng_state(rng)  # dropout's draws: the run's stream is untouched
+    bf16 = torch.tensor([float(times["bf16"] < 0.97 * times["fp32"])], device=device)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.broadcast(bf16, 0)  # under torchrun, rank 0's choice holds
+    return ("bf16" if bf16.item() else "fp32"), times
 
 
-def autocast(precision: str, device: str | torch.device) -> contextlib.AbstractContextManager:
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
     """The context a forward pass runs in: bf16 autocast for ``"bf16"``, nothing for ``"fp32"``."""
-    device = _resolved(precision, device)
     if precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
-def log_label(precision: str, device: str | torch.device) -> str:
+def log_label(precision: str, device: torch.device) -> str:
     """The log's ``dtype``: ``"float32"``, ``"bfloat16 autocast (avx512_bf16)"``, ..."""
-    if precision == "fp32" or _resolved(precision, device).type == "cuda":
+    if precision == "fp32" or torch.device(device).type == "cuda":
         return "float32" if precision == "fp32" else "bfloat16 autocast"
     features = [k for k, v in cpu_bf16_features().items() if v]
     return f"bfloat16 autocast ({', '.join(features) or 'emulated: no native bf16'})"

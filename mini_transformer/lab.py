@@ -34,13 +34,9 @@ from .model import POSITIONAL_SCHEMES, TransformerConfig, TransformerLM
 from .tasks import IGNORE_INDEX, SYNTHETIC_TASKS
 
 __all__ = [
-    "LabConfig",
-    "make_model",
-    "train_model",
-    "accuracy_by_length",
-    "learned_position_weight",
+    "LabConfig", "make_model", "train_model", "accuracy_by_length", "learned_position_weight",
     "cosine_similarity_matrix",
-]
+]  # fmt: skip
 
 
 _SIZES = ("vocab_size", "block_size", "d_model", "n_heads", "n_layers", "d_ff")  # the model's

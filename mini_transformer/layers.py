@@ -128,17 +128,10 @@ class TransformerBlock(nn.Module):
     """
 
     def __init__(
-        self,
-        attn: MultiHeadAttention,
-        ffn: FeedForward,
-        *,
-        cross_attn: MultiHeadAttention | None = None,
-        norm_position: str = "pre",
-        causal: bool = False,
-        dropout: float = 0.0,
-        eps: float = 1e-5,
-        bias: bool = True,
-    ) -> None:
+        self, attn: MultiHeadAttention, ffn: FeedForward, *,
+        cross_attn: MultiHeadAttention | None = None, norm_position: str = "pre",
+        causal: bool = False, dropout: float = 0.0, eps: float = 1e-5, bias: bool = True,
+    ) -> None:  # fmt: skip
         super().__init__()
         check_instance("attn", attn, MultiHeadAttention, "a MultiHeadAttention")
         check_instance("ffn", ffn, FeedForward, "a FeedForward")

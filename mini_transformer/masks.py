@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .checks import check_device, check_int, check_size, check_tensor
+from .checks import check_device, check_int, check_lengths, check_size, check_tensor
 
 __all__ = ["causal_mask", "padding_mask", "combine_masks"]
 
@@ -72,12 +72,7 @@ def padding_mask(
     check_device("device", device)
     if isinstance(lengths, torch.Tensor):  # read once on the host, then checked as a list
         device, lengths = lengths.device if device is None else device, lengths.tolist()
-    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
-        raise TypeError(f"lengths must be a sequence of B integers, got {type(lengths).__name__}")
-    values = [check_int(f"lengths[{b}]", n, low=0, high=T) for b, n in enumerate(lengths)]
-    if not values:
-        raise ValueError("lengths must be a non-empty 1-D sequence of B integers, got []")
-    lengths = torch.tensor(values, dtype=torch.long, device=device)  # (B,)
+    lengths = torch.tensor(check_lengths(lengths, T), dtype=torch.long, device=device)  # (B,)
     return (torch.arange(T, device=device) < lengths[:, None])[:, None, None, :]  # (B, 1, 1, T)
 
 

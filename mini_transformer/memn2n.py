@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from . import checks
-from .checks import check_int, check_size, check_tensor
+from .checks import check_int, check_rows, check_size
 
 __all__ = ["memn2n_encoding", "MemN2NPositionalEncoding"]
 
@@ -46,11 +46,7 @@ class MemN2NPositionalEncoding(nn.Module):
         super().__init__()
         self.d_model = check_int("d_model", d_model, low=1)
 
-    def _check(self, x: torch.Tensor) -> None:
-        shape = (None, None, self.d_model)
-        check_tensor("x", x, floating=True, shape=shape, dims="(B, T, d_model)")
-
-    @checks.entry(_check)  # checked only when called directly, not inside a model
+    @checks.entry(check_rows)  # checked only when called directly, not inside a model
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         J, d = x.shape[1], self.d_model
         j = torch.arange(1, J + 1, dtype=torch.float64, device=x.device)[:, None]

@@ -30,6 +30,7 @@ from . import checks
 from .alibi import ALiBi
 from .attention import MultiHeadAttention, RotaryEmbedding
 from .checks import (
+    check_block_size,
     check_bool,
     check_choice,
     check_fields,
@@ -183,12 +184,8 @@ class TransformerLM(nn.Module):
         check_tensor("idx", idx, integer=True, ndim=2, dims=dims, nonempty=True)
         check_choice("idx.dtype", idx.dtype, ID_DTYPES["idx"])  # what the embedding takes
         T, c = idx.shape[1], self.config  # crop: the model sees the last block_size tokens
-        if T > c.block_size and not crop and c.positional not in EXTRAPOLATING:
-            raise ValueError(
-                f"sequence length T={T} exceeds block_size={c.block_size}: a learned position "
-                "embedding has no vector for unseen positions (crop the input, or use a scheme "
-                f"from {EXTRAPOLATING})"
-            )
+        if not crop and c.positional not in EXTRAPOLATING:
+            check_block_size(T, c.block_size, EXTRAPOLATING)
         if not crop:  # the from-scratch path (or a fused math fallback) makes
             check_size("the attention scores (B, n_heads, T_q, T_k)", (len(idx), c.n_heads, T, T))
         check_ids("idx", idx, c.vocab_size)
@@ -241,13 +238,9 @@ class TransformerLM(nn.Module):
 
     @torch.no_grad()
     def generate(
-        self,
-        idx: torch.Tensor,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
+        self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+        top_k: int | None = None, generator: torch.Generator | None = None,
+    ) -> torch.Tensor:  # fmt: skip
         """Sample ``max_new_tokens`` tokens after ``idx``; returns ``(B, T + max_new_tokens)``.
 
         ``temperature=0`` is greedy. Sampling runs on the CPU with ``generator``: the same

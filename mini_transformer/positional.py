@@ -20,7 +20,7 @@ from .alibi import alibi_bias as alibi_bias
 from .alibi import alibi_slopes as alibi_slopes
 from .attention import BASE
 from .attention import RotaryEmbedding as RotaryEmbedding
-from .checks import check_array, check_choice, check_float, check_int, check_size, check_tensor
+from .checks import check_array, check_choice, check_float, check_int, check_rows, check_size
 from .memn2n import MemN2NPositionalEncoding as MemN2NPositionalEncoding
 from .memn2n import memn2n_encoding as memn2n_encoding
 
@@ -170,12 +170,6 @@ def encoding_properties(pe: np.ndarray, decimals: int = 12) -> dict:
     }
 
 
-def _check_rows(self, x: torch.Tensor, offset: int = 0) -> None:
-    """The input checks of a position table's forward (``self.d_model`` wide)."""
-    check_tensor("x", x, floating=True, shape=(None, None, self.d_model), dims="(B, T, d_model)")
-    check_int("offset", offset, low=0)
-
-
 def _add_rows(x: torch.Tensor, table: torch.Tensor, offset: int, hint: str):
     """``x + table[offset : offset + T]`` for ``x`` ``(B, T, d_model)``, if those rows exist."""
     max_len, T = table.shape[0], x.shape[1]
@@ -203,7 +197,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.base, self.layout = float(base), layout
         self.register_buffer("pe", torch.from_numpy(pe).float(), persistent=False)
 
-    @checks.entry(_check_rows)  # checked only when called directly, not inside a model
+    @checks.entry(check_rows)  # checked only when called directly, not inside a model
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         return _add_rows(x, self.pe, offset, "; build it with a larger max_len")
 
@@ -232,7 +226,7 @@ class LearnedPositionalEmbedding(nn.Module):
     def reset_parameters(self) -> None:
         nn.init.normal_(self.weight, mean=0.0, std=self.init_std)
 
-    @checks.entry(_check_rows)
+    @checks.entry(check_rows)
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         hint = ": a learned embedding has no row for unseen positions"
         return _add_rows(x, self.weight, offset, hint)

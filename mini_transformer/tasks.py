@@ -18,12 +18,9 @@ IGNORE_INDEX = -100
 
 
 def copy_offset_task(
-    n_samples: int,
-    length: int,
-    vocab_size: int = 16,
-    offset: int = 2,
+    n_samples: int, length: int, vocab_size: int = 16, offset: int = 2,
     generator: int | torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     r"""Copy the token ``offset`` steps back: ``targets[:, t] = idx[:, t - offset]``.
 
     The tokens are i.i.d. uniform on ``{0, ..., vocab_size - 1}`` (chance accuracy

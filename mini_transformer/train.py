@@ -44,6 +44,7 @@ from .checkpoints import (
     save_checkpoint,
     write_record,
 )
+from .checks import check_device
 from .core import TrainConfig, configure_optimizer, estimate_loss, get_preset, train_step
 from .data import CharTokenizer, get_batch, load_corpus
 from .hardware import GPU_PEAK_FLOPS
@@ -154,7 +155,7 @@ class Run:
     tok: CharTokenizer
     train_ids: torch.Tensor
     val_ids: torch.Tensor
-    precision: str  # resolved: "fp32" or "bf16"
+    precision: str | None  # "fp32" or "bf16"; None until measured (hardware.resolve_precision)
     resume: bool = False  # continues last.pt (restored by _prepare)
     rank: int = 0
     world: int = 1
@@ -168,6 +169,7 @@ class Run:
     train_losses: list[float] = field(default_factory=list)  # every step's, read back
     peak: float | None = None
     peak_source: str = ""
+    precision_s: dict | None = None  # a step's time in each precision, if "auto" measured
     log_path: Path | None = None  # metrics.jsonl (rank 0 only)
 
     last_path = property(lambda self: self.out_dir / "last.pt")
@@ -216,7 +218,7 @@ def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
     rank, local_rank, world = hardware.ddp_ranks()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
-    device = hardware.resolve_device(cfg.device, local_rank)
+    device = check_device("device", cfg.device, run=True, local_rank=local_rank)
     is_cuda = device.type == "cuda"
     if is_cuda:
         torch.cuda.set_device(device)
@@ -238,6 +240,10 @@ def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
     run.rank, run.world, run.step_model = rank, world, model
     if resume:
         _restore(run)
+    if run.precision is None:  # "auto" on a CPU with native bf16: timed before the clock starts
+        x, y = get_batch(train_ids, cfg.batch_size, cfg.model.block_size, torch.Generator(), device)
+        run.precision, run.precision_s = hardware.measure_precision(model, x, y)
+        run.t_start = time.perf_counter()
     _ddp_wrap(run)
     if cfg.compile:
         run.step_model = torch.compile(run.step_model, mode=cfg.compile_mode)
@@ -248,8 +254,10 @@ def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
 
 
 def _restore(run: Run) -> None:
-    """Continue from ``last.pt``: weights, optimizer, counters, RNG, and the true best loss."""
+    """Continue from ``last.pt``: weights, optimizer, counters, RNG, best loss, auto's choice."""
     ckpt = load_checkpoint(run.last_path, run.model, run.optimizer, map_location=run.device)
+    if run.cfg.precision == "auto":  # a checkpoint older than the key: decide anew
+        run.precision = ckpt.get("precision", run.precision)
     run.step = run.saved_step = ckpt["step"]
     run.val_loss = ckpt.get("val_loss")
     run.elapsed_before = ckpt.get("elapsed_s", 0.0)
@@ -298,6 +306,7 @@ def _log_start(run: Run, argv: list[str] | None) -> None:
             "world_size": run.world,
             "dtype": hardware.log_label(run.precision, run.device),
             "precision": run.precision,
+            "precision_step_s": run.precision_s,  # fp32 and bf16 forward+backward, if measured
             "compile": cfg.compile,
             "preset": cfg.preset,
             "seed": cfg.seed,
@@ -399,6 +408,7 @@ def _save(run: Run, best: bool = False) -> None:
     claim a better best than ``best.pt`` holds."""
     items = {"step": run.step, "train_config": run.cfg, "tokenizer": run.tok}
     items |= {"best_val_loss": run.best_val_loss, "val_loss": run.val_loss}
+    items |= {"precision": run.precision}  # --resume keeps what "auto" chose
     path = run.best_path if best else run.last_path
     save_checkpoint(path, run.model, run.optimizer, **items, elapsed_s=run.elapsed())
     if best:

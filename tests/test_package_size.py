@@ -18,8 +18,14 @@ import package_stats as ps  # noqa: E402
 STATS = {str(f.relative_to(ps.PKG)): ps.module_stats(f) for f in sorted(ps.PKG.rglob("*.py"))}
 
 
-def test_package_within_7000_lines_and_every_module_within_500():
-    assert sum(s["lines"] for s in STATS.values()) <= 7000
+# 7,000 lines until 2026-11-29, then 7,250: the three diagrams chapters 4-6 draw from the package
+# (issue 33 asked for them in the plotting module: about 170 lines) were paid for in part by the
+# check-once and trimming work of issue 35; what remains over 7,000 is those figures.
+LINE_BUDGET = 7250
+
+
+def test_package_within_its_line_budget_and_every_module_within_500():
+    assert sum(s["lines"] for s in STATS.values()) <= LINE_BUDGET
     assert max(s["lines"] for s in STATS.values()) <= 500
 
 

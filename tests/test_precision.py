@@ -1,11 +1,14 @@
 """Tests of the precision part of mini_transformer.hardware: bf16, autocast, core count."""
 
 import contextlib
+import time
 
 import pytest
 import torch
 
 from mini_transformer import hardware as P
+from mini_transformer.checks import check_device
+from mini_transformer.core import get_preset
 from mini_transformer.model import TransformerConfig, TransformerLM
 
 torch.set_num_threads(1)
@@ -15,7 +18,7 @@ def test_features_match_torch_own_detection():
     f = P.cpu_bf16_features()
     assert f["avx512_bf16"] == bool(torch.cpu._is_avx512_bf16_supported())
     assert f["amx"] == bool(torch.cpu._is_amx_tile_supported())
-    assert P.native_bf16("cpu") == (f["avx512_bf16"] or f["amx"])
+    assert P.native_bf16(torch.device("cpu")) == (f["avx512_bf16"] or f["amx"])
 
 
 def test_native_bf16_reads_proc_cpuinfo_flags_consistently():
@@ -34,54 +37,106 @@ def test_native_bf16_reads_proc_cpuinfo_flags_consistently():
     assert P.cpu_bf16_features()["amx"] == ("amx_tile" in flags)
 
 
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+
+
 @pytest.mark.parametrize(
     "requested, native, d_model, expected",
     [
         ("fp32", True, 512, "fp32"),
         ("bf16", False, 64, "bf16"),  # forced: runs (emulated) even without native support
         ("bf16", True, 64, "bf16"),
-        ("auto", False, 512, "fp32"),  # no native bf16: float32
-        ("auto", True, P.CPU_BF16_MIN_D_MODEL - 1, "fp32"),  # too narrow to pay
-        ("auto", True, P.CPU_BF16_MIN_D_MODEL, "bf16"),
-        ("auto", True, None, "bf16"),
+        ("auto", False, 512, "fp32"),  # no native bf16: float32, nothing to measure
+        ("auto", True, P.CPU_BF16_MIN_D_MODEL - 1, "fp32"),  # narrow: float32, unmeasured
+        ("auto", True, P.CPU_BF16_MIN_D_MODEL, None),  # native and wide: only a measurement tells
+        ("auto", True, None, None),
     ],
 )
-def test_resolve_precision_on_cpu(requested, native, d_model, expected):
-    assert P.resolve_precision(requested, "cpu", d_model=d_model, native=native) == expected
+def test_resolve_precision_on_cpu(monkeypatch, requested, native, d_model, expected):
+    monkeypatch.setattr(P, "native_bf16", lambda device: native)
+    assert P.resolve_precision(requested, CPU, d_model=d_model) == expected
 
 
-def test_resolve_precision_on_cuda_ignores_width():
-    assert P.resolve_precision("auto", "cuda", d_model=32, native=True) == "bf16"
-    assert P.resolve_precision("auto", "cuda", d_model=32, native=False) == "fp32"
-    with pytest.raises(ValueError, match="no bf16 support"):
-        P.resolve_precision("bf16", "cuda", native=False)
+@pytest.mark.parametrize("native", [True, False])
+def test_resolve_precision_on_cuda_ignores_width_and_never_measures(monkeypatch, native):
+    monkeypatch.setattr(P, "native_bf16", lambda device: native)
+    for d_model in (32, 512, None):
+        assert P.resolve_precision("auto", CUDA, d_model=d_model) == ("bf16" if native else "fp32")
+    if not native:
+        with pytest.raises(ValueError, match="no bf16 support"):
+            P.resolve_precision("bf16", CUDA)
 
 
-@pytest.mark.parametrize("bad", ["fp16", "BF16", None, 16])
-def test_bad_precision_is_a_value_error_naming_the_choices(bad):
-    with pytest.raises(ValueError, match=r"precision must be one of \('auto', 'fp32', 'bf16'\)"):
-        P.resolve_precision(bad, "cpu")
+# ------------------------------------------------------------- "auto" measures (issue 37)
+
+
+def _timed_model(cost: dict[str, float], dropout: float = 0.0):
+    """A small model and a fake clock that its forward pass advances by ``cost[precision]``:
+    the precision is read from the autocast state, as the measurement sets it."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(
+        vocab_size=84, block_size=16, d_model=32, n_heads=2, n_layers=1, dropout=dropout
+    )
+    model, now = TransformerLM(cfg), [0.0]
+
+    def advance(module, args, output):
+        now[0] += cost["bf16" if torch.is_autocast_enabled("cpu") else "fp32"]
+
+    model.register_forward_hook(advance)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randint(84, (2, 2, 16), generator=g)
+    return model, x, y, lambda: now[0]
 
 
 @pytest.mark.parametrize(
-    "bad, error", [(0, ValueError), (-3, ValueError), (1.5, TypeError), (True, TypeError)]
+    "fp32_s, bf16_s, expected",
+    [
+        (0.010, 0.007, "bf16"),  # bf16 faster (the AMD EPYC of issue 37)
+        (0.007, 0.010, "fp32"),  # bf16 slower (the Intel Xeon with AMX of issue 37)
+        (0.010, 0.0099, "fp32"),  # within 3%: a near tie goes to float32, the exact format
+    ],
 )
-def test_bad_d_model_names_it(bad, error):  # a wrong value: ValueError; a wrong type: TypeError
-    with pytest.raises(error, match="d_model must be a positive integer or None"):
-        P.resolve_precision("auto", "cpu", d_model=bad)
+def test_auto_picks_the_faster_precision_by_a_fake_timer(fp32_s, bf16_s, expected):
+    model, x, y, clock = _timed_model({"fp32": fp32_s, "bf16": bf16_s})
+    choice, times = P.measure_precision(model, x, y, clock=clock)
+    assert choice == expected
+    assert times == pytest.approx({"fp32": fp32_s, "bf16": bf16_s})  # both figures, as timed
 
 
-def test_bad_device_is_a_value_error():
-    with pytest.raises(ValueError, match="device must be"):
-        P.resolve_precision("auto", "mps")
-    with pytest.raises(ValueError, match="device must be"):
-        P.native_bf16("tpu:0")
+def test_the_measurement_is_eight_passes_interleaved():
+    model, x, y, clock = _timed_model({"fp32": 1.0, "bf16": 2.0})
+    order = []
+    model.register_forward_hook(lambda *a: order.append(torch.is_autocast_enabled("cpu")))
+    P.measure_precision(model, x, y, clock=clock)
+    fp32, bf16 = False, True
+    assert order == [fp32, bf16] + [fp32, bf16, bf16, fp32, fp32, bf16]  # untimed, then 3 rounds
 
 
-def test_autocast_fp32_is_a_no_op_and_unresolved_values_are_refused():
-    assert isinstance(P.autocast("fp32", "cpu"), contextlib.nullcontext)
-    with pytest.raises(ValueError, match="resolved"):
-        P.autocast("auto", "cpu")
+def test_under_torchrun_rank_0s_choice_is_broadcast(tmp_path):
+    """The broadcast path runs (one process in a gloo group: every rank gets rank 0's)."""
+    import torch.distributed as dist
+
+    model, x, y, clock = _timed_model({"fp32": 0.010, "bf16": 0.007})
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        assert P.measure_precision(model, x, y, clock=clock)[0] == "bf16"
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_measurement_leaves_weights_gradients_and_rng_as_they_were():
+    model, x, y, clock = _timed_model({"fp32": 1.0, "bf16": 2.0}, dropout=0.5)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.manual_seed(123)
+    rng = torch.get_rng_state()
+    P.measure_precision(model, x, y, clock=clock)
+    assert torch.equal(torch.get_rng_state(), rng)  # dropout drew, and the state came back
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_autocast_fp32_is_a_no_op():
+    assert isinstance(P.autocast("fp32", CPU), contextlib.nullcontext)
 
 
 def test_bf16_autocast_computes_matmuls_in_bf16_and_keeps_weights_fp32():
@@ -162,7 +217,7 @@ def test_physical_cores_on_this_machine_is_within_bounds():
 # ------------------------------------------------------------------ wiring into train.py
 
 
-def _tiny(tmp_path, **kw):
+def _tiny(tmp_path, setup_hook=None, **kw):
     from mini_transformer import train as T
 
     cfg = T.get_preset(
@@ -176,14 +231,16 @@ def _tiny(tmp_path, **kw):
         eval_batches=1,
         **kw,
     )
-    T.train(cfg, tmp_path)
+    T.train(cfg, tmp_path, setup_hook=setup_hook)
     return T.read_log(tmp_path / "metrics.jsonl")
 
 
 def test_train_config_refuses_an_unknown_precision():
     from mini_transformer import train as T
 
-    with pytest.raises(ValueError, match=r"precision must be one of \('auto', 'fp32', 'bf16'\)"):
+    with pytest.raises(
+        ValueError, match="precision must be one of 'auto', 'fp32', 'bf16', got 'half'"
+    ):
         T.get_preset("tiny", precision="half")
 
 
@@ -195,9 +252,87 @@ def test_the_log_records_the_precision_that_ran(tmp_path, forced):
     assert log[-1]["reason"] == "completed"
 
 
-def test_auto_on_the_cpu_follows_the_width_rule(tmp_path):
-    log = _tiny(tmp_path)  # d_model 32 < CPU_BF16_MIN_D_MODEL: float32 everywhere
-    assert log[0]["precision"] == "fp32"
+def test_auto_on_the_cpu_keeps_narrow_models_float32_unmeasured(tmp_path):
+    log = _tiny(tmp_path)  # d_model 32 < CPU_BF16_MIN_D_MODEL: float32 on every CPU
+    assert log[0]["precision"] == "fp32" and log[0]["precision_step_s"] is None
+
+
+def _slow_in(precision: str, seconds: float):
+    """A setup hook: the model's forward pass sleeps ``seconds`` in ``precision`` (a CPU where
+    that precision is the slower one), so a real measurement has a clear answer."""
+
+    def hook(model):
+        def sleep(module, args, output):
+            if torch.is_autocast_enabled("cpu") == (precision == "bf16"):
+                time.sleep(seconds)
+
+        model.register_forward_hook(sleep)
+
+    return hook
+
+
+@pytest.fixture
+def measured(monkeypatch):
+    """``"auto"`` measures even the tiny model: as on a CPU with native bf16, from any width."""
+    monkeypatch.setattr(P, "native_bf16", lambda device: True)
+    monkeypatch.setattr(P, "CPU_BF16_MIN_D_MODEL", 1)
+
+
+@pytest.mark.parametrize("slow, fast", [("fp32", "bf16"), ("bf16", "fp32")])
+def test_auto_measures_the_run_picks_the_faster_and_logs_both(tmp_path, measured, slow, fast):
+    from mini_transformer import train as T
+
+    log = _tiny(tmp_path, setup_hook=_slow_in(slow, 0.25))
+    start, first_eval = log[0], log[1]
+    assert start["precision"] == fast and start["dtype"] == P.log_label(fast, CPU)
+    assert start["precision_step_s"][slow] >= 0.25 > start["precision_step_s"][fast]
+    assert start["train_config"]["precision"] == "auto"  # what was asked; "precision": the choice
+    assert T.load_checkpoint(tmp_path / "last.pt")["precision"] == fast
+    # the measurement (4 passes of 0.25 s in the slow precision) is not in the run's clock
+    assert first_eval["step"] == 0 and first_eval["elapsed_s"] < 0.75
+
+
+def test_resume_keeps_the_precision_auto_chose(tmp_path, measured):
+    from mini_transformer import train as T
+
+    _tiny(tmp_path, setup_hook=_slow_in("fp32", 0.05))  # measured: bf16
+    cfg = T.get_preset(
+        "tiny", threads=1, progress=False, peak_flops=1e11, device="cpu", steps=8, eval_interval=4
+    )
+    T.train(cfg, tmp_path, resume=True, setup_hook=_slow_in("bf16", 0.05))  # would pick fp32
+    resumed = [r for r in T.read_log(tmp_path / "metrics.jsonl") if r["event"] == "resume"]
+    assert resumed[0]["precision"] == "bf16" and resumed[0]["precision_step_s"] is None
+    assert T.load_checkpoint(tmp_path / "last.pt")["step"] == 8
+
+
+def test_a_measured_run_computes_as_a_forced_one(tmp_path, measured):
+    """The measurement leaves no trace: dropout's stream, weights and gradients as before."""
+    a = _tiny(tmp_path / "a", dropout=0.2, setup_hook=_slow_in("bf16", 0.05))
+    b = _tiny(tmp_path / "b", dropout=0.2, precision="fp32")
+    assert a[0]["precision"] == b[0]["precision"] == "fp32" and a[0]["precision_step_s"]
+    assert [r.get("val_loss") for r in a[1:]] == [r.get("val_loss") for r in b[1:]]
+
+
+@pytest.mark.parametrize(
+    "device, expected",
+    [("auto", "cpu"), ("cpu", "cpu"), (CPU, "cpu"), ("cuda:1", "cuda:1"), ("cuda", "cuda:3")],
+)
+def test_one_device_parser_reads_a_runs_device(device, expected):
+    if torch.cuda.is_available() and expected.startswith("cuda"):
+        pytest.skip("parsed here only without CUDA")
+    assert check_device("device", device, run=True, here=False, local_rank=3) == torch.device(
+        expected
+    )  # here=False: "auto" is the CPU, and a GPU this machine lacks is only parsed
+
+
+@pytest.mark.parametrize("bad", ["tpu", "cuda:x", "mps", "meta"])
+def test_a_runs_device_is_cpu_or_cuda(bad):
+    with pytest.raises(ValueError, match="device must be 'auto', 'cpu', 'cuda' or 'cuda:N'"):
+        check_device("device", bad, run=True)
+    with pytest.raises(ValueError, match="device must be 'auto', 'cpu', 'cuda' or 'cuda:N'"):
+        get_preset("tiny", device=bad)
+    with pytest.raises(TypeError, match="device must be a str or torch.device, got 3"):
+        check_device("device", 3, run=True)
 
 
 def test_bf16_and_fp32_training_losses_agree_closely(tmp_path):

@@ -28,10 +28,8 @@ exercise(
         "more bits than needed": (5, 12),
     },
     mistakes={
-        "most significant bit first (column 0 must be the fastest bit)": partial(
-            _bits, msb_first=True
-        ),
-        "positions counted from 1": partial(_bits, first=1),
+        "most significant bit first (column 0 must be the fastest bit)": dict(msb_first=True),
+        "positions counted from 1": dict(first=1),
     },
 )(_bits)
 
@@ -76,8 +74,8 @@ exercise(
     edge_cases={"one position": (1, 8), "one channel": (10, 1)},
     mistakes={
         "the one-channel share p^2/(d + p^2): a copy in every channel scales the "
-        "position's energy by d too": partial(_share, every_channel=False),
-        "positions scaled by N - 1 instead of N": partial(_share, n_minus_1=True),
+        "position's energy by d too": dict(every_channel=False),
+        "positions scaled by N - 1 instead of N": dict(n_minus_1=True),
     },
 )(_share)
 
@@ -106,10 +104,8 @@ exercise(
     "intercept) fitted on (x, y) and scored on (x_test, y_test).",
     inputs=_probe_inputs,
     mistakes={
-        "no intercept (the probe is forced through the origin)": partial(
-            _probe_r2, intercept=False
-        ),
-        "scored on the training data (in-sample R^2)": partial(_probe_r2, in_sample=True),
+        "no intercept (the probe is forced through the origin)": dict(intercept=False),
+        "scored on the training data (in-sample R^2)": dict(in_sample=True),
     },
 )(_probe_r2)
 
@@ -138,13 +134,11 @@ exercise(
         "the sinusoid's four speeds at d_model = 8": (12, 10000.0 ** (-np.arange(0, 8, 2) / 8)),
     },
     mistakes={
-        "cos before sin in each pair (column 2i must be the sine)": partial(_circles, swap=True),
-        "all sines, then all cosines (the pairs must sit side by side: sin, cos, sin, cos)": (
-            partial(_circles, concat=True)
+        "cos before sin in each pair (column 2i must be the sine)": dict(swap=True),
+        "all sines, then all cosines (the pairs must sit side by side: sin, cos, sin, cos)": dict(
+            concat=True
         ),
-        "positions counted from 1 (position 0 is the point (0, 1) of every circle)": partial(
-            _circles, first=1
-        ),
+        "positions counted from 1 (position 0 is the point (0, 1) of every circle)": dict(first=1),
     },
 )(_circles)
 

@@ -4,7 +4,6 @@ two checked predictions (pairs that wrap, RoPE's symmetric case), the base of a 
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import numpy as np
 
@@ -35,12 +34,11 @@ exercise(
     inputs=lambda rng: (int(rng.integers(1, 60)), _even(rng)),
     edge_cases={"one position": (1, 4), "two channels": (7, 2)},
     mistakes={
-        "the concat layout (all sines, then all cosines)": partial(_pe, concat=True),
-        "cos before sin in each pair (the paper puts sin in the even column 2i)": partial(
-            _pe, swap=True
+        "the concat layout (all sines, then all cosines)": dict(concat=True),
+        "cos before sin in each pair (the paper puts sin in the even column 2i)": dict(swap=True),
+        "exponent i/d_model instead of 2i/d_model (pair i's frequency is base^(-2i/d_model))": dict(
+            exponent=1
         ),
-        "exponent i/d_model instead of 2i/d_model (pair i's frequency is "
-        "base^(-2i/d_model))": partial(_pe, exponent=1),
     },
 )(_pe)
 
@@ -68,8 +66,8 @@ exercise(
         "one position": (4, 100.0, 1, 0.5),
     },
     mistakes={
-        "an index into PE[1:], one less than the position": partial(_near_repeat, shift=1),
-        "exponent i/d_model instead of 2i/d_model": partial(_near_repeat, exponent=1),
+        "an index into PE[1:], one less than the position": dict(shift=1),
+        "exponent i/d_model instead of 2i/d_model": dict(exponent=1),
         "searched from position 0, which always repeats itself (distance 0)": lambda *a: (
             None if _near_repeat(*a) is None else 0
         ),
@@ -80,7 +78,7 @@ exercise(
             d, b, n + 1, t
         ),
         "argmax of an all-False array is 0, so 'no hit' came back as position 1: check that "
-        "there is a hit (None when there is none)": partial(_near_repeat, argmax=True),
+        "there is a hit (None when there is none)": dict(argmax=True),
     },
     compare=exact_int,
 )(_near_repeat)
@@ -111,20 +109,13 @@ exercise(
     inputs=_rope_inputs,
     edge_cases={"position 0 (unchanged)": (np.arange(4.0)[None, :], np.array([0]), 1e4)},
     mistakes={
-        "adjacent pairs (2i, 2i+1): the interleaved layout, not half-split": partial(
-            _rope_half, interleaved=True
-        ),
+        "adjacent pairs (2i, 2i+1): the interleaved layout, not half-split": dict(interleaved=True),
         "rotated clockwise (by -pos * theta): that is the book's R(pos), the sign of "
-        "P.RotaryEmbedding; this exercise asks for RoFormer's counter-clockwise sign": partial(
-            _rope_half, sign=-1
-        ),
-        "exponent i/d instead of 2i/d: the frequencies fall too slowly": partial(
-            _rope_half, exponent=1
-        ),
+        "P.RotaryEmbedding; "
+        "this exercise asks for RoFormer's counter-clockwise sign": dict(sign=-1),
+        "exponent i/d instead of 2i/d: the frequencies fall too slowly": dict(exponent=1),
         "the second half computed from the already rotated first half: keep the original "
-        "x[:, :d/2] for both halves (a copy, or both halves in one expression)": partial(
-            _rope_half, stale=True
-        ),
+        "x[:, :d/2] for both halves (a copy, or both halves in one expression)": dict(stale=True),
     },
 )(_rope_half)
 
@@ -203,11 +194,9 @@ exercise(
         "a large base, d_model 32": (_pe(3, 32, 1e6),),
     },
     mistakes={
-        "read from pair 0, whose frequency is 1 for every base": partial(_base_from, pair=0),
-        "atan2(cos, sin): the angle pi/2 - omega, not omega": partial(_base_from, swap=True),
-        "exponent i/d_model instead of 2i/d_model: the base squared": partial(
-            _base_from, exponent=1
-        ),
+        "read from pair 0, whose frequency is 1 for every base": dict(pair=0),
+        "atan2(cos, sin): the angle pi/2 - omega, not omega": dict(swap=True),
+        "exponent i/d_model instead of 2i/d_model: the base squared": dict(exponent=1),
     },
     compare=close(rtol=1e-6, atol=0.0),
 )(_base_from)

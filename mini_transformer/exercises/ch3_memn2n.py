@@ -5,7 +5,6 @@ blind positions, unseen offsets, ALiBi's effective window.
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import numpy as np
 
@@ -27,9 +26,9 @@ exercise(
     inputs=lambda rng: (int(2 ** rng.integers(0, 5)), int(rng.integers(1, 13))),
     edge_cases={"one head": (1, 4), "one position": (4, 1)},
     mistakes={
-        "slopes from h = 0 (the first head gets slope 1)": partial(_alibi, first=0),
-        "a positive bias (+m|i - j| rewards distant keys)": partial(_alibi, sign=1),
-        "signed distance i - j instead of |i - j|": partial(_alibi, signed=True),
+        "slopes from h = 0 (the first head gets slope 1)": dict(first=0),
+        "a positive bias (+m|i - j| rewards distant keys)": dict(sign=1),
+        "signed distance i - j instead of |i - j|": dict(signed=True),
     },
 )(_alibi)
 
@@ -71,10 +70,8 @@ exercise(
     inputs=lambda rng: (int(rng.integers(1, 80)), int(rng.integers(1, 40))),
     edge_cases={"T = L (nothing unseen)": (16, 16), "T = 2L": (32, 16), "T = L + 1": (9, 8)},
     mistakes={
-        "all T^2 pairs, not only causal ones": partial(_unseen, causal=False),
-        "offsets > L: the longest trained offset is L - 1, so L is unseen": partial(
-            _unseen, strict=True
-        ),
+        "all T^2 pairs, not only causal ones": dict(causal=False),
+        "offsets > L: the longest trained offset is L - 1, so L is unseen": dict(strict=True),
         "share of unseen query positions (i >= L) instead of pairs": lambda T, L: max(0, T - L) / T,
     },
 )(_unseen)
@@ -99,15 +96,11 @@ exercise(
     inputs=_window_inputs,
     edge_cases={"one key": (0.5, 1, 1), "window = T": (0.25, 10, 10)},
     mistakes={
-        "2^(-m r) instead of e^(-m r): softmax exponentiates with base e": partial(
-            _window, base2=True
-        ),
-        "w + 1 keys (offsets 0..w)": partial(_window, plus=1),
+        "2^(-m r) instead of e^(-m r): softmax exponentiates with base e": dict(base2=True),
+        "w + 1 keys (offsets 0..w)": dict(plus=1),
         "normalised over infinitely many offsets: the softmax runs over the T keys r = 0..T-1 "
-        "only": partial(_window, infinite=True),
-        "the bias with the wrong sign (e^(+m r)): ALiBi penalises distance": partial(
-            _window, sign=1
-        ),
+        "only": dict(infinite=True),
+        "the bias with the wrong sign (e^(+m r)): ALiBi penalises distance": dict(sign=1),
     },
 )(_window)
 
@@ -134,19 +127,15 @@ exercise(
     inputs=lambda rng: (int(rng.integers(1, 33)),),
     edge_cases={"6 heads (the paper's example)": (6,), "3 heads": (3,), "8 heads": (8,)},
     mistakes={
-        "the power-of-two formula 2^(-8h/n) used for a head count that is not one": partial(
-            _slopes, how="formula"
+        "the power-of-two formula 2^(-8h/n) used for a head count that is not one": dict(
+            how="formula"
         ),
-        "the first n - p slopes of 2p instead of its odd-numbered ones": partial(
-            _slopes, how="first"
-        ),
-        "sorted from steep to shallow: the paper appends the extra slopes after the first p": (
-            partial(_slopes, how="sorted")
+        "the first n - p slopes of 2p instead of its odd-numbered ones": dict(how="first"),
+        "sorted from steep to shallow: the paper appends the extra slopes after the first p": dict(
+            how="sorted"
         ),
         "the even-numbered slopes of 2p ([1::2]: 2^-2, 2^-4, ... repeat the first p slopes); "
-        "take every other slope starting with the first (h = 1, 3, 5, ...)": partial(
-            _slopes, how="even"
-        ),
+        "take every other slope starting with the first (h = 1, 3, 5, ...)": dict(how="even"),
     },
 )(_slopes)
 

@@ -113,10 +113,8 @@ exercise(
         "T = 5, prefix 2": (5, 2),
     },
     mistakes={
-        "prefix one token too long (j <= n_prefix)": partial(_prefix, plus=1),
-        "prefix queries see every key: the prompt reads the answer": partial(
-            _prefix, prefix_sees_all=True
-        ),
+        "prefix one token too long (j <= n_prefix)": dict(plus=1),
+        "prefix queries see every key: the prompt reads the answer": dict(prefix_sees_all=True),
         "the transpose (queries in columns)": lambda T, P: _prefix(T, P).T.contiguous(),
     },
     compare=close(same_dtype=True),
@@ -151,13 +149,13 @@ exercise(
     },
     mistakes={
         "the mean subtracted, not the maximum: exp(s - mean) still overflows when the scores "
-        "spread both ways ([1000, -1000])": partial(_jacobian, mean=True),
-        "softmax without subtracting the maximum: exp overflows to inf, inf / inf = NaN": (
-            partial(_jacobian, unstable=True)
+        "spread both ways ([1000, -1000])": dict(mean=True),
+        "softmax without subtracting the maximum: exp overflows to inf, inf / inf = NaN": dict(
+            unstable=True
         ),
-        "sign flipped: p p^T - diag(p)": partial(_jacobian, sign=-1),
-        "diagonal only: diag(p (1 - p))": partial(_jacobian, diagonal_only=True),
-        "diag(p) alone (the -p p^T term forgotten)": partial(_jacobian, outer=False),
+        "sign flipped: p p^T - diag(p)": dict(sign=-1),
+        "diagonal only: diag(p (1 - p))": dict(diagonal_only=True),
+        "diag(p) alone (the -p p^T term forgotten)": dict(outer=False),
     },
     compare=close(same_dtype=True),  # float64 scores: a float32 J loses p_i below 1e-38
 )(_jacobian)
@@ -178,8 +176,8 @@ exercise(
         "a window longer than the sequence (plain causal)": (3, 5),
     },
     mistakes={
-        "w + 1 keys (j >= i - w): the window is one token too wide": partial(_window, lo=1),
-        "a symmetric window |i - j| < w: queries see the future": partial(_window, future=True),
+        "w + 1 keys (j >= i - w): the window is one token too wide": dict(lo=1),
+        "a symmetric window |i - j| < w: queries see the future": dict(future=True),
         "the transpose (j >= i): every query sees the future": lambda T, w: _window(T, w).T,
     },
     compare=close(same_dtype=True),

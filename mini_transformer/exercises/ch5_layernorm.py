@@ -3,8 +3,6 @@ layer, RMSNorm, the LayerNorm Jacobian, parallel and DeepNorm blocks, Adam's fir
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 import torch
 from torch import nn
@@ -40,13 +38,12 @@ exercise(
     },
     mistakes={
         "gamma scaled the rows of weight (weight * gamma[:, None]); it multiplies the input, "
-        "so it scales the columns: weight * gamma": partial(_fold, rows=True),
-        "bias + beta: beta passes through the layer too (weight @ beta + bias)": partial(
-            _fold, shift="beta"
+        "so it scales the columns: weight * gamma": dict(rows=True),
+        "bias + beta: beta passes through the layer too (weight @ beta + bias)": dict(shift="beta"),
+        "beta forgotten (bias2 = bias)": dict(shift="none"),
+        "beta scaled by gamma too (weight @ (gamma * beta)): the shift comes after the gain": dict(
+            shift="W gb"
         ),
-        "beta forgotten (bias2 = bias)": partial(_fold, shift="none"),
-        "beta scaled by gamma too (weight @ (gamma * beta)): the shift comes after the "
-        "gain": partial(_fold, shift="W gb"),
     },
 )(_fold)
 
@@ -114,9 +111,9 @@ exercise(
         ),
     },
     mistakes={
-        "subtracted the mean: that is LayerNorm without beta": partial(_rms, center=True),
-        "divided by the L2 norm (the 1/d inside the root is missing)": partial(_rms, l2=True),
-        "eps added outside the square root": partial(_rms, eps_outside=True),
+        "subtracted the mean: that is LayerNorm without beta": dict(center=True),
+        "divided by the L2 norm (the 1/d inside the root is missing)": dict(l2=True),
+        "eps added outside the square root": dict(eps_outside=True),
     },
 )(_rms)
 
@@ -143,18 +140,14 @@ exercise(
         "d = 2": (torch.tensor([1.0, 3.0], dtype=torch.float64), 1e-5),
     },
     mistakes={
-        "the mean treated as a constant (no -1/d term)": partial(_ln_jac, drop_mean=True),
-        "the standard deviation treated as a constant (no -y y^T / d term)": partial(
-            _ln_jac, drop_scale=True
-        ),
-        "unbiased variance": partial(_ln_jac, unbiased=True),
+        "the mean treated as a constant (no -1/d term)": dict(drop_mean=True),
+        "the standard deviation treated as a constant (no -y y^T / d term)": dict(drop_scale=True),
+        "unbiased variance": dict(unbiased=True),
         "both the mean and the standard deviation treated as constants (J = I / sigma: the "
-        "-1/d and -y y^T / d terms are missing)": partial(_ln_jac, drop_mean=True, drop_scale=True),
+        "-1/d and -y y^T / d terms are missing)": dict(drop_mean=True, drop_scale=True),
         "eps left out of sigma = sqrt(var + eps)": lambda x, e: _ln_jac(x, 0.0),
-        "the 1/d missing on the y y^T term (d sigma / d x_j = y_j / d)": partial(
-            _ln_jac, outer_d=0
-        ),
-        "the y y^T / d term with the wrong sign": partial(_ln_jac, sign=-1),
+        "the 1/d missing on the y y^T term (d sigma / d x_j = y_j / d)": dict(outer_d=0),
+        "the y y^T / d term with the wrong sign": dict(sign=-1),
     },
     compare=close(same_dtype=True),  # float64 x: a float64 J (as softmax-jacobian)
 )(_ln_jac)

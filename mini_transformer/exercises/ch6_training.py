@@ -38,16 +38,14 @@ exercise(
         "long after the warm-up": (100_000, 512, 4000),
     },
     mistakes={
-        "step_num = step: the paper counts from 1, so update 0 must get a rate": partial(
-            _noam, from_zero=True
+        "step_num = step: the paper counts from 1, so update 0 must get a rate": dict(
+            from_zero=True
         ),
-        "warmup_steps^-1 instead of ^-1.5: the two branches no longer meet at the peak": partial(
-            _noam, w_exp=1.0
+        "warmup_steps^-1 instead of ^-1.5: the two branches no longer meet at the peak": dict(
+            w_exp=1.0
         ),
-        "max instead of min: the rate must rise during the warm-up, then fall": partial(
-            _noam, pick=max
-        ),
-        "the factor d_model^-0.5 left out": partial(_noam, scale=False),
+        "max instead of min: the rate must rise during the warm-up, then fall": dict(pick=max),
+        "the factor d_model^-0.5 left out": dict(scale=False),
     },
     compare=close(rtol=1e-6, atol=0.0),
 )(_noam)
@@ -101,26 +99,24 @@ exercise(
     },
     mistakes={
         "log of the softmax (a probability that underflows to 0 gives log 0 = -inf); "
-        "use logits - logsumexp(logits)": partial(_ppl, log_of_softmax=True),
-        "exp without subtracting the maximum (overflows or underflows in float32)": partial(
-            _ppl, naive=True
+        "use logits - logsumexp(logits)": dict(log_of_softmax=True),
+        "exp without subtracting the maximum (overflows or underflows in float32)": dict(
+            naive=True
         ),
         "2 ** loss with the loss in nats: mixing the bases (e ** nats = 2 ** bits)": lambda z, t: (
             2.0 ** _ppl(z, t, no_exp=True)
         ),
-        "mean of per-token perplexities instead of exp of the mean loss": partial(
-            _ppl, per_token=True
-        ),
-        "the cross-entropy itself, not its exponential": partial(_ppl, no_exp=True),
+        "mean of per-token perplexities instead of exp of the mean loss": dict(per_token=True),
+        "the cross-entropy itself, not its exponential": dict(no_exp=True),
         "log-softmax over the positions (axis 1): normalise over the vocabulary, the last "
-        "axis": partial(_ppl, axis=1),
-        "log-softmax over the batch (axis 0): normalise over the vocabulary, the last axis": (
-            partial(_ppl, axis=0)
+        "axis": dict(axis=1),
+        "log-softmax over the batch (axis 0): normalise over the vocabulary, the last axis": dict(
+            axis=0
         ),
         "the maximum taken over the positions (axis 1): the shift must be one constant per "
-        "row of the vocabulary, its maximum over the last axis": partial(_ppl, mx=1),
+        "row of the vocabulary, its maximum over the last axis": dict(mx=1),
         "the maximum taken over the batch (axis 0): the shift must be one constant per row of "
-        "the vocabulary, its maximum over the last axis": partial(_ppl, mx=0),
+        "the vocabulary, its maximum over the last axis": dict(mx=0),
     },
     compare=close(rtol=1e-4, atol=0.0),  # float32 logits near 200: log-sum-exp error ~1e-5
 )(_ppl)
@@ -158,14 +154,14 @@ exercise(
         "RoPE, no biases": (84, 128, 128, 4, 512, "rope", False),
     },
     mistakes={
-        "the tied head counted a second time": partial(_count, head=True),
-        "the final LayerNorm forgotten": partial(_count, final_ln=False),
-        "a position table counted for every scheme": partial(_count, learned_always=True),
-        "the learned position table left out (block_size * d_model parameters)": partial(
-            _count, no_table=True
+        "the tied head counted a second time": dict(head=True),
+        "the final LayerNorm forgotten": dict(final_ln=False),
+        "a position table counted for every scheme": dict(learned_always=True),
+        "the learned position table left out (block_size * d_model parameters)": dict(
+            no_table=True
         ),
         "LayerNorm shifts (beta) counted with bias=False: (2 n_layers + 1) * d_model too many": (
-            partial(_count, ln_shift=True)
+            dict(ln_shift=True)
         ),
     },
     compare=exact_int,
@@ -193,9 +189,9 @@ exercise(
     inputs=_flops_inputs,
     edge_cases={"nanoGPT's shakespeare-char size": (10_650_000, 6, 384, 256, 5000 * 64 * 256)},
     mistakes={
-        "forward pass only (2 N per token)": partial(_flops, fwd=True),
-        "the attention term 12 L d T left out": partial(_flops, attn=False),
-        "attention counted per sequence (T^2) for every token": partial(_flops, seq=True),
+        "forward pass only (2 N per token)": dict(fwd=True),
+        "the attention term 12 L d T left out": dict(attn=False),
+        "attention counted per sequence (T^2) for every token": dict(seq=True),
     },
     compare=close(rtol=1e-9, atol=0.0),
 )(_flops)
@@ -226,11 +222,9 @@ exercise(
         "k = 1": (torch.tensor([[0.2, 0.9, -0.3], [2.0, 1.0, 0.0]]), 1),
     },
     mistakes={
-        "the others set to 0, not -inf (a logit of 0 is not a probability of 0)": partial(
-            _topk, fill=0.0
-        ),
-        "k + 1 kept": partial(_topk, plus=1),
-        "the k smallest kept": partial(_topk, smallest=True),
+        "the others set to 0, not -inf (a logit of 0 is not a probability of 0)": dict(fill=0.0),
+        "k + 1 kept": dict(plus=1),
+        "the k smallest kept": dict(smallest=True),
     },
     compare=close(rtol=0.0, atol=0.0, same_dtype=True),
 )(_topk)
@@ -288,15 +282,13 @@ exercise(
         ),
     },
     mistakes={
-        "each tensor clipped by its own norm, not by the global norm": partial(
-            _clip, per_tensor=True
+        "each tensor clipped by its own norm, not by the global norm": dict(per_tensor=True),
+        "the norm returned after clipping, not before (clip_grad_norm_ returns it before)": dict(
+            norm_after=True
         ),
-        "the norm returned after clipping, not before (clip_grad_norm_ returns it before)": (
-            partial(_clip, norm_after=True)
-        ),
-        "gradients scaled up to max_norm when their norm is below it": partial(_clip, always=True),
+        "gradients scaled up to max_norm when their norm is below it": dict(always=True),
         "the tensors' norms added: the global norm is the square root of the sum of their "
-        "squared norms": partial(_clip, add_norms=True),
+        "squared norms": dict(add_norms=True),
     },
     compare=_compare_clip,
     warm_up=warm_up_optimizers,  # for an answer that builds an optimizer

@@ -14,6 +14,7 @@ import time
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -83,7 +84,8 @@ _REGISTRY: dict[str, Exercise] = {}
 
 def exercise(name: str, task: str, **options: Any) -> Callable[[Callable[..., Any]], Any]:
     """Register the decorated function as the reference answer of exercise ``name``;
-    ``options`` are :class:`Exercise`'s fields from ``inputs`` on, by keyword."""
+    ``options`` are :class:`Exercise`'s fields from ``inputs`` on, by keyword; a function
+    exercise's mistake given as a dict is the reference called with those keyword arguments."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"name must be a non-empty string, got {name!r}")
     if name in _REGISTRY:
@@ -98,7 +100,10 @@ def exercise(name: str, task: str, **options: Any) -> Callable[[Callable[..., An
         raise ValueError(f"exercise {name!r} would check nothing: give n_random > 0 or edge_cases")
 
     def register(reference: Callable[..., Any]) -> Callable[..., Any]:
-        _REGISTRY[name] = Exercise(name, task, reference, **{"inputs": None, **options})
+        wrong = {k: partial(reference, **v) if type(v) is dict and options.get("inputs") else v
+                 for k, v in options.get("mistakes", {}).items()}  # fmt: skip
+        opts = {"inputs": None, **options, "mistakes": wrong}
+        _REGISTRY[name] = Exercise(name, task, reference, **opts)
         return reference
 
     return register
@@ -118,9 +123,6 @@ def _get(name: str) -> Exercise:
     if name not in _REGISTRY:
         raise ValueError(f"unknown exercise {name!r}; available: {', '.join(available())}")
     return _REGISTRY[name]
-
-
-# --- cases ------------------------------------------------------------------------------
 
 
 def random_tensor(
@@ -145,9 +147,6 @@ def _case(ex: Exercise, seed: int, index: int) -> tuple[str, tuple]:
         if i == index:
             return label, _copy(args)
     return "a case", ()  # an index the checker never sent (forged by the answer)
-
-
-# --- check ----------------------------------------------------------------------------
 
 
 @dataclass

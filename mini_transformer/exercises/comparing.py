@@ -153,9 +153,6 @@ def _describe_kind(x: Any) -> str:
     return f"a tuple of {len(x)} items" if isinstance(x, tuple) else f"a {type(x).__name__}"
 
 
-# --- comparing ------------------------------------------------------------------------
-
-
 def _tolerances(expected: Any, rtol: float, atol: float) -> tuple[float, float]:
     """Tolerances widened to a float16 or bfloat16 expected result's resolution (about 3 and
     2 significant digits: a right answer differs in the last)."""
