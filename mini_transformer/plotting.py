@@ -335,33 +335,34 @@ def draw_decoder_lm(model: torch.nn.Module) -> Any:
 
 def draw_norm_placement():
     """Draw one Post-LN and one Pre-LN block side by side (Xiong et al.'s Figure 1), input at
-    the bottom, each residual shortcut on the right; returns ``(fig, axes)``."""
+    the bottom, the residual shortcuts (the identity path) in green on the right; Pre-LN's
+    stack ends in one final LayerNorm (dashed); dropout omitted. Returns ``(fig, axes)``."""
     import matplotlib.pyplot as plt
 
     fill = {"LayerNorm": "#f6e27f", "attention": "#f4b183", "feed-forward": "#9dc3e6"}
-    panels = (
-        ("Post-LN", ["x", "attention", "+", "LayerNorm", "feed-forward", "+", "LayerNorm"], 2, 5),
-        ("Pre-LN", ["x", "LayerNorm", "attention", "+", "LayerNorm", "feed-forward", "+"], 3, 6),
-    )
-    fig, axes = plt.subplots(1, 2, figsize=(6.4, 4.4))
-    for ax, (title, items, plus, plus2) in zip(axes, panels, strict=True):
-        ax.set(xlim=(-1.3, 1.6), ylim=(-0.5, len(items) + 0.5), title=title)
+    post = ["x", "attention", "+", "LayerNorm", "feed-forward", "+", "LayerNorm"]
+    pre = ["x", "LayerNorm", "attention", "+", "LayerNorm", "feed-forward", "+", "LayerNorm"]
+    fig, axes = plt.subplots(1, 2, figsize=(6.4, 4.8))
+    for ax, items, plus in zip(axes, (post, pre), ((2, 5), (3, 6)), strict=True):
+        ax.set(xlim=(-1.3, 1.6), ylim=(-0.6, 8.6), title=f"{'Pre' if 3 in plus else 'Post'}-LN")
         ax.axis("off")
         for i, name in enumerate([*items, "out"]):
             if i:  # the main path, bottom to top
                 ax.annotate("", (0, i - 0.26), (0, i - 0.74), arrowprops={"arrowstyle": "->"})
+            final = i == 7 and 3 in plus  # Pre-LN: once, after the last block
             box = {"boxstyle": "circle" if name == "+" else "round", "fc": fill.get(name, "w")}
-            text = {"x": "input $x$", "out": "to the next block"}.get(name, name)
+            text = {"x": "input $x$", "out": "output"}.get(name, name)
             ax.text(
                 0,
                 i,
-                text,
+                "final LayerNorm\n(last block only)" if final else text,
                 ha="center",
                 va="center",
-                bbox=box if name in fill or name == "+" else None,
+                fontsize=9,
+                bbox={**box, "ls": "--" if final else "-"} if name in fill or name == "+" else None,
             )
-        for a, b in ((0, plus), (3, plus2)):  # the shortcuts
-            ax.plot([0, 1.1, 1.1], [a + 0.5, a + 0.5, b], "k-", lw=1)
-            ax.annotate("", (0.25, b), (1.1, b), arrowprops={"arrowstyle": "->"})
-    axes[1].text(0, -0.45, "(a final LayerNorm follows the last block)", ha="center", fontsize=8)
+        for a, b in ((0, plus[0]), (3, plus[1])):  # the shortcuts: the identity path
+            ax.plot([0, 1.1, 1.1], [a + 0.5, a + 0.5, b], "-", color="C2", lw=2)
+            ax.annotate("", (0.25, b), (1.1, b), arrowprops={"arrowstyle": "->", "color": "C2"})
+    fig.text(0.5, 0.02, "green: the identity (shortcut) path; dropout omitted", ha="center")
     return fig, axes

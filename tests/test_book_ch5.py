@@ -225,3 +225,18 @@ def test_the_four_seed_gradient_claims_at_initialisation(init_grads):
 def test_the_deletion_test_model_has_six_pre_ln_blocks():
     lm, _ = train.load_pretrained("gpu")
     assert len(lm.blocks) == 6 and lm.config.norm_position == "pre"
+
+
+def test_schedule_rises_along_the_papers_warm_up_line():
+    """Section 5.8's dropdown: Schedule's 0-based step k - 1 is the Transformer paper's step k."""
+
+    def noam(s, d_model, warmup):  # Vaswani et al.'s rate, s = 1, 2, ...
+        return d_model**-0.5 * min(s**-0.5, s * warmup**-1.5)
+
+    for d_model, w, total in ((512, 4000, 100_000), (64, 100, 300)):
+        peak = noam(w, d_model, w)
+        ours = Schedule(lr=peak, warmup_steps=w, steps=total)
+        assert all(
+            math.isclose(ours(k - 1), noam(k, d_model, w), rel_tol=1e-9) for k in range(1, w + 1)
+        )
+        assert ours(total) == 0.0 and Schedule(lr=peak, warmup_steps=w)(total) == peak
