@@ -218,13 +218,13 @@ def _heatmap_inputs(matrices: Any, xlabel: str, ylabel: str, *options: Any) -> t
 
 
 def draw_head_split(T: int = 3, d_model: int = 8, n_heads: int = 2) -> Any:
-    """Draw how multi-head attention splits ``(B, T, d_model)`` into ``(B, h, T, d_k)`` (one
+    """Draw how multi-head attention splits ``(B, T, d_model)`` into ``(B, h, T, d_head)`` (one
     batch element; chapter 4); return the figure. Why drawn from data: each cell shows the
-    feature index ``f`` of an entry, read from a real ``view(B, T, h, d_k).transpose(1, 2)`` of
+    feature index ``f`` of an entry, read from a real ``view(B, T, h, d_head).transpose(1, 2)`` of
     the tensor whose entry ``(t, f)`` is ``f``, so the picture is what the code does.
 
     >>> draw_head_split().axes[0].get_title()
-    '(B, T, d_model) = (1, 3, 8)  ->  (B, h, T, d_k) = (1, 2, 3, 4)'
+    '(B, T, d_model) = (1, 3, 8)  ->  (B, h, T, d_head) = (1, 2, 3, 4)'
     """
     import matplotlib.pyplot as plt
 
@@ -234,8 +234,8 @@ def draw_head_split(T: int = 3, d_model: int = 8, n_heads: int = 2) -> Any:
         raise ValueError(f"d_model must be divisible by n_heads, got {d} and {h}")
     k = d // h
     x = torch.arange(d).repeat(1, T, 1)  # (1, T, d): entry (t, f) = f
-    viewed = x.view(1, T, h, k)[0]  # (T, h, d_k)
-    split = x.view(1, T, h, k).transpose(1, 2)[0]  # (h, T, d_k): head i, position t
+    viewed = x.view(1, T, h, k)[0]  # (T, h, d_head)
+    split = x.view(1, T, h, k).transpose(1, 2)[0]  # (h, T, d_head): head i, position t
     x2, x3 = d + 5, 2 * d + (h - 1) * 0.4 + 10
     fig, ax = plt.subplots(figsize=(0.4 * (x3 + k + 2), 0.4 * (h * (T + 1.6) + 1.5)))
     colors = plt.get_cmap("tab10").colors
@@ -250,15 +250,15 @@ def draw_head_split(T: int = 3, d_model: int = 8, n_heads: int = 2) -> Any:
         ax.text(x0, y0 + 0.15, label, va="bottom", fontsize=8)
 
     grid(0, 0, x[0], "x[b]: (T, d_model), f = 0..d_model-1")
-    for i in range(h):  # the view: the same memory, read as h blocks of d_k
-        grid(x2 + i * (k + 0.4), 0, viewed[:, i], "" if i else "(T, h, d_k)", rows=i == 0)
-    for i in range(h):  # the transpose: head i's block of every position, one (T, d_k) grid
-        grid(x3, -i * (T + 1.6), split[i], f"head {i}: (T, d_k)")
+    for i in range(h):  # the view: the same memory, read as h blocks of d_head
+        grid(x2 + i * (k + 0.4), 0, viewed[:, i], "" if i else "(T, h, d_head)", rows=i == 0)
+    for i in range(h):  # the transpose: head i's block of every position, one (T, d_head) grid
+        grid(x3, -i * (T + 1.6), split[i], f"head {i}: (T, d_head)")
     arrows = ((d + 0.3, x2 - 1.3, "view"), (x3 - 4.5, x3 - 1.3, "transpose(1, 2)"))
     for a, b, what in arrows:
         ax.annotate("", (b, -T / 2), (a, -T / 2), arrowprops={"arrowstyle": "->"})
         ax.text((a + b) / 2, -T / 2 - 0.3, what, ha="center", va="top", fontsize=8)
-    ax.set_title(f"(B, T, d_model) = (1, {T}, {d})  ->  (B, h, T, d_k) = (1, {h}, {T}, {k})")
+    ax.set_title(f"(B, T, d_model) = (1, {T}, {d})  ->  (B, h, T, d_head) = (1, {h}, {T}, {k})")
     ax.set_xlim(-1.2, x3 + k + 0.2)
     ax.set_ylim(-h * (T + 1.6) + 0.5, 1.0)
     ax.set_aspect("equal")

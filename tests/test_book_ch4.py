@@ -197,7 +197,7 @@ def test_head_split_figure_shows_what_view_and_transpose_do():
     ax = fig.axes[0]
     cells = [(t.get_position(), t.get_text()) for t in ax.texts if t.get_text().isdigit()]
     assert len(cells) == 3 * T * d  # three stages, every entry drawn once in each
-    x3 = max(x for (x, _), _ in cells)  # the right-most stage: the (h, T, d_k) heads
+    x3 = max(x for (x, _), _ in cells)  # the right-most stage: the (h, T, d_head) heads
     heads = sorted(((-y, x), int(s)) for (x, y), s in cells if x > x3 - d // h)
     ids = torch.arange(d).repeat(1, T, 1).view(1, T, h, d // h).transpose(1, 2)[0]
     assert [f for _, f in heads] == ids.flatten().tolist()  # read top to bottom, left to right
