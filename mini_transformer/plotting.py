@@ -355,7 +355,7 @@ def draw_norm_placement():
             ax.text(
                 0,
                 i,
-                "final LayerNorm\n(last block only)" if final else text,
+                "final LayerNorm\n(after the stack)" if final else text,
                 ha="center",
                 va="center",
                 fontsize=9,
