@@ -129,6 +129,22 @@ def test_which_learning_rate_is_better(scoring):
     assert [better("unscaled", d) for d in d_ks] == [1e-2 if d <= 64 else 1e-3 for d in d_ks]
 
 
+def test_at_each_better_rate_unscaled_overlaps_scaled_at_1024(scoring):
+    # moved from section 4.11's hidden cell: "matches the others at d_k = 1024", each score at
+    # the better of its two rates by median held-out loss (the same loss that is then reported)
+    runs = scoring["runs"]
+
+    def losses(kind, d, lr):
+        return sorted(r["loss"] for r in runs if (r["kind"], r["d_k"], r["lr"]) == (kind, d, lr))
+
+    def best(kind, d):
+        return min(scoring["lrs"], key=lambda lr: losses(kind, d, lr)[1])  # median of three seeds
+
+    lo, hi = scoring["lo"], scoring["hi"]
+    assert lo["unscaled", 1024, best("unscaled", 1024)] < hi["scaled", 1024, best("scaled", 1024)]
+    assert best("scaled", 1024) == 1e-2
+
+
 @pytest.fixture(scope="module")
 def benches():
     return {
