@@ -194,8 +194,8 @@ def _main_train(argv: list[str]) -> int:
             cfg = get_preset(args.preset, **overrides)
         device = check_device("device", cfg.device, run=True, local_rank=local_rank)
         hardware.resolve_precision(cfg.precision, device)  # a forced bf16 on a GPU without it
-        if not args.allow_cpu and (refusal := gpu_preset_refusal(cfg)):  # times a matmul on a CPU
-            raise ValueError(refusal)
+        if cfg.preset == "gpu" and not args.allow_cpu and (refusal := gpu_preset_refusal(cfg)):
+            raise ValueError(refusal)  # (it times a matmul on a CPU)
         return cfg
 
     def work(cfg: TrainConfig) -> int:  # a diverged run: run_cli's one line and exit 1

@@ -246,13 +246,16 @@ def estimate_loss(
     consecutive windows ``ids[i*T : (i+1)*T + 1]`` in order, all of them (the whole text)
     or the first ``n_batches * batch_size``.
     """
-    check_tensor("ids", ids, integer=True, ndim=1)
-    check_int("batch_size", batch_size, low=1)
-    if n_batches is not None or seed is not None:
-        check_int("n_batches", n_batches, low=1, why=" (None: every window, with seed=None)")
+    if checks.checking():  # not in the training loop (checks.trusted): it made the arguments
+        check_tensor("ids", ids, integer=True, ndim=1)
+        check_int("batch_size", batch_size, low=1)
+        if n_batches is not None or seed is not None:
+            check_int("n_batches", n_batches, low=1, why=" (None: every window, with seed=None)")
+        if seed is not None:
+            check_int("seed", seed, low=0, why=" or None")
     T, device = model.config.block_size, next(model.parameters()).device
     if seed is not None:
-        g = torch.Generator().manual_seed(check_int("seed", seed, low=0, why=" or None"))
+        g = torch.Generator().manual_seed(seed)
         batches = [get_batch(ids, batch_size, T, g, device) for _ in range(n_batches)]
     else:
         n_windows = (len(ids) - 1) // T

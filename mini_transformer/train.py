@@ -169,6 +169,7 @@ class Run:
     train_losses: list[float] = field(default_factory=list)  # every step's, read back
     peak: float | None = None
     peak_source: str = ""
+    flops_per_token: float = 0.0  # the model's, for MFU (counted once)
     precision_s: dict | None = None  # a step's time in each precision, if "auto" measured
     log_path: Path | None = None  # metrics.jsonl (rank 0 only)
 
@@ -249,6 +250,7 @@ def _prepare(cfg: TrainConfig, out_dir: Path, resume: bool, setup_hook) -> Run:
         run.step_model = torch.compile(run.step_model, mode=cfg.compile_mode)
     if rank == 0:
         run.peak, run.peak_source = hardware.peak_flops(device, cfg.peak_flops)
+        run.flops_per_token = model.flops_per_token()
         run.log_path = out_dir / "metrics.jsonl"
     return run
 
@@ -314,7 +316,7 @@ def _log_start(run: Run, argv: list[str] | None) -> None:
             **configs,
             "n_parameters": model.num_parameters(),
             "parameters_by_component": model.num_parameters(by_component=True),
-            "flops_per_token": model.flops_per_token(),
+            "flops_per_token": run.flops_per_token,
             "tokens_per_step": run.tokens_per_step,
             "peak_flops": run.peak,
             "peak_flops_source": run.peak_source,
@@ -364,11 +366,10 @@ def _diverged(run: Run, what: str, value: float, step: int) -> TrainingDivergedE
 
 def _evaluate_and_save(run: Run, tokens_per_s: float | None) -> None:
     """Losses on both splits, a log record, and checkpoints if all is well."""
-    model = run.model
     train_loss, val_loss = run.estimate("train"), run.estimate("val")
     mfu = None
     if tokens_per_s is not None and run.peak:
-        mfu = tokens_per_s * model.flops_per_token() / (run.peak * run.world)
+        mfu = tokens_per_s * run.flops_per_token / (run.peak * run.world)
     write_record(
         run.log_path,
         {

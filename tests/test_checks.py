@@ -312,3 +312,52 @@ def test_the_training_loop_makes_no_check_calls_per_step(tmp_path):
 
     calls(1)  # fills the caches (corpus, tokenizer) the later runs reuse
     assert calls(4) - calls(2) == 0
+
+
+def test_evaluations_and_saves_in_the_loop_make_no_check_calls(tmp_path):
+    """An evaluation (estimate_loss on the loop's own ids) and a save (save_checkpoint of the
+    loop's own step) inside the training loop re-check nothing: 4 steps evaluating after each
+    make as many calls into checks.py as 4 steps evaluating once (5 each before)."""
+    import sys
+
+    from mini_transformer import checks
+    from mini_transformer.core import get_preset
+    from mini_transformer.train import train
+
+    def calls(eval_interval: int) -> int:
+        cfg = get_preset("tiny", steps=4, eval_interval=eval_interval, progress=False, threads=1)
+        n = [0]
+
+        def profile(frame, event, arg):
+            code = frame.f_code
+            gate = code.co_name in ("checked", "checking", "trusted")
+            if event == "call" and code.co_filename == checks.__file__ and not gate:
+                n[0] += 1
+
+        sys.setprofile(profile)
+        try:
+            train(cfg, tmp_path / f"run{eval_interval}", overwrite=True)
+        finally:
+            sys.setprofile(None)
+        return n[0]
+
+    calls(4)  # fills the caches (corpus, tokenizer) the later runs reuse
+    assert calls(1) - calls(4) == 0
+
+
+def test_estimate_loss_and_save_checkpoint_still_check_a_readers_call(tmp_path):
+    """Outside the loop the same functions refuse bad input with the same messages."""
+    from mini_transformer.checkpoints import save_checkpoint
+    from mini_transformer.core import estimate_loss, get_preset
+    from mini_transformer.model import TransformerLM
+
+    model = TransformerLM(get_preset("tiny").model)
+    ids = torch.zeros(100, dtype=torch.long)
+    with pytest.raises(TypeError, match="ids must be an integer tensor"):
+        estimate_loss(model, ids.float(), n_batches=1, batch_size=2, seed=0)
+    with pytest.raises(ValueError, match="seed must be a non-negative integer or None, got -1"):
+        estimate_loss(model, ids, n_batches=1, batch_size=2, seed=-1)
+    with pytest.raises(ValueError, match="step must be a non-negative integer, got -1"):
+        save_checkpoint(tmp_path / "a.pt", model, step=-1)
+    with pytest.raises(ValueError, match="extra keys"):
+        save_checkpoint(tmp_path / "b.pt", model, rng=1)
