@@ -41,6 +41,8 @@ def test_inline_encoding_is_the_package_bit_for_bit():
 def test_wavelengths_at_d_model_128():
     lam = 2 * np.pi / P.sinusoidal_frequencies(128)
     assert round(float(lam[-1])) == 54_410 and round(2 * np.pi * 10000) == 62_832
+    # section 2.2's formula for the slowest pair, 2 pi 10000^((d - 2)/d) (moved from the chapter)
+    assert math.isclose(lam[-1], 2 * np.pi * 10000 ** (126 / 128), rel_tol=1e-12)
     assert [round(float(lam[c // 2]), 1) for c in (0, 20, 40, 60)] == [6.3, 26.5, 111.7, 471.2]
     # the slowest wavelength approaches 2 pi 10000 only as d_model grows (review m4)
     gaps = [
