@@ -341,7 +341,11 @@ def test_gpu_whole_text_loss_per_held_out_play():
     play = np.searchsorted(starts, np.arange(len(losses)) * 256, side="right") - 1
     per_play = {t: losses[play == p].mean() for p, t in enumerate(titles)}
     assert {t: round(v, 3) for t, v in per_play.items()} == {
-        "Hamlet": 1.343, "Macbeth": 1.39, "The Tempest": 1.476, "Twelfth Night": 1.374}
+        "Hamlet": 1.343,
+        "Macbeth": 1.39,
+        "The Tempest": 1.476,
+        "Twelfth Night": 1.374,
+    }
     se_windows = losses.std(ddof=1) / math.sqrt(len(losses))
     se_plays = np.std(list(per_play.values()), ddof=1) / 2
     assert (round(se_windows, 3), round(se_plays, 3)) == (0.004, 0.029)
