@@ -327,3 +327,34 @@ def test_the_model_diagram_is_read_from_the_model():
     assert "tied" not in post and "learned positions" in post and "RoPE" not in post
     with pytest.raises(TypeError, match="TransformerLM"):
         plotting.draw_decoder_lm(torch.nn.Linear(2, 2))
+
+
+def test_gpu_whole_text_loss_per_held_out_play():
+    # Chapter 6's "What the ±  means here": the stored window losses of the gpu model, split by
+    # the play each window of 256 starts in (plays joined in load_works order), recomputed here
+    # from the corpus itself; the spread between plays, not between windows, sets the error.
+    works = data.load_works()
+    titles = [t for t in works if t in data.VAL_WORKS]
+    starts = np.cumsum([0] + [len(works[t]) + len(data.WORK_SEPARATOR) for t in titles[:-1]])
+    assert starts[-1] + len(works[titles[-1]]) == len(data.load_corpus("val"))
+    losses = np.array(data.load_result("06_gpu_whole_text")["runs"]["256"]["window_losses"])
+    play = np.searchsorted(starts, np.arange(len(losses)) * 256, side="right") - 1
+    per_play = {t: losses[play == p].mean() for p, t in enumerate(titles)}
+    assert {t: round(v, 3) for t, v in per_play.items()} == {
+        "Hamlet": 1.343,
+        "Macbeth": 1.39,
+        "The Tempest": 1.476,
+        "Twelfth Night": 1.374,
+    }
+    se_windows = losses.std(ddof=1) / math.sqrt(len(losses))
+    se_plays = np.std(list(per_play.values()), ddof=1) / 2
+    assert (round(se_windows, 3), round(se_plays, 3)) == (0.004, 0.029)
+    assert round(se_plays / se_windows) == 7  # "seven times 0.004"
+
+
+def test_vocabulary_is_read_from_all_works_and_the_training_works_hold_it(corpus):
+    # from_corpus() reads the whole corpus, so the chapter's set(train_text) == set(tok.chars)
+    # is a finding about the split, not true by construction
+    tok, train_text, val_text, _, _ = corpus
+    assert tok == data.CharTokenizer(data.load_corpus("all"))
+    assert set(train_text) == set(tok.chars) and set(val_text) <= set(train_text)
