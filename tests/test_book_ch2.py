@@ -209,6 +209,20 @@ def test_lab_sinusoidal_beyond_training_length_is_pinned():
     assert len(res["seeds"]) == 3 and max(res["eval_lengths"]) == 256
 
 
+def test_the_sinusoidal_lab_model_fails_past_its_trained_length():
+    # section 2.6's forward link to section 3.6 ("the sinusoidal model does not work past its
+    # trained length"), the claim the chapter's lab cell asserted before it moved here:
+    # perfect within L = 32, near chance past it like the learned table, RoPE near perfect
+    res = data.load_result("extrapolation")["results"]
+    mean_beyond = {
+        s: float(np.mean(res[s]["accuracy_beyond"]["48"]["per_seed"]))
+        for s in ("sinusoidal", "learned", "rope")
+    }
+    assert float(np.mean(res["sinusoidal"]["accuracy"]["32"]["per_seed"])) == 1.0
+    assert max(mean_beyond["sinusoidal"], mean_beyond["learned"]) < 0.2
+    assert mean_beyond["rope"] > 0.95
+
+
 # --- 2.7: limits --------------------------------------------------------------------------
 
 
