@@ -143,6 +143,25 @@ def test_at_each_better_rate_unscaled_overlaps_scaled_at_1024(scoring):
     lo, hi = scoring["lo"], scoring["hi"]
     assert lo["unscaled", 1024, best("unscaled", 1024)] < hi["scaled", 1024, best("scaled", 1024)]
     assert best("scaled", 1024) == 1e-2
+    # section 4.11: "unscaled trails scaled only slightly and at two of the five d_k": its best
+    # seed is worse than scaled's worst at d_k = 16 and 256 (by 0.005 and 0.002 nats), the seed
+    # ranges overlap at 4, 64 and 1024
+    gap = {
+        d: lo["unscaled", d, best("unscaled", d)] - hi["scaled", d, best("scaled", d)]
+        for d in scoring["d_ks"]
+    }
+    assert [d for d in scoring["d_ks"] if gap[d] > 0] == [16, 256]
+    assert (round(gap[16], 3), round(gap[256], 3)) == (0.005, 0.002)
+
+
+def test_held_out_set_is_256_queries(scoring):
+    # the dropdown: "256 queries, so an accuracy moves in steps of 1/256"
+    assert all(
+        abs(r["accuracy"] * 256 - round(r["accuracy"] * 256)) < 0.01 for r in scoring["runs"]
+    )
+    assert not all(
+        abs(r["accuracy"] * 128 - round(r["accuracy"] * 128)) < 0.01 for r in scoring["runs"]
+    )
 
 
 @pytest.fixture(scope="module")
