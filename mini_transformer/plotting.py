@@ -296,7 +296,7 @@ def draw_decoder_lm(model: torch.nn.Module) -> Any:
     emb = f"tok_emb: Embedding({V}, {d})" + ("" if rope else f"\n+ {c.positional} positions")
     ax.add_patch(plt.Rectangle((-2.3, -7.0), 7.6, 4.6, fc="0.95", ec="0.5", ls="--"))
     rule = "x + F(LN(x))" if pre else "LN(x + F(x))"
-    ax.text(-2.2, -2.5, f"blocks: {c.n_layers} × [{rule}]", va="top", fontsize=9)
+    ax.text(5.2, -6.9, f"blocks: {c.n_layers} × [{rule}]", ha="right", va="bottom", fontsize=9)
     ln_f = "ln_f: LayerNorm" if pre else "ln_f: Identity (Post-LN)"
     main = [(0, 0, "idx (B, T): token ids"), (0, -1.5, emb), (0, -7.8, ln_f)]
     main += [(0, -9.1, f"lm_head: Linear({d}, {V})"), (0, -10.4, "logits (B, T, V)")]
