@@ -257,3 +257,28 @@ def test_alibi_last_query_weight_on_the_newest_key(head, T, quoted):
     w = np.exp(row - row.max()) / np.exp(row - row.max()).sum()  # softmax
     assert np.isclose(float(w[0]), (1 - np.exp(-m)) / (1 - np.exp(-m * T)), rtol=1e-6)
     assert round(float(w[0]), len(str(quoted)) - 2) == quoted
+
+
+# --- section 3.7: what attention reads from the learned table (live, about 5 s) ------------
+
+
+def test_live_first_layer_attention_on_the_key_three_back():
+    """The prose's 0.78-0.85 within L, 0.02 past L (learned) and 0.53-0.79 past L (RoPE)."""
+    import torch
+
+    from mini_transformer import lab
+
+    cfg = lab.LabConfig(steps=200, eval_samples=128)
+    L, r = cfg.train_length, cfg.offset
+    idx, _ = cfg.batch(cfg.eval_samples, 2 * L, torch.Generator().manual_seed(10_000))
+    t = torch.arange(r, 2 * L)
+    got = {}
+    for scheme in ("learned", "rope"):
+        model = lab.make_model(scheme, cfg, seed=0)
+        lab.train_model(model, cfg, seed=0)
+        on3 = model.attention_weights(idx)[0][:, :, t, t - r]  # (B, heads, queries)
+        got[scheme] = [on3[:, :, t < L].mean(dim=(0, 2)), on3[:, :, t >= L].mean(dim=(0, 2))]
+    inside, past = got["learned"]
+    assert (_r2(inside.min()), _r2(inside.max())) == (0.78, 0.85)
+    assert _r2(past.max()) == 0.02 and past.max() < 1 / (L + 1)  # no more than an even spread
+    assert (_r2(got["rope"][1].min()), _r2(got["rope"][1].max())) == (0.53, 0.79)
