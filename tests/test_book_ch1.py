@@ -166,6 +166,24 @@ def test_with_std_002_content_the_scalar_is_read_back_almost_always():
     assert abs(acc - predicted) < 0.01
 
 
+@pytest.mark.parametrize(
+    ("N", "std", "predicted_quoted", "measured_quoted"),
+    [(100, 0.02, 0.205, 0.206), (10, 0.16, 0.321, 0.310)],
+)
+def test_scalar_readout_at_the_two_models_scales(N, std, predicted_quoted, measured_quoted):
+    """The verdict's 0.206 at N = 100 (std 0.02, the learned-table model's scale) and 0.310 at
+    N = 10 (std 0.16, the sinusoidal model's 0.02 times sqrt(64)): the closed form, and a
+    measurement with 20 times the chapter's 5,000 guesses (standard error about 0.0015)."""
+    p = positional.normalized_index_encoding(N)[:, 0]
+    z = 1 / (2 * N) / std  # half the gap between codes, in standard deviations
+    phi = 0.5 * (1 + math.erf(z / math.sqrt(2)))
+    predicted = ((N - 2) * (2 * phi - 1) + 2 * phi) / N
+    assert round(predicted, 3) == predicted_quoted
+    x = p[:, None] + std * np.random.default_rng(44).standard_normal((100_000 // N, N, 1))
+    acc = float(np.mean(np.abs(x - p).argmin(axis=-1) == np.arange(N)))
+    assert abs(acc - predicted) < 0.01 and abs(acc - measured_quoted) < 0.02
+
+
 def test_projecting_out_the_mean_restores_the_causal_average_shrinkage():
     # the no-start-token aside: W_V = I - u u^T (u the mean's direction) centres the values
     T, d, B = 32, 64, 1000

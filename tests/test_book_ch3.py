@@ -79,6 +79,56 @@ def test_offset_3_step_at_every_longer_length_is_smaller_than_any_trained(res):
     assert round(step(8 * L), 4) == 0.0117
 
 
+# --- section 3.5: the arithmetic on the papers' tables (moved off the reader's path) -------
+
+
+def test_convs2s_and_memn2n_table_arithmetic():
+    """The prose's reading of the tables as typed (it cannot check the typing itself)."""
+    convs2s = {"full": (6.64, 21.7), "-source": (6.69, 21.3), "-target": (6.63, 21.5)}
+    convs2s["-both"] = (6.68, 21.2)  # Gehring et al. Table 4: (valid PPL, BLEU)
+    bleu = {k: v[1] for k, v in convs2s.items()}
+    ablations = ("-source", "-target", "-both")
+    below_full = [round(bleu["full"] - bleu[k], 1) for k in ablations]
+    between = [
+        round(abs(bleu[a] - bleu[b]), 1)
+        for i, a in enumerate(ablations)
+        for b in ablations[i + 1 :]
+    ]
+    assert min(below_full) == 0.2 and max(below_full) == 0.5  # "0.2 to 0.5 BLEU below"
+    assert min(between) == 0.1 and max(between) == 0.3  # "0.1 to 0.3 from each other"
+    assert convs2s["-source"][0] > convs2s["-target"][0] and bleu["-source"] < bleu["-target"]
+    assert convs2s["-target"][0] < convs2s["full"][0] and bleu["-target"] < bleu["full"]
+    assert round(25.1 - 20.3, 1) == 4.8  # MemN2N's bAbI gap, BoW vs PE
+
+
+# --- section 3.6: ALiBi plumbing (moved off the reader's path) ------------------------------
+
+
+def test_alibi_generation_rows_and_fused_vs_scratch():
+    import dataclasses
+
+    import torch
+
+    from mini_transformer.model import TransformerConfig, TransformerLM
+
+    gen = P.alibi_bias(4, T_q=2, T_k=7)  # 2 new queries against 7 keys: the last 2 rows
+    assert torch.equal(gen, P.alibi_bias(4, 7)[:, -2:, :])
+    assert gen[0, -1, -1] == 0 and gen[0, -1, 0] == -0.25 * 6  # the newest query: distance 0..6
+    cfg = TransformerConfig(
+        vocab_size=16, block_size=8, d_model=16, n_heads=4, n_layers=1, positional="alibi"
+    )
+    torch.manual_seed(0)
+    fused = TransformerLM(cfg).eval()
+    torch.manual_seed(0)
+    scratch = TransformerLM(dataclasses.replace(cfg, fused_attention=False)).eval()
+    idx = torch.randint(0, 16, (2, 16), generator=torch.Generator().manual_seed(16))  # T = 2 * 8
+    with torch.no_grad():
+        logits_f, logits_s = fused(idx)[0], scratch(idx)[0]
+        logits_short = fused(idx[:, :8])[0]
+    assert torch.allclose(logits_f, logits_s, atol=1e-5)  # float32, two kernels
+    assert torch.allclose(logits_f[:, :8], logits_short, atol=1e-5)  # causal: no change
+
+
 # --- section 3.6: the set-up the prose describes ------------------------------------------
 
 
@@ -257,3 +307,28 @@ def test_alibi_last_query_weight_on_the_newest_key(head, T, quoted):
     w = np.exp(row - row.max()) / np.exp(row - row.max()).sum()  # softmax
     assert np.isclose(float(w[0]), (1 - np.exp(-m)) / (1 - np.exp(-m * T)), rtol=1e-6)
     assert round(float(w[0]), len(str(quoted)) - 2) == quoted
+
+
+# --- section 3.7: what attention reads from the learned table (live, about 5 s) ------------
+
+
+def test_live_first_layer_attention_on_the_key_three_back():
+    """The prose's 0.78-0.85 within L, 0.02 past L (learned) and 0.53-0.79 past L (RoPE)."""
+    import torch
+
+    from mini_transformer import lab
+
+    cfg = lab.LabConfig(steps=200, eval_samples=128)
+    L, r = cfg.train_length, cfg.offset
+    idx, _ = cfg.batch(cfg.eval_samples, 2 * L, torch.Generator().manual_seed(10_000))
+    t = torch.arange(r, 2 * L)
+    got = {}
+    for scheme in ("learned", "rope"):
+        model = lab.make_model(scheme, cfg, seed=0)
+        lab.train_model(model, cfg, seed=0)
+        on3 = model.attention_weights(idx)[0][:, :, t, t - r]  # (B, heads, queries)
+        got[scheme] = [on3[:, :, t < L].mean(dim=(0, 2)), on3[:, :, t >= L].mean(dim=(0, 2))]
+    inside, past = got["learned"]
+    assert (_r2(inside.min()), _r2(inside.max())) == (0.78, 0.85)
+    assert _r2(past.max()) == 0.02 and past.max() < 1 / (L + 1)  # no more than an even spread
+    assert (_r2(got["rope"][1].min()), _r2(got["rope"][1].max())) == (0.53, 0.79)
