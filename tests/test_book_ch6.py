@@ -2,8 +2,8 @@
 
 Three kinds: regression pins of committed data (the corpus, the two committed logs and
 models, the presets the text quotes); independent recomputations of the side analyses the
-chapter folds (the line-length comparison of the sample, the streak cut-off sweep of the
-attention maps, the repeats among the cpu run's windows); and the chapter's open training
+chapter folds (the line-length comparison of the sample, the repeats among the cpu run's
+windows); and the chapter's open training
 loop against the package's loop on a second configuration (bf16 autocast, a short
 schedule). Everything is computed from the package (``train.read_log``,
 ``train.load_model``, ``data.load_corpus``), never copied from the notebook.
@@ -185,42 +185,6 @@ def test_seven_sample_lines_do_not_show_learned_line_lengths(corpus, cpu_model):
     assert (k, n) == (6, 7) and round(chance, 2) == 0.23
     assert chance > 0.05  # the band does not separate the sample from the baseline
     assert max(len(line) for line in lines) > corpus_lengths.max()  # one line longer than any
-
-
-def test_streak_count_depends_on_the_cut_off(corpus, cpu_model):
-    """The 21-cut-off sweep the chapter folds into one sentence."""
-    tok, lm = corpus[0], cpu_model[0]
-    attns = [block.attn for block in lm.blocks]
-    for a in attns:
-        a.keep_weights = True
-    try:
-        with torch.no_grad():
-            lm(tok.encode(LINE)[None, :])
-    finally:
-        for a in attns:
-            a.keep_weights = False
-    maps = torch.stack([a.last_weights for a in attns])
-    n_show = 24
-    far = torch.tril(torch.ones(n_show, n_show), diagonal=-3)
-    n_eligible = far.sum(0)
-    uniform_far = (far / torch.arange(1, n_show + 1)[:, None]).sum(0) / n_eligible.clamp(min=1)
-    heads = [(layer, h) for layer in (0, lm.config.n_layers - 1) for h in range(lm.config.n_heads)]
-    strongest, key = {}, {}
-    for layer, h in heads:
-        mean_far = (maps[layer, 0, h, :n_show, :n_show] * far).sum(0) / n_eligible.clamp(min=1)
-        ratio = torch.where(n_eligible >= 8, mean_far / uniform_far, torch.zeros(()))
-        strongest[(layer, h)], key[(layer, h)] = float(ratio.max()), int(ratio.argmax())
-    cutoffs = np.round(np.arange(1.5, 2.5001, 0.05), 2)
-    passing = {float(c): [h for h in heads if strongest[h] >= c] for c in cutoffs}
-    ever = {h for hs in passing.values() for h in hs}
-    assert [len(passing[c]) for c in passing][:3] == [4, 3, 2] and passing[2.5] == []
-    assert len(ever) == 4 and sorted(set(heads) - ever) == [h for h in heads if strongest[h] < 1]
-    assert [(LINE[key[h]], key[h]) for h in sorted(ever)] == [
-        (",", 5),
-        (",", 5),
-        (" ", 9),
-        (",", 5),
-    ]
 
 
 # ---------------------------------------------------------------- the open loop, second config
