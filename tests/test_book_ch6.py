@@ -252,6 +252,54 @@ def test_whole_text_lies_2_4_standard_errors_above_the_sample(corpus, cpu_model)
     assert round(z, 1) == 2.4 and round(p, 3) == 0.017
 
 
+def _sampled_loss(lm, val_ids, seed):
+    """The mean loss of 8 batches of 16 windows drawn with ``seed``, written out (the
+    chapter's figure comes from ``train.estimate_loss``)."""
+    g, T, total = torch.Generator().manual_seed(seed), lm.config.block_size, []
+    with torch.no_grad():
+        for _ in range(8):
+            xs, ys = data.get_batch(val_ids, 16, T, generator=g)
+            logits, _ = lm(xs)
+            total.append(torch.nn.functional.cross_entropy(logits.transpose(1, 2), ys).item())
+    return float(np.mean(total))
+
+
+def test_a_character_5_gram_writes_real_words_as_often_as_the_model(corpus):
+    """Section 6.5's fair control, written out with strings: the next character is drawn from
+    the training works' counts after the last four characters, to the power 1 / 0.8 (the
+    model's temperature), continuations in token order, NumPy's generator seeded 0 to 4.
+    88% to 96% of the complete words are words of the training works, above the model's 81%."""
+    tok, train_text = corpus[0], corpus[1]
+    follow = {}
+    for i in range(len(train_text) - 4):
+        ctx = follow.setdefault(train_text[i : i + 4], {})
+        ctx[train_text[i + 4]] = ctx.get(train_text[i + 4], 0) + 1
+    known = set(re.findall(r"[A-Za-z]+", train_text))
+    order = {c: tok.encode(c).item() for c in set(train_text)}
+    shares = []
+    for seed in range(5):
+        rng, text = np.random.default_rng(seed), "KING.\n"
+        for _ in range(400):
+            nxt = sorted(follow[text[-4:]].items(), key=lambda kv: order[kv[0]])
+            p = np.array([n for _, n in nxt], dtype=np.float64) ** (1 / 0.8)
+            text += nxt[rng.choice(len(nxt), p=p / p.sum())][0]
+        body = text[6:]
+        words = re.findall(r"[A-Za-z]+", body)
+        words = words[:-1] if body[-1].isalpha() else words
+        shares.append(np.mean([w in known for w in words]))
+    assert (round(min(shares), 2), round(max(shares), 2)) == (0.88, 0.96)
+
+
+def test_seed_1234_drew_an_unlucky_sample_among_30_others(corpus, cpu_model):
+    """Section 6.5: over seeds 1000-1029 the sampled estimate averages 1.720 (SD 0.019, range
+    1.688 to 1.750), the whole text's value within 0.01, and seed 1234's 1.680 lies below all 30."""
+    val_ids, lm = corpus[4], cpu_model[0]
+    others = np.array([_sampled_loss(lm, val_ids, s) for s in range(1000, 1030)])
+    assert (round(others.mean(), 3), round(others.std(ddof=1), 3)) == (1.72, 0.019)
+    assert (round(others.min(), 3), round(others.max(), 3)) == (1.688, 1.75)
+    assert (others > _sampled_loss(lm, val_ids, 1234)).all()
+
+
 # ---------------------------------------------------------------- the model's diagram (6.1)
 
 
