@@ -283,66 +283,44 @@ def test_check_size_refuses_a_negative_size():  # issue 36: it returned -20 byte
         C.check_size("s", (-1, 5))
 
 
-def test_the_training_loop_makes_no_check_calls_per_step(tmp_path):
-    """Issue 35's measure: the calls into checks.py (not counting checks.entry's gate and
-    checks.trusted) of a tiny run of 4 steps minus those of 2 steps, both evaluating only at
-    the end: 0 per step (16 before the loop opened checks.trusted)."""
+def _check_calls(out, steps: int, eval_interval: int) -> int:
+    """Calls into checks.py (not counting checks.entry's gate and checks.trusted) of a tiny run."""
     import sys
 
     from mini_transformer import checks
     from mini_transformer.core import get_preset
     from mini_transformer.train import train
 
-    def calls(steps: int) -> int:
-        cfg = get_preset("tiny", steps=steps, eval_interval=steps, progress=False, threads=1)
-        n = [0]
+    cfg = get_preset("tiny", steps=steps, eval_interval=eval_interval, progress=False, threads=1)
+    n = [0]
 
-        def profile(frame, event, arg):
-            code = frame.f_code
-            gate = code.co_name in ("checked", "checking", "trusted")
-            if event == "call" and code.co_filename == checks.__file__ and not gate:
-                n[0] += 1
+    def profile(frame, event, arg):
+        code = frame.f_code
+        gate = code.co_name in ("checked", "checking", "trusted")
+        if event == "call" and code.co_filename == checks.__file__ and not gate:
+            n[0] += 1
 
-        sys.setprofile(profile)
-        try:
-            train(cfg, tmp_path / f"run{steps}", overwrite=True)
-        finally:
-            sys.setprofile(None)
-        return n[0]
+    sys.setprofile(profile)
+    try:
+        train(cfg, out / f"run{steps}_{eval_interval}", overwrite=True)
+    finally:
+        sys.setprofile(None)
+    return n[0]
 
-    calls(1)  # fills the caches (corpus, tokenizer) the later runs reuse
-    assert calls(4) - calls(2) == 0
+
+def test_the_training_loop_makes_no_check_calls_per_step(tmp_path):
+    """Issue 35's measure: the check calls of a tiny run of 4 steps minus those of 2 steps, both
+    evaluating only at the end: 0 per step (16 before the loop opened checks.trusted)."""
+    _check_calls(tmp_path, 1, 1)  # fills the caches (corpus, tokenizer) the later runs reuse
+    assert _check_calls(tmp_path, 4, 4) - _check_calls(tmp_path, 2, 2) == 0
 
 
 def test_evaluations_and_saves_in_the_loop_make_no_check_calls(tmp_path):
     """An evaluation (estimate_loss on the loop's own ids) and a save (save_checkpoint of the
     loop's own step) inside the training loop re-check nothing: 4 steps evaluating after each
-    make as many calls into checks.py as 4 steps evaluating once (5 each before)."""
-    import sys
-
-    from mini_transformer import checks
-    from mini_transformer.core import get_preset
-    from mini_transformer.train import train
-
-    def calls(eval_interval: int) -> int:
-        cfg = get_preset("tiny", steps=4, eval_interval=eval_interval, progress=False, threads=1)
-        n = [0]
-
-        def profile(frame, event, arg):
-            code = frame.f_code
-            gate = code.co_name in ("checked", "checking", "trusted")
-            if event == "call" and code.co_filename == checks.__file__ and not gate:
-                n[0] += 1
-
-        sys.setprofile(profile)
-        try:
-            train(cfg, tmp_path / f"run{eval_interval}", overwrite=True)
-        finally:
-            sys.setprofile(None)
-        return n[0]
-
-    calls(4)  # fills the caches (corpus, tokenizer) the later runs reuse
-    assert calls(1) - calls(4) == 0
+    make as many check calls as 4 steps evaluating once (5 each before)."""
+    _check_calls(tmp_path, 1, 1)
+    assert _check_calls(tmp_path, 4, 1) - _check_calls(tmp_path, 4, 4) == 0
 
 
 def test_estimate_loss_and_save_checkpoint_still_check_a_readers_call(tmp_path):
