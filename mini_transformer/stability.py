@@ -100,17 +100,26 @@ def grad_norms_at_init(
     n_layers: int,
     seeds: tuple[int, ...] = (0, 1, 2, 3),
     cfg: StabilityConfig | None = None,
+    setup=None,
 ) -> list[float]:
     """Mean over seeds of :math:`\\|\\partial L / \\partial W^{2,\\ell}\\|_F` for each layer.
 
     ``W^{2,l}`` is layer ``l``'s ``ffn.linear2.weight``; the loss is a fresh model's on one
-    batch, seed ``s`` fixing both. Returns ``n_layers`` floats, input side first.
+    batch, seed ``s`` fixing both. ``setup(model)``, if given, runs on each fresh model first
+    (chapter 5 detaches its LayerNorms' inputs with it). Returns ``n_layers`` floats, input
+    side first.
     """
+    if setup is not None and not callable(setup):
+        raise TypeError(
+            f"setup must be a function of the model or None, got {type(setup).__name__}"
+        )
     cfg = replace(cfg or StabilityConfig(), n_layers=n_layers)
     total = torch.zeros(n_layers, dtype=torch.float64)
     for seed in seeds:
         torch.manual_seed(seed)
         model = xiong_lm(cfg, norm_position)
+        if setup is not None:
+            setup(model)
         idx, targets = copy_task_batch(cfg, torch.Generator().manual_seed(10_000 + seed))
         model(idx, targets)[1].backward()
         norms = [b.ffn.linear2.weight.grad.norm().item() for b in model.blocks]

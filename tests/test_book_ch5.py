@@ -261,3 +261,14 @@ def test_the_pass_mark_caveats_of_section_5_8(sweep):
     ]
     falling = sorted(d for d in drop if d > 0.15)
     assert len(falling) == 3 and (round(falling[0], 2), round(falling[-1], 2)) == (0.21, 0.95)
+
+
+def test_grad_norms_at_init_runs_its_setup_on_each_fresh_model():
+    """The `setup` chapter 5 uses to detach the LayerNorm inputs: called once per seed, before
+    the forward, and a setup that changes nothing changes no number; a non-function is refused."""
+    seen = []
+    plain = S.grad_norms_at_init("pre", 3, seeds=(0, 1))
+    assert S.grad_norms_at_init("pre", 3, seeds=(0, 1), setup=seen.append) == plain
+    assert len(seen) == 2 and all(isinstance(m, nn.Module) for m in seen)
+    with pytest.raises(TypeError, match="setup must be a function of the model or None"):
+        S.grad_norms_at_init("pre", 3, setup=1)
