@@ -513,7 +513,7 @@ def _random_table(table, N, d):
     return table * np.sqrt(varying / np.mean(((table - table.mean(0)) ** 2).sum(axis=1)))
 
 
-def _section_1_4_readout():
+def _section_1_6_readout():
     """Section 1.6's table (oracle and learned reader), recomputed with the
     chapter's generator and order of draws: noise, table, the learned reader's data."""
     gen, out = np.random.default_rng(5), {}
@@ -540,11 +540,11 @@ def _section_1_4_readout():
     return out
 
 
-def test_section_1_5_readout_numbers_quoted_in_the_prose():
+def test_section_1_6_readout_numbers_quoted_in_the_prose():
     # "0.264 (sinusoid) and 0.315 (random table) against 0.220 at N = 10, d_model = 4; 0.565
     # and 0.775 against 0.383 at 64; 0.994 and 1.000 against 0.201 at N = 100, 1024 ...
     # tie (difference 0.008) ... it reads the sinusoid 0.683"; distances computed directly
-    r = _section_1_4_readout()
+    r = _section_1_6_readout()
     quoted = {
         ("sinusoid", "oracle", 10, 4): 0.264,
         ("random", "oracle", 10, 4): 0.315,
@@ -718,7 +718,7 @@ def test_the_line_reads_how_far_along_best_at_equal_varying_energy(N, d):
     assert line > max(sinusoid, max(tables)) + 0.05
 
 
-def test_section_1_5_linear_readout_numbers_quoted_in_the_prose():
+def test_appendix_a4_linear_readout_numbers_quoted_in_the_prose():
     # "R^2 0.841 against the sinusoid's 0.705 and the random table's 0.335 at N = 10,
     # d_model = 64; 0.929 against 0.715 and 0.089 at N = 100": the chapter's generator and draws
     gen, out = np.random.default_rng(12), {}
@@ -751,7 +751,7 @@ def test_section_1_5_linear_readout_numbers_quoted_in_the_prose():
 
 def test_learned_reader_reads_the_plain_scalar_at_chance_from_256_on():
     # section 1.6's dropdown: "at chance from 256 on (0.103 and 0.105 at 256 and 1024)"
-    r = _section_1_4_readout()
+    r = _section_1_6_readout()
     assert round(r["scalar", "learned", 10, 256], 3) == 0.103
     assert round(r["scalar", "learned", 10, 1024], 3) == 0.105
 
