@@ -4,7 +4,8 @@ For each sequence length T this measures, for one forward + backward pass of cau
 self-attention on a batch ``(B, T, d_model)``:
 
 - time: the median and the quartiles (the inter-quartile range, IQR) over ``--repeats`` runs
-  after ``--warmup`` runs;
+  after ``--warmup`` runs, and the quartiles of from scratch's time over fused's within each
+  repeat (``scratch_over_fused_paired``: the spread of the ratio itself);
 - peak memory: the peak of bytes allocated by torch's CPU allocator during the pass, above
   what was allocated before it (from the profiler's allocation events, ``profile_memory=True``;
   measured in a separate, untimed pass). It counts every tensor the pass creates: projections,
@@ -131,7 +132,7 @@ def step(module: nn.Module, call, x: torch.Tensor, causal: bool) -> None:
 
 
 def time_steps(variants, x, causal, warmup: int, repeats: int) -> dict[str, list[float]]:
-    """Quartiles ``[q1, median, q3]`` of the seconds per forward + backward of each variant.
+    """The seconds per forward + backward of each variant, one entry per repeat.
 
     The variants take turns within each repeat (round robin), so a burst of load from other
     processes on a shared machine slows all of them alike instead of one.
@@ -147,7 +148,7 @@ def time_steps(variants, x, causal, warmup: int, repeats: int) -> dict[str, list
             step(module, call, x, causal)
             sync(x)
             times[name].append(time.perf_counter() - t0)
-    return {name: [float(v) for v in np.percentile(t, [25, 50, 75])] for name, t in times.items()}
+    return times
 
 
 def peak_bytes(module, call, x, causal) -> int:
@@ -193,7 +194,10 @@ def measure_row(variants: dict, T: int, args, dtype: torch.dtype, causal: bool) 
     g = torch.Generator().manual_seed(T)
     x = torch.randn(args.B, T, args.d_model, generator=g).to(args.device, dtype)
     x.requires_grad_(True)
-    quartiles = time_steps(variants, x, causal, args.warmup, args.repeats)
+    times = time_steps(variants, x, causal, args.warmup, args.repeats)
+    quartiles = {n: [float(v) for v in np.percentile(t, [25, 50, 75])] for n, t in times.items()}
+    # the ratio within each repeat (the variants ran back to back), so its spread is the ratio's
+    ratio = np.percentile(np.array(times["scratch"]) / np.array(times["fused"]), [25, 50, 75])
     ms = {n: 1e3 * q[1] for n, q in quartiles.items()}
     mib = {n: peak_bytes(m, c, x, causal) / 2**20 for n, (m, c) in variants.items()}
     return {
@@ -204,6 +208,7 @@ def measure_row(variants: dict, T: int, args, dtype: torch.dtype, causal: bool) 
         "fused_over_torch": ms["fused"] / ms["torch"],
         "fusedqkv_over_torch": ms["fused-qkv"] / ms["torch"],
         "scratch_over_fused": ms["scratch"] / ms["fused"],
+        "scratch_over_fused_paired": [float(v) for v in ratio],  # quartiles of per-repeat ratios
         "mem_scratch_over_fused": mib["scratch"] / mib["fused"],
     }
 

@@ -220,8 +220,9 @@ def _heatmap_inputs(matrices: Any, xlabel: str, ylabel: str, *options: Any) -> t
 def draw_head_split(T: int = 3, d_model: int = 8, n_heads: int = 2) -> Any:
     """Draw how multi-head attention splits ``(B, T, d_model)`` into ``(B, h, T, d_head)`` (one
     batch element; chapter 4); return the figure. Why drawn from data: each cell shows the
-    feature index ``f`` of an entry, read from a real ``view(B, T, h, d_head).transpose(1, 2)`` of
-    the tensor whose entry ``(t, f)`` is ``f``, so the picture is what the code does.
+    memory position ``t * d_model + f`` of an entry, read from a real
+    ``view(B, T, h, d_head).transpose(1, 2)``, so the picture is what the code does; the
+    lower left draws the wrong ``reshape(B, h, T, d_head)``, whose "heads" mix positions.
 
     >>> draw_head_split().axes[0].get_title()
     '(B, T, d_model) = (1, 3, 8)  ->  (B, h, T, d_head) = (1, 2, 3, 4)'
@@ -233,7 +234,7 @@ def draw_head_split(T: int = 3, d_model: int = 8, n_heads: int = 2) -> Any:
     if d % h:
         raise ValueError(f"d_model must be divisible by n_heads, got {d} and {h}")
     k = d // h
-    x = torch.arange(d).repeat(1, T, 1)  # (1, T, d): entry (t, f) = f
+    x = torch.arange(T * d).view(1, T, d)  # (1, T, d): entry (t, f) = t * d + f, memory order
     viewed = x.view(1, T, h, k)[0]  # (T, h, d_head)
     split = x.view(1, T, h, k).transpose(1, 2)[0]  # (h, T, d_head): head i, position t
     x2, x3 = d + 5, 2 * d + (h - 1) * 0.4 + 10
@@ -242,14 +243,17 @@ def draw_head_split(T: int = 3, d_model: int = 8, n_heads: int = 2) -> Any:
 
     def grid(x0, y0, values, label, rows=True):  # rows = positions t, text = feature index f
         for (t, j), f in np.ndenumerate(values.numpy()):
-            cell = {"fc": colors[f // k % 10], "alpha": 0.45, "ec": "black", "lw": 0.6}
+            cell = {"fc": colors[f % d // k % 10], "alpha": 0.45, "ec": "black", "lw": 0.6}
             ax.add_patch(plt.Rectangle((x0 + j, y0 - t - 1), 1, 1, **cell))
             ax.text(x0 + j + 0.5, y0 - t - 0.5, str(f), ha="center", va="center", fontsize=8)
             if j == 0 and rows:
                 ax.text(x0 - 0.15, y0 - t - 0.5, f"t={t}", ha="right", va="center", fontsize=7)
         ax.text(x0, y0 + 0.15, label, va="bottom", fontsize=8)
 
-    grid(0, 0, x[0], "x[b]: (T, d_model), f = 0..d_model-1")
+    grid(0, 0, x[0], "x[b]: (T, d_model), entry t * d_model + f")
+    wrong = x.reshape(1, h, T, k)[0]  # same shape as the split, but each "head" runs on in memory
+    for i in range(h):  # drawn below x: "head" i is the i-th run of T * d_head numbers
+        grid(i * (k + 1), -T - 1.6, wrong[i], "" if i else "WRONG: reshape(B, h, T, d_head)", not i)
     for i in range(h):  # the view: the same memory, read as h blocks of d_head
         grid(x2 + i * (k + 0.4), 0, viewed[:, i], "" if i else "(T, h, d_head)", rows=i == 0)
     for i in range(h):  # the transpose: head i's block of every position, one (T, d_head) grid

@@ -205,19 +205,18 @@ def apart(r, slow, fast):
 
 
 def test_benchmark_cpu_only_gaps_beyond_the_iqr_are_read(benches):
-    # section 4.10: "from scratch is roughly 2 to 4 times slower than fused at T = 1024 (the
-    # quartile range, 1.8 to 4.1); fused and nn.MultiheadAttention never differ beyond their
-    # quartiles"; the machine was loaded (load average near 12)
+    # section 4.10: "from scratch takes 2.5 times as long as fused at T = 1024 (per-run ratios:
+    # median 2.5, quartiles 2.4 to 2.6); fused and nn.MultiheadAttention never differ beyond
+    # their quartiles"; the machine was loaded
     rows = benches["cpu"]["rows"]
     assert [r["T"] for r in rows] == [64, 128, 256, 512, 1024]
-    assert [r["T"] for r in rows if apart(r, "scratch", "fused")] == [256, 512, 1024]
+    # beyond the spread from T = 256 on (and at T = 64, by under a millisecond)
+    assert [r["T"] for r in rows if apart(r, "scratch", "fused")] == [64, 256, 512, 1024]
     assert not any(apart(r, "fused", "torch") or apart(r, "torch", "fused") for r in rows)
-    assert round(rows[-1]["scratch_over_fused"], 1) == 2.6  # the median ratio, not quoted
-    q = rows[-1]["ms_iqr"]
-    low, high = q["scratch"][0] / q["fused"][1], q["scratch"][1] / q["fused"][0]
-    assert (round(low, 1), round(high, 1)) == (1.8, 4.1)  # the quartile range the prose quotes
-    assert round(low) == 2 and round(high) == 4  # "roughly 2 to 4 times"
-    assert round(benches["cpu"]["load_average_1min"]["before"]) == 12
+    q1, median, q3 = rows[-1]["scratch_over_fused_paired"]  # quartiles of the per-repeat ratio
+    assert (round(q1, 1), round(median, 1), round(q3, 1)) == (2.4, 2.5, 2.6)
+    assert q1 > 1  # slower in at least three repeats of four
+    assert benches["cpu"]["load_average_1min"]["before"] > 4  # loaded: 2 cores, load ~8
     assert rows[-1]["peak_mib"]["scratch"] > 6 * rows[-1]["peak_mib"]["fused"]  # memory: no noise
 
 
@@ -250,11 +249,17 @@ def test_head_split_figure_shows_what_view_and_transpose_do():
     fig = plotting.draw_head_split(T=T, d_model=d, n_heads=h)
     ax = fig.axes[0]
     cells = [(t.get_position(), t.get_text()) for t in ax.texts if t.get_text().isdigit()]
-    assert len(cells) == 3 * T * d  # three stages, every entry drawn once in each
+    assert len(cells) == 4 * T * d  # four stages, every entry drawn once in each
     x3 = max(x for (x, _), _ in cells)  # the right-most stage: the (h, T, d_head) heads
     heads = sorted(((-y, x), int(s)) for (x, y), s in cells if x > x3 - d // h)
-    ids = torch.arange(d).repeat(1, T, 1).view(1, T, h, d // h).transpose(1, 2)[0]
-    assert [f for _, f in heads] == ids.flatten().tolist()  # read top to bottom, left to right
+    ids = torch.arange(T * d).view(1, T, d)  # memory order t * d + f
+    assert [f for _, f in heads] == ids.view(1, T, h, d // h).transpose(1, 2).flatten().tolist()
+    # the wrong reshape, lower left: "head" 0 holds position 0 and the start of position 1
+    lower_left = [
+        ((x > d // h + 0.2, -y, x), int(s)) for (x, y), s in cells if y < -T - 1 and x < d + 4
+    ]
+    wrong = sorted(lower_left)  # head by head, then top to bottom, left to right
+    assert [f for _, f in wrong] == list(range(T * d))  # memory order: no transpose
     plt.close(fig)
     with pytest.raises(ValueError, match="divisible"):
         plotting.draw_head_split(T=3, d_model=8, n_heads=3)
