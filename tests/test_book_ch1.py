@@ -172,8 +172,9 @@ def test_with_std_002_content_the_scalar_is_read_back_almost_always():
 )
 def test_scalar_readout_at_the_two_models_scales(N, std, predicted_quoted, measured_quoted):
     """Section 1.5's verdict: 0.205 predicted at N = 100 (std 0.02, the book's models' scale) and
-    0.321 at N = 10 (std 0.16, the sinusoidal model's 0.02 times sqrt(64)): the closed form, and a
-    measurement with 20 times the chapter's 5,000 guesses (standard error about 0.0015)."""
+    0.321 at N = 10 (std 0.16, the sinusoidal model's 0.02 times sqrt(64), its d_model = 64 entry):
+    the closed form, and a measurement with 20 times the chapter's 5,000 guesses (standard error
+    about 0.0015)."""
     p = positional.normalized_index_encoding(N)[:, 0]
     z = 1 / (2 * N) / std  # half the gap between codes, in standard deviations
     phi = 0.5 * (1 + math.erf(z / math.sqrt(2)))
@@ -182,6 +183,24 @@ def test_scalar_readout_at_the_two_models_scales(N, std, predicted_quoted, measu
     x = p[:, None] + std * np.random.default_rng(44).standard_normal((100_000 // N, N, 1))
     acc = float(np.mean(np.abs(x - p).argmin(axis=-1) == np.arange(N)))
     assert abs(acc - predicted) < 0.01 and abs(acc - measured_quoted) < 0.02
+
+
+def test_under_the_sinusoidal_models_sqrt_d_scaling_the_scalar_fades_with_d_model():
+    """Section 1.5's third verdict bullet and Summary: with the package's sinusoidal model the
+    token embeddings have std 0.02 sqrt(d_model) (cold read s6, D1), so the oracle's closed form
+    falls 0.810, 0.521, 0.321, 0.212, 0.156 over d_model = 4 ... 1024; a measurement with 40,000
+    guesses per size (standard error about 0.0025) agrees, and falls at every step."""
+    N, p = 10, positional.normalized_index_encoding(10)[:, 0]
+    gen, predicted, measured = np.random.default_rng(51), [], []
+    for d in (4, 16, 64, 256, 1024):
+        std = 0.02 * math.sqrt(d)
+        phi = 0.5 * (1 + math.erf(1 / (2 * N) / std / math.sqrt(2)))
+        predicted.append(((N - 2) * (2 * phi - 1) + 2 * phi) / N)
+        x = p[:, None] + std * gen.standard_normal((40_000 // N, N, 1))  # channel 0 decides
+        measured.append(float(np.mean(np.abs(x - p).argmin(axis=-1) == np.arange(N))))
+    assert [round(v, 3) for v in predicted] == [0.810, 0.521, 0.321, 0.212, 0.156]
+    assert np.all(np.abs(np.array(measured) - predicted) < 0.01)
+    assert np.all(np.diff(measured) < 0)
 
 
 def test_projecting_out_the_mean_restores_the_causal_average_shrinkage():
@@ -543,7 +562,8 @@ def _section_1_6_readout():
 def test_section_1_6_readout_numbers_quoted_in_the_prose():
     # "0.264 (sinusoid) and 0.315 (random table) against 0.220 at N = 10, d_model = 4; 0.565
     # and 0.775 against 0.383 at 64; 0.994 and 1.000 against 0.201 at N = 100, 1024 ...
-    # tie (difference 0.008) ... it reads the sinusoid 0.683"; distances computed directly
+    # it reads the sinusoid 0.683"; distances computed directly. At N = 100, d_model = 4 the
+    # chapter's single draw has the sinusoid 0.008 ahead (the 30-seed mean is pinned below)
     r = _section_1_6_readout()
     quoted = {
         ("sinusoid", "oracle", 10, 4): 0.264,
@@ -561,6 +581,30 @@ def test_section_1_6_readout_numbers_quoted_in_the_prose():
         assert round(r[key], 3) == value, key
     tie = r["sinusoid", "oracle", 100, 4] - r["centred", "oracle", 100, 4]
     assert round(tie, 3) == 0.008
+
+
+def test_at_n_100_d_4_the_sinusoid_beats_the_line_over_30_seeds():
+    """Section 1.6's "by 0.012 on average over 30 seeds at N = 100, d_model = 4": the chapter's
+    folded cell (seeds 100 ... 129, 5,000 guesses, 1,000 learning tokens). Cold read s6 (D2)
+    found the earlier "tie" to be the low tail of a systematic win."""
+    N, d = 100, 4
+    codes = {"centred": _centred(N, d), "sinusoid": positional.sinusoidal_encoding(N, d)}
+    margins = {"oracle": [], "learned": []}
+    for seed in range(100, 130):
+        g = np.random.default_rng(seed)
+        e, learn = g.standard_normal((50, N, d)), g.standard_normal((10, N, d))
+        hits = {}
+        for name, pe in codes.items():
+            for reader, ref in (("oracle", pe), ("learned", (learn + pe).mean(axis=0))):
+                score = (e + pe) @ ref.T - 0.5 * (ref**2).sum(axis=1)
+                hits[reader, name] = np.mean(score.argmax(axis=-1) == np.arange(N))
+        for reader in margins:
+            margins[reader].append(hits[reader, "sinusoid"] - hits[reader, "centred"])
+    oracle = np.array(margins["oracle"])
+    assert round(float(oracle.mean()), 3) == 0.012
+    assert np.sum(oracle > 0) == 30
+    learned = np.array(margins["learned"])
+    assert learned.mean() > 3 * learned.std(ddof=1) / np.sqrt(30)
 
 
 @pytest.mark.parametrize(("N", "d"), [(10, 4), (10, 16), (100, 4), (100, 16), (10, 64)])
@@ -808,10 +852,11 @@ def test_uniform_causal_average_of_zero_mean_embeddings_shrinks_like_one_over_sq
     assert np.isclose(float(ratio_2[-1] / ratio_2[0]), np.sqrt(2 / np.pi) / np.sqrt(T), rtol=0.05)
 
 
-def test_exercise_5_single_draw_is_within_the_sampling_spread_of_the_prediction():
-    """Exercise 5's solution measures one draw at n and n/10; the spread study that left its
-    solution: over 20 fresh draws the mean R^2 is on the prediction (3 standard errors) and the
-    chapter's draw lies within 2 spreads of it."""
+def test_exercise_5_mean_of_20_draws_is_on_the_predicted_loss():
+    """Exercise 5's solution averages 20 draws per n (cold read s6, D6: one draw's spread at
+    n = 5,977 is as large as the 0.01 loss it tests). Recomputed with the solution's generator
+    and order of draws: the mean loss is within 0.003 of (1 - best) d / (n - d) at n = 5,977, and
+    20 other seeds agree within 3 standard errors at both n."""
     N, d, n_test = 10, 64, 4096
     p = np.arange(N) / N
     best = np.var(p) / (np.var(p) + 1)
@@ -825,19 +870,18 @@ def test_exercise_5_single_draw_is_within_the_sampling_spread_of_the_prediction(
         return x, y
 
     gen = np.random.default_rng(2)  # the solution's generator and order of draws
-    x_test, y_test = sample(n_test, gen)
-    single = {n: _probe_r2(*sample(n, gen), x_test, y_test) for n in (n_needed // 10, n_needed)}
     for n in (n_needed // 10, n_needed):
-        predicted = best - (1 - best) * d / (n - d)
-        draws = np.array(
+        predicted = (1 - best) * d / (n - d)
+        r2 = np.array([_probe_r2(*sample(n, gen), *sample(n_test, gen)) for _ in range(20)])
+        other = np.array(
             [
                 _probe_r2(*sample(n, g), *sample(n_test, g))
                 for g in map(np.random.default_rng, range(100, 120))
             ]
         )
-        spread = draws.std(ddof=1)
-        assert abs(single[n] - predicted) < 2 * spread
-        assert abs(draws.mean() - predicted) < 3 * spread / np.sqrt(20)
+        if n == n_needed:
+            assert abs(best - r2.mean() - predicted) < 0.003
+        assert abs(best - other.mean() - predicted) < 3 * other.std(ddof=1) / np.sqrt(20)
 
 
 def test_next_to_std_002_embeddings_the_probe_of_all_channels_reads_the_scalar():
