@@ -378,3 +378,66 @@ def test_permutation_test_of_offset_3_in_the_learned_table(res):
     observed = np.diagonal(sim, 3).mean()
     assert (lowest <= observed).sum() == 0
     assert (_r2(np.median(lowest)), _r2(lowest.min()), _r2(observed)) == (-0.15, -0.38, -0.40)
+
+
+# --- section 3.7: what attention reads, in the sweep's own models (tools/lab_attention.py) ---
+
+
+@pytest.fixture(scope="module")
+def probe():
+    return data.load_result("03_lab_attention")
+
+
+def test_attention_probe_models_are_the_sweeps(res, probe):
+    # retrained with the sweep's stored configuration and seeds; each model scores the stored
+    # accuracies at every length to the stored four decimals, so it is the sweep's model
+    assert probe["command"].startswith("python tools/lab_attention.py ")
+    assert probe["lab"] == res["config"] and probe["offset"] == 3 and probe["train_length"] == 32
+    assert sorted(probe["runs"]) == ["learned/0", "rope/0"]  # seed 0: the table's seed
+    assert res["learned_embedding"]["seed"] == 0
+    assert all(run["max_accuracy_difference"] == 0 for run in probe["runs"].values())
+
+
+def test_lab_attention_tool_measures_the_weight_on_the_key_offset_back():
+    # against a plain loop over the model's own attention weights
+    import lab_attention
+    import torch
+
+    from mini_transformer import lab
+
+    cfg = lab.LabConfig(steps=1)
+    model = lab.make_model("learned", cfg, seed=0).eval()
+    idx, _ = cfg.batch(2, 40, torch.Generator().manual_seed(0))
+    got = lab_attention.weight_on_offset(model, idx, offset=3, L=32)
+    with torch.no_grad():
+        weights = model.attention_weights(idx)
+    assert len(got) == len(weights) == cfg.n_layers
+    for w, entry in zip(weights, got, strict=True):
+        for h in range(cfg.n_heads):
+            before = [float(w[b, h, t, t - 3]) for b in range(2) for t in range(3, 32)]
+            after = [float(w[b, h, t, t - 3]) for b in range(2) for t in range(32, 40)]
+            assert entry["before_L"][h] == pytest.approx(np.mean(before), abs=1e-4)
+            assert entry["from_L"][h] == pytest.approx(np.mean(after), abs=1e-4)
+
+
+def test_lab_attention_tool_refuses_bad_seeds_before_any_work(tmp_path):
+    import lab_attention
+
+    with pytest.raises(SystemExit) as exit_:
+        lab_attention.main(["--out", str(tmp_path / "x.json"), "--seeds", "7"])
+    assert exit_.value.code == 2 and not (tmp_path / "x.json").exists()
+
+
+def test_attention_probe_pins(probe):
+    # section 3.7 and the Summary: the learned model's first-layer heads read the key three
+    # back within L (0.74 to 0.85) and not past it (0.02, an even spread's size); RoPE's keep
+    # reading it past L
+    L = probe["train_length"]
+    learned = probe["runs"]["learned/0"]["layers"][str(2 * L)][0]
+    rope = probe["runs"]["rope/0"]["layers"][str(2 * L)][0]
+    assert (_r2(min(learned["before_L"])), _r2(max(learned["before_L"]))) == (0.74, 0.85)
+    assert {_r2(v) for v in learned["from_L"]} == {0.02} and max(learned["from_L"]) < 1 / (L + 1)
+    assert (_r2(min(rope["from_L"])), _r2(max(rope["from_L"]))) == (0.5, 0.8)
+    # the same at 8L: past L the learned heads spread evenly, RoPE's still find the key
+    far = probe["runs"]["learned/0"]["layers"][str(8 * L)][0]["from_L"]
+    assert max(far) < 0.02 and min(probe["runs"]["rope/0"]["layers"][str(8 * L)][0]["from_L"]) > 0.1

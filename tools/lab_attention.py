@@ -11,7 +11,7 @@ sweep's own evaluation sequences at each length in ``--lengths``.
 
 Run (about 100 CPU-seconds a model on one thread)::
 
-    python tools/lab_attention.py --schemes learned rope sinusoidal --seeds 0 1 2 \\
+    python tools/lab_attention.py --schemes learned rope --seeds 0 \\
         --out mini_transformer/results/03_lab_attention.json
 """
 
