@@ -272,3 +272,40 @@ def test_grad_norms_at_init_runs_its_setup_on_each_fresh_model():
     assert len(seen) == 2 and all(isinstance(m, nn.Module) for m in seen)
     with pytest.raises(TypeError, match="setup must be a function of the model or None"):
         S.grad_norms_at_init("pre", 3, setup=1)
+
+
+def test_the_usable_rate_rises_with_the_warm_up_as_the_takeaway_says(sweep):
+    """Section 5.9's answer and the Summary: the largest rate at which all five seeds learned is
+    1e-3 for Post-LN without warm-up, 5e-3 after 30 or 100 steps, 1e-2 after 200; Pre-LN's is
+    1e-2 without warm-up (read from the committed runs, not the summary)."""
+    runs, t = sweep["runs"], sweep["t"]
+
+    def usable(position, w):
+        ok = [
+            lr
+            for lr in t["lrs"]
+            if all(runs[position, w, lr, s]["final_loss"] < S.LEARNED_BELOW for s in t["seeds"])
+        ]
+        return max(ok, default=0.0)
+
+    assert [usable("post", w) for w in (0, 30, 100, 200)] == [1e-3, 5e-3, 5e-3, 1e-2]
+    assert usable("pre", 0) == 1e-2
+
+
+def test_pre_ln_stream_grows_within_xiong_lemma_2_bounds():
+    """Section 5.6: over 8 seeds the 12-layer Pre-LN stream's mean squared norm grows, on average,
+    by between d/2 and 3d/2 per layer (Xiong et al.'s Lemma 2), computed here with a hand-written
+    residual loop over the blocks' own sub-layers rather than the blocks' forward."""
+    cfg = S.StabilityConfig(n_layers=12)
+    for s in range(8):
+        idx, _ = S.copy_task_batch(cfg, torch.Generator().manual_seed(s))
+        torch.manual_seed(s)
+        model = S.xiong_lm(cfg, "pre")
+        with torch.no_grad():
+            h = model.pos_emb(model.tok_emb(idx))
+            first = h.pow(2).sum(-1).mean().item()
+            for blk in model.blocks:
+                h = h + blk.attn(blk.ln1(h), causal=blk.causal)[0]
+                h = h + blk.ffn(blk.ln2(h))
+        per_layer = (h.pow(2).sum(-1).mean().item() - first) / 12
+        assert cfg.d_model / 2 < per_layer < 3 * cfg.d_model / 2, (s, per_layer)
