@@ -304,7 +304,9 @@ def test_first_sinusoid_pair_is_the_unit_circle_turning_by_one_radian():
     props = positional.encoding_properties(pe)
     assert props["norm_spread"] < 1e-12
     assert np.isclose(props["neighbour_distance_min"], 2 * np.sin(0.5), atol=1e-12)
-    assert np.allclose([props["neighbour_angle_min"], props["neighbour_angle_max"]], 1.0, rtol=0, atol=1e-12)
+    assert np.allclose(
+        [props["neighbour_angle_min"], props["neighbour_angle_max"]], 1.0, rtol=0, atol=1e-12
+    )
 
 
 def _nearest_offset(pe):
@@ -314,8 +316,12 @@ def _nearest_offset(pe):
     return dist[a, b], int(b - a)
 
 
-@pytest.mark.parametrize(("d", "offset", "distance"), [(2, 44, 0.018), (8, 63, 0.645), (16, 1, 1.015)])
-def test_nearest_offsets_quoted_in_section_1_9_and_every_pair_at_that_offset_ties(d, offset, distance):
+@pytest.mark.parametrize(
+    ("d", "offset", "distance"), [(2, 44, 0.018), (8, 63, 0.645), (16, 1, 1.015)]
+)
+def test_nearest_offsets_quoted_in_section_1_9_and_every_pair_at_that_offset_ties(
+    d, offset, distance
+):
     # section 1.9 reports offsets, not pairs: on circles the distance depends on the offset
     # alone, so argmin's pair is an arbitrary pick among ties (s7 expert D5)
     pe = positional.sinusoidal_encoding(100, d)
