@@ -302,3 +302,48 @@ def test_adam_unscaled_is_scaled_from_a_larger_start_at_a_larger_rate(d_k):
     # the condition matters: from the same start at the same rate the runs differ
     usual = run("scaled", eta, W, 1e-8)
     assert not torch.allclose(unscaled["q_proj.weight"], usual["q_proj.weight"], atol=1e-3)
+
+
+@pytest.mark.parametrize("scaled", [False, True])
+def test_query_gradient_is_jacobian_times_keys(scaled):
+    # section 4.3's da/dq column computes J K / scale by hand; autograd on the softmax of the raw
+    # scores is the independent reference (float64, one query, 16 keys, d_k = 64)
+    import torch
+
+    gen = torch.Generator().manual_seed(11)
+    d_k = 64
+    q = torch.randn(d_k, dtype=torch.float64, generator=gen)
+    k = torch.randn(16, d_k, dtype=torch.float64, generator=gen)
+    scale = d_k**0.5 if scaled else 1.0
+    a = (k @ q / scale).softmax(0)
+    by_hand = (torch.diag(a) - torch.outer(a, a)) @ k / scale  # (16, d_k)
+    by_autograd = torch.autograd.functional.jacobian(lambda q: (k @ q / scale).softmax(0), q)
+    assert torch.allclose(by_hand, by_autograd, atol=1e-12, rtol=0)
+
+
+def test_losing_keys_gradient_formula_with_respect_to_raw_scores():
+    # section 4.3's random-row cell differentiates L = g . (softmax(z / scale) V) with respect to
+    # the raw z by the closed form a_j (g . v_j - g . o) / scale; autograd is the reference,
+    # and the saturation claim holds on this seed too: dividing by sqrt(256) gives the losing
+    # keys far more gradient (median over 500 rows)
+    import torch
+
+    gen = torch.Generator().manual_seed(12)
+    n, d_k = 500, 256
+    z = (
+        torch.randn(n, 1, d_k, generator=gen, dtype=torch.float64)
+        @ torch.randn(n, d_k, 16, generator=gen, dtype=torch.float64)
+    ).squeeze(1)
+    v = torch.randn(n, 16, 3, generator=gen, dtype=torch.float64)
+    g = torch.randn(n, 3, generator=gen, dtype=torch.float64)
+    gv = (v @ g[:, :, None]).squeeze(-1)
+    losers = []
+    for scale in (1.0, d_k**0.5):
+        zz = z.clone().requires_grad_()
+        ((zz / scale).softmax(-1)[:, None, :] @ v).squeeze(1).mul(g).sum().backward()
+        a = (z / scale).softmax(-1)
+        closed = a * (gv - (a * gv).sum(-1, keepdim=True)) / scale
+        assert torch.allclose(zz.grad, closed, atol=1e-12, rtol=0)
+        win = z.argmax(-1, keepdim=True)
+        losers.append((closed.abs().sum(-1) - closed.abs().gather(1, win).squeeze(1)).median())
+    assert losers[1] > 5 * losers[0]
