@@ -46,7 +46,7 @@ PRETRAINED = {
 #: SHA-256 of the committed files, written before checkpoints carried a checksum (re-exporting
 #: them would add their size to the repository's history again).
 PRETRAINED_SHA256 = {
-    "cpu": "bcc3de75e0761840a58a1784683300a292a20aed88436a993f1b8d50e3d02e2c",
+    "cpu": "08e003e80f805213d6829eec5c214dafb8315b41c4d0c36a35ce9459d64a3055",
     "gpu": "020299bf96ae8dd595555eecdbab296db4f72dca78ebbba112d872638912e071",
 }
 
