@@ -13,6 +13,9 @@ Run (about 100 CPU-seconds a model on one thread)::
 
     python tools/lab_attention.py --schemes learned rope --seeds 0 \\
         --out mini_transformer/results/03_lab_attention.json
+
+Chapter 3's file also holds ``sinusoidal/0``, from a second run (``--schemes sinusoidal``, its
+own ``--out``) whose runs were merged into it by hand; ``added_runs`` records that command.
 """
 
 from __future__ import annotations
