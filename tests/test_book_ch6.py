@@ -343,7 +343,7 @@ def test_the_model_diagram_is_read_from_the_model():
 
 
 def test_gpu_whole_text_loss_per_held_out_play():
-    # Chapter 6's "What the ±  means here": the stored window losses of the gpu model, split by
+    # Chapter 6, appendix A.2: the stored window losses of the gpu model, split by
     # the play each window of 256 starts in (plays joined in load_works order), recomputed here
     # from the corpus itself; the spread between plays, not between windows, sets the error.
     works = data.load_works()
@@ -371,3 +371,131 @@ def test_vocabulary_is_read_from_all_works_and_the_training_works_hold_it(corpus
     tok, train_text, val_text, _, _ = corpus
     assert tok == data.CharTokenizer(data.load_corpus("all"))
     assert set(train_text) == set(tok.chars) and set(val_text) <= set(train_text)
+
+
+# ---------------------------------------------------------------- controls of session 3
+
+
+def _seed_1234_window_losses(lm, val_ids, pairs_off=None, zero=False):
+    """Per-window losses on section 6.5's 128 windows (8 batches of 16, seed 1234), with the
+    rotation taken off the pairs in ``pairs_off`` (unrotated, or set to zero) in every layer."""
+    rope, d_head = lm.rotary, lm.config.d_head
+    if pairs_off is not None:
+        off = torch.zeros(d_head, dtype=torch.bool)
+        for i in pairs_off:
+            off[2 * i : 2 * i + 2] = True
+
+        class Ablated(torch.nn.Module):
+            def forward(self, t, offset=0):
+                return torch.where(off, torch.zeros_like(t) if zero else t, rope(t, offset))
+
+        for block in lm.blocks:
+            block.attn.rotary = Ablated()
+    g, out = torch.Generator().manual_seed(1234), []
+    try:
+        with torch.no_grad():
+            for _ in range(8):
+                xs, ys = data.get_batch(val_ids, 16, lm.config.block_size, generator=g)
+                logits, _ = lm(xs)
+                nll = torch.nn.functional.cross_entropy(
+                    logits.transpose(1, 2), ys, reduction="none"
+                )
+                out.append(nll.mean(1))
+    finally:
+        for block in lm.blocks:
+            block.attn.rotary = rope
+    return torch.cat(out).double()
+
+
+def test_zeroing_the_fast_rope_pairs_costs_less_than_unrotating_them(corpus, cpu_model):
+    """Section 6.5's control: the 6 pairs with wavelength <= T, unrotated (+2.332) or zeroed
+    (+1.448, out of q.k altogether). Unrotated pairs are inputs the model never saw: they do
+    more damage than removing the pairs."""
+    val_ids, lm = corpus[4], cpu_model[0]
+    d_head = lm.config.d_head
+    wavelength = 2 * math.pi * 10000.0 ** (np.arange(0, d_head, 2) / d_head)
+    fast = [i for i, w in enumerate(wavelength) if w <= lm.config.block_size]
+    base = _seed_1234_window_losses(lm, val_ids)
+    unrotated = _seed_1234_window_losses(lm, val_ids, fast) - base
+    zeroed = _seed_1234_window_losses(lm, val_ids, fast, zero=True) - base
+    assert len(fast) == 6
+    assert (round(float(unrotated.mean()), 3), round(float(zeroed.mean()), 3)) == (2.332, 1.448)
+    diff = unrotated - zeroed  # paired: the same windows
+    assert diff.mean() > 3 * diff.std() / math.sqrt(len(diff))
+
+
+def test_exercise_7_check_fails_for_a_wrong_factor(corpus, cpu_model):
+    """Exercise 7's solution resamples the cpu model's window losses: 4 times the windows
+    halve the standard error (ratio within 0.05 of 0.5), a factor of 2 does not (about 0.71)."""
+    tok, lm = corpus[0], cpu_model[0]
+    g = torch.Generator().manual_seed(0)
+    x, y = data.get_batch(tok.encode(data.load_corpus("val")), 512, 128, generator=g)
+    with torch.no_grad():
+        nll = torch.nn.functional.cross_entropy(lm(x)[0].transpose(1, 2), y, reduction="none")
+    pool = nll.mean(1).double()
+
+    def se_of(n):
+        return float(pool[torch.randint(len(pool), (2000, n), generator=g)].mean(1).std())
+
+    se_128 = se_of(128)
+    assert abs(se_of(512) / se_128 - 0.5) < 0.05
+    assert abs(se_of(256) / se_128 - 0.5) > 0.15
+
+
+def test_exercise_4_flop_check_fails_without_the_attention_term():
+    """Exercise 4's solution holds (6N + 12 L d T) per token to PyTorch's own count of the
+    matrix products within 3%; 6N alone misses by about 7% and fails it."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from mini_transformer.model import TransformerConfig
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig(
+        vocab_size=84,
+        block_size=64,
+        d_model=128,
+        n_heads=4,
+        n_layers=2,
+        d_ff=512,
+        positional="rope",
+        fused_attention=False,
+    )
+    small = TransformerLM(cfg)
+    idx = torch.randint(0, 84, (4, 65), generator=torch.Generator().manual_seed(0))
+    with FlopCounterMode(display=False) as counter:
+        small(idx[:, :-1], idx[:, 1:])[1].backward()
+    counted, n = counter.get_total_flops(), small.num_parameters()
+    with_attention = (6 * n + 12 * 2 * 128 * 64) * 4 * 64
+    assert abs(with_attention / counted - 1) < 0.03
+    assert abs(6 * n * 4 * 64 / counted - 1) > 0.03
+
+
+def test_the_fast_pair_costs_hold_on_the_whole_held_out_text(corpus, cpu_model):
+    """Appendix A.1: section 6.5's ablations used seed 1234's easy windows. On all 3,833 windows
+    of the held-out text the two costs of the 6 fast pairs are +2.318 (unrotated) and +1.420
+    (zeroed), within 0.03 of the sample's +2.332 and +1.448, in the same order. (About a minute
+    on one loaded core.)"""
+    val_ids, lm = corpus[4], cpu_model[0]
+    rope, d_head = lm.rotary, lm.config.d_head
+    off = torch.zeros(d_head, dtype=torch.bool)
+    off[:12] = True  # pairs 0-5, the fast ones (test above)
+
+    def whole(zero=None):
+        if zero is not None:
+
+            class Ablated(torch.nn.Module):
+                def forward(self, t, offset=0):
+                    return torch.where(off, torch.zeros_like(t) if zero else t, rope(t, offset))
+
+            for block in lm.blocks:
+                block.attn.rotary = Ablated()
+        try:
+            return train.estimate_loss(lm, val_ids, n_batches=None, batch_size=64, seed=None)
+        finally:
+            for block in lm.blocks:
+                block.attn.rotary = rope
+
+    base = whole()
+    unrotated, zeroed = whole(zero=False) - base, whole(zero=True) - base
+    assert (round(unrotated, 2), round(zeroed, 2)) == (2.32, 1.42)
+    assert abs(unrotated - 2.332) < 0.03 and abs(zeroed - 1.448) < 0.03
