@@ -373,3 +373,23 @@ def test_the_appendix_a2_verdicts_from_the_logged_runs(logged):
     assert peak(runs[1e-2, 30, 0]) > 1e3
     assert all(peak(runs[1e-2, 100, s]) < 1e3 for s in range(5))
     assert all(runs[1e-2, 100, s]["losses"][-1] > 2.5 for s in range(5))
+
+
+def test_the_logging_tool_checks_its_command_line_before_any_work(capsys, monkeypatch):
+    """tools/stability_logged.py: no --out, or the committed file without --overwrite, exits with
+    status 2 and a usage message before any run, and leaves the committed file as it was."""
+    from pathlib import Path
+
+    import stability_logged as tool
+
+    def no_work(**kw):
+        raise AssertionError("the tool started working")
+
+    monkeypatch.setattr(tool, "run_all", no_work)
+    committed = Path(__file__).resolve().parents[1] / "mini_transformer/results/05_logged_runs.json"
+    before = committed.read_bytes()
+    for argv in ([], ["--out", str(committed)]):
+        with pytest.raises(SystemExit) as stop:
+            tool.main(argv)
+        assert stop.value.code == 2 and "usage:" in capsys.readouterr().err
+    assert committed.read_bytes() == before
