@@ -43,7 +43,7 @@ WORK_SEPARATOR = "\n\n"
 #: by the repository's ``tools/`` and ``benchmarks/``.
 RESULTS = (
     "extrapolation", "04_score_functions", "05_stability", "attention_benchmark",
-    "attention_benchmark_h100", "06_gpu_whole_text", "03_lab_attention",
+    "attention_benchmark_h100", "06_gpu_whole_text", "03_lab_attention", "05_logged_runs",
 )  # fmt: skip
 
 

@@ -309,3 +309,87 @@ def test_pre_ln_stream_grows_within_xiong_lemma_2_bounds():
                 h = h + blk.ffn(blk.ln2(h))
         per_layer = (h.pow(2).sum(-1).mean().item() - first) / 12
         assert cfg.d_model / 2 < per_layer < 3 * cfg.d_model / 2, (s, per_layer)
+
+
+@pytest.fixture(scope="module")
+def logged() -> dict:
+    return data.load_result("05_logged_runs")
+
+
+def test_the_logged_runs_are_the_appendix_runs_with_their_provenance(logged):
+    """Appendix A.2 and A.3 load tools/stability_logged.py's committed runs: the stored command
+    still parses with the tool, the file is complete, was made on one CPU thread, and holds
+    exactly the tool's RUNS (every step logged)."""
+    import shlex
+
+    import stability_logged as tool
+
+    argv = shlex.split(logged["command"])
+    assert argv[:2] == ["python", "tools/stability_logged.py"]
+    args = tool.parser().parse_args(argv[2:])
+    assert args.out == "mini_transformer/results/05_logged_runs.json"
+    assert logged["complete"] and logged["where_it_ran"]["threads"] == 1
+    assert logged["where_it_ran"]["device_type"] == "cpu" and logged["wall_time_s"] > 0
+    want = [(lr, w, n, s) for _, lr, w, n, seeds in tool.RUNS for s in seeds]
+    got = [(r["lr"], r["warmup_steps"], r["steps"], r["seed"]) for r in logged["runs"]]
+    assert got == want and len(got) == 16
+    for r in logged["runs"]:
+        for key in ("losses", "grad_layer1", "grad_layer6", "cosine_layer1"):
+            assert len(r[key]) == r["steps"], (key, r["seed"])
+
+
+def test_the_logged_runs_repeat_the_sweeps_runs(logged, sweep):
+    """Each logged run is the sweep's run of the same rate, warm-up and seed: the sweep logged
+    every 10th step's loss (and the last), and those are the logged run's, to the 5 stored
+    decimals. Two files made by two tools agree run for run."""
+    for r in logged["runs"]:
+        stored = sweep["runs"]["post", r["warmup_steps"], r["lr"], r["seed"]]["losses"]
+        mine = r["losses"][::10] + ([r["losses"][-1]] if r["steps"] == 300 else [])
+        assert np.allclose(mine, stored[: len(mine)], rtol=0, atol=2e-5), r["seed"]
+
+
+def test_a_live_logged_run_reproduces_the_stored_one(logged):
+    """The tool's logged_run, re-run for A.3's seed 2 over 25 steps, gives the stored losses and
+    gradient norms (float32 on one thread: rtol 1e-3; the chapter re-runs seed 1 with its own
+    logged_run)."""
+    import stability_logged as tool
+
+    live = tool.logged_run("post", lr=1e-2, steps=25, seed=2)
+    (stored,) = [r for r in logged["runs"] if r["appendix"] == "A.3" and r["seed"] == 2]
+    assert np.allclose(live["losses"], stored["losses"][:25], rtol=1e-3, atol=1e-3)
+    g1 = [g[0] for g in live["grad"]]
+    assert np.allclose(g1[:21], stored["grad_layer1"][:21], rtol=1e-2)
+
+
+def test_the_appendix_a2_verdicts_from_the_logged_runs(logged):
+    """A.2's verdicts, per run: at 1e-2 after a 30-step warm-up (seed 0) layer 6 / layer 1 passes
+    1,000 within 300 steps; after a 100-step one it stays below 1,000 in all five seeds, and all
+    five end on the plateau (loss at step 299 above 2.5)."""
+    runs = {(r["lr"], r["warmup_steps"], r["seed"]): r for r in logged["runs"]}
+
+    def peak(r):
+        return max(a / b for a, b in zip(r["grad_layer6"], r["grad_layer1"], strict=True))
+
+    assert peak(runs[1e-2, 30, 0]) > 1e3
+    assert all(peak(runs[1e-2, 100, s]) < 1e3 for s in range(5))
+    assert all(runs[1e-2, 100, s]["losses"][-1] > 2.5 for s in range(5))
+
+
+def test_the_logging_tool_checks_its_command_line_before_any_work(capsys, monkeypatch):
+    """tools/stability_logged.py: no --out, or the committed file without --overwrite, exits with
+    status 2 and a usage message before any run, and leaves the committed file as it was."""
+    from pathlib import Path
+
+    import stability_logged as tool
+
+    def no_work(**kw):
+        raise AssertionError("the tool started working")
+
+    monkeypatch.setattr(tool, "run_all", no_work)
+    committed = Path(__file__).resolve().parents[1] / "mini_transformer/results/05_logged_runs.json"
+    before = committed.read_bytes()
+    for argv in ([], ["--out", str(committed)]):
+        with pytest.raises(SystemExit) as stop:
+            tool.main(argv)
+        assert stop.value.code == 2 and "usage:" in capsys.readouterr().err
+    assert committed.read_bytes() == before
