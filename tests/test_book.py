@@ -168,3 +168,35 @@ def test_directives_are_colon_fenced_so_jupyterlab_and_colab_show_markdown(path)
     for text in texts:
         for m in re.finditer(r"^\s*`{3,}\s*(\{[\w:-]+\})", text, re.M):
             assert m.group(1) in allowed, f"{path.name}: backtick-fenced {m.group(1)}: use :::"
+
+
+_EXERCISES_ALONE = """
+import json, sys
+import matplotlib
+matplotlib.use("Agg")
+cells = json.load(open(sys.argv[1]))["cells"]
+def heading(c, h):
+    return c["cell_type"] == "markdown" and h in "".join(c["source"])
+start = next(i for i, c in enumerate(cells) if heading(c, "## Exercises"))
+end = next(i for i, c in enumerate(cells) if heading(c, "## References"))
+ns = {}
+for c in cells[start:end]:
+    if c["cell_type"] == "code":
+        src = "".join(c["source"]).splitlines()
+        exec("\\n".join(line for line in src if not line.startswith("%")), ns)
+"""
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_exercises_run_without_the_chapter_above(path):
+    # a reader who opens a notebook at its Exercises (or copies them out) runs only the
+    # import cell the section starts with: a name it forgets fails here (NameError), as
+    # chapter 1's `positional` did
+    done = subprocess.run(
+        [sys.executable, "-c", _EXERCISES_ALONE, str(path)],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
