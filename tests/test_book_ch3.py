@@ -58,6 +58,7 @@ def test_memn2n_encoding_is_a_bounded_straight_ramp_ending_at_k_over_d():
     assert np.allclose(np.diff(l_, n=2, axis=0), 0, atol=1e-14)  # straight line in j
     assert np.allclose(l_[-1], np.arange(1, d + 1) / d, atol=1e-15)  # last word: k/d
     assert np.allclose(l_[:, d // 2 - 1], 0.5, atol=1e-15)  # k = d/2: constant 1/2 (moved here)
+    assert np.allclose(P.memn2n_encoding(4, 6)[1], 0.5, atol=1e-15)  # j = J/2: 1/2 in every k
 
 
 def test_example_sentences_start_values():
