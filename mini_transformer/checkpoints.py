@@ -46,7 +46,7 @@ PRETRAINED = {
 #: SHA-256 of the committed files, written before checkpoints carried a checksum (re-exporting
 #: them would add their size to the repository's history again).
 PRETRAINED_SHA256 = {
-    "cpu": "08e003e80f805213d6829eec5c214dafb8315b41c4d0c36a35ce9459d64a3055",
+    "cpu": "690ecf53bcaade06da2a3cca266ed5782fbd740fc509484fde953beffbaf3563",
     "gpu": "020299bf96ae8dd595555eecdbab296db4f72dca78ebbba112d872638912e071",
 }
 
