@@ -70,11 +70,13 @@ def test_cpu_log_and_checkpoint():
     log = train.read_log("cpu")
     start, end = log[0], log[-1]
     evals = [r for r in log if r["event"] == "eval"]
-    assert end["step"] == 1360 and end["reason"] == "completed"
+    assert end["step"] == 1630 and end["reason"] == "completed"
     assert start["tokens_per_step"] == 2048 and start["dtype"].startswith("bfloat16")
-    assert round(evals[-1]["val_loss"], 3) == 1.698 and round(evals[-1]["train_loss"], 3) == 1.581
+    assert round(evals[-1]["val_loss"], 3) == 1.682 and round(evals[-1]["train_loss"], 3) == 1.544
     rates = [r["tokens_per_s"] for r in evals if r["tokens_per_s"]]
-    assert max(rates) / min(rates) < 1.2  # the cores were not visibly shared
+    # one thread of a loaded machine (section 6.5 says so): the rate varied 3.2 times
+    assert start["threads"] == 1 and round(max(rates) / min(rates), 1) == 3.2
+    assert round(end["wall_time_s"] / 60, 1) == 6.2
 
 
 def test_gpu_preset_is_nanogpt_shakespeare_char():
@@ -130,20 +132,20 @@ def test_the_5_percent_h100_mfu_is_the_committed_runs_whole_run_rate():
     assert round(total / (wall * train.GPU_PEAK_FLOPS["H100"]), 3) == 0.048
 
 
-def test_a_quarter_of_the_cpu_runs_characters_were_repeats(corpus):
-    """0.61 passes are not 0.61 epochs: windows are drawn with replacement, so a character's
-    count is about Poisson(0.61), and about 25% of what was processed had been seen before."""
+def test_29_percent_of_the_cpu_runs_characters_were_repeats(corpus):
+    """0.73 passes are not 0.73 epochs: windows are drawn with replacement, so a character's
+    count is about Poisson(0.73), and about 29% of what was processed had been seen before."""
     train_ids = corpus[3]
     log = train.read_log("cpu")
     evals = [r for r in log if r["event"] == "eval"]
     lam = evals[-1]["tokens_seen"] / len(train_ids)
-    assert round(lam, 2) == 0.61
-    assert round(1 - (1 - math.exp(-lam)) / lam, 2) == 0.25
+    assert round(lam, 2) == 0.73
+    assert round(1 - (1 - math.exp(-lam)) / lam, 2) == 0.29
 
 
 def test_cpu_run_spent_most_of_its_time_training():
     share = _training_share(train.read_log("cpu"))
-    assert round(share, 2) == 0.96  # evaluation, checkpoints and start-up: the other 4%
+    assert round(share, 2) == 0.97  # evaluation, checkpoints and start-up: the other 3%
 
 
 # ---------------------------------------------------------------- the side analyses, folded
@@ -158,8 +160,9 @@ def _lines(text):
     return [line for line in text.split("\n")[:-1] if line.strip()]
 
 
-def test_seven_sample_lines_do_not_show_learned_line_lengths(corpus, cpu_model):
-    """The binomial comparison the chapter folds into a dropdown."""
+def test_thirteen_sample_lines_do_not_show_learned_line_lengths(corpus, cpu_model):
+    """A binomial comparison (no longer in the chapter): 9 of the sample's 13 lines fall in the
+    corpus' 10-90% length band, which the baseline's lines reach as often by chance."""
     tok, train_text, _, train_ids, _ = corpus
     lm = cpu_model[0]
     prompt = tok.encode("KING.\n")[None, :]
@@ -182,9 +185,8 @@ def test_seven_sample_lines_do_not_show_learned_line_lengths(corpus, cpu_model):
     p = float(np.mean(band))
     k, n = sum(lo <= len(line) <= hi for line in lines), len(lines)
     chance = sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1))
-    assert (k, n) == (6, 7) and round(chance, 2) == 0.23
+    assert (k, n) == (9, 13) and round(chance, 2) == 0.49
     assert chance > 0.05  # the band does not separate the sample from the baseline
-    assert max(len(line) for line in lines) > corpus_lengths.max()  # one line longer than any
 
 
 # ---------------------------------------------------------------- the open loop, second config
@@ -227,9 +229,9 @@ def test_open_loop_matches_the_package_under_bf16_autocast(corpus):
 # ---------------------------------------------------------------- statistics folded out of 6.5
 
 
-def test_whole_text_lies_2_4_standard_errors_above_the_sample(corpus, cpu_model):
+def test_whole_text_lies_2_3_standard_errors_above_the_sample(corpus, cpu_model):
     """The sampled loss's error bar, and how unlikely its gap to the whole text is: a
-    two-sided p of 0.017 (normal approximation, windows taken as independent)."""
+    two-sided p of 0.023 (normal approximation, windows taken as independent)."""
     _, _, _, _, val_ids = corpus
     lm = cpu_model[0]
     whole = train.estimate_loss(lm, val_ids, n_batches=None, batch_size=16, seed=None)
@@ -245,11 +247,11 @@ def test_whole_text_lies_2_4_standard_errors_above_the_sample(corpus, cpu_model)
     z = (whole - float(per_window.mean())) / se
     p = math.erfc(abs(z) / math.sqrt(2))
     assert (round(whole, 3), round(float(per_window.mean()), 3), round(se, 3)) == (
-        1.718,
-        1.68,
-        0.016,
+        1.698,
+        1.66,
+        0.017,
     )
-    assert round(z, 1) == 2.4 and round(p, 3) == 0.017
+    assert round(z, 1) == 2.3 and round(p, 3) == 0.023
 
 
 def _sampled_loss(lm, val_ids, seed):
@@ -268,8 +270,8 @@ def test_a_character_5_gram_writes_real_words_as_often_as_the_model(corpus):
     """Section 6.5's fair control, written out with strings: the next character is drawn from
     the training works' counts after the last four characters, to the power 1 / 0.8 (the
     model's temperature), continuations in token order, NumPy's generator seeded 0 to 4.
-    88% to 96% of the complete words are words of the training works, above the model's 75% to 87%
-    (5 samples)."""
+    88% to 96% of the complete words are words of the training works; the model's 85% to 94%
+    overlaps that range (5 samples)."""
     tok, train_text = corpus[0], corpus[1]
     follow = {}
     for i in range(len(train_text) - 4):
@@ -292,12 +294,12 @@ def test_a_character_5_gram_writes_real_words_as_often_as_the_model(corpus):
 
 
 def test_seed_1234_drew_an_easy_sample_among_30_others(corpus, cpu_model):
-    """Section 6.5: over seeds 1000-1029 the sampled estimate averages 1.720 (SD 0.019, range
-    1.688 to 1.750), the whole text's value within 0.01, and seed 1234's 1.680 lies below all 30."""
+    """Appendix A.1: over seeds 1000-1029 the sampled estimate averages 1.700 (SD 0.021, range
+    1.666 to 1.737), the whole text's value within 0.01, and seed 1234's 1.660 lies below all 30."""
     val_ids, lm = corpus[4], cpu_model[0]
     others = np.array([_sampled_loss(lm, val_ids, s) for s in range(1000, 1030)])
-    assert (round(others.mean(), 3), round(others.std(ddof=1), 3)) == (1.72, 0.019)
-    assert (round(others.min(), 3), round(others.max(), 3)) == (1.688, 1.75)
+    assert (round(others.mean(), 3), round(others.std(ddof=1), 3)) == (1.7, 0.021)
+    assert (round(others.min(), 3), round(others.max(), 3)) == (1.666, 1.737)
     assert (others > _sampled_loss(lm, val_ids, 1234)).all()
 
 
@@ -408,8 +410,8 @@ def _seed_1234_window_losses(lm, val_ids, pairs_off=None, zero=False):
 
 
 def test_zeroing_the_fast_rope_pairs_costs_less_than_unrotating_them(corpus, cpu_model):
-    """Section 6.5's control: the 6 pairs with wavelength <= T, unrotated (+2.332) or zeroed
-    (+1.448, out of q.k altogether). Unrotated pairs are inputs the model never saw: they do
+    """Section 6.5's control: the 6 pairs with wavelength <= T, unrotated (+2.275) or zeroed
+    (+1.471, out of q.k altogether). Unrotated pairs are inputs the model never saw: they do
     more damage than removing the pairs."""
     val_ids, lm = corpus[4], cpu_model[0]
     d_head = lm.config.d_head
@@ -419,7 +421,7 @@ def test_zeroing_the_fast_rope_pairs_costs_less_than_unrotating_them(corpus, cpu
     unrotated = _seed_1234_window_losses(lm, val_ids, fast) - base
     zeroed = _seed_1234_window_losses(lm, val_ids, fast, zero=True) - base
     assert len(fast) == 6
-    assert (round(float(unrotated.mean()), 3), round(float(zeroed.mean()), 3)) == (2.332, 1.448)
+    assert (round(float(unrotated.mean()), 3), round(float(zeroed.mean()), 3)) == (2.275, 1.471)
     diff = unrotated - zeroed  # paired: the same windows
     assert diff.mean() > 3 * diff.std() / math.sqrt(len(diff))
 
@@ -472,8 +474,8 @@ def test_exercise_4_flop_check_fails_without_the_attention_term():
 
 def test_the_fast_pair_costs_hold_on_the_whole_held_out_text(corpus, cpu_model):
     """Appendix A.1: section 6.5's ablations used seed 1234's easy windows. On all 3,833 windows
-    of the held-out text the two costs of the 6 fast pairs are +2.318 (unrotated) and +1.420
-    (zeroed), within 0.03 of the sample's +2.332 and +1.448, in the same order. (About a minute
+    of the held-out text the two costs of the 6 fast pairs are +2.260 (unrotated) and +1.444
+    (zeroed), within 0.03 of the sample's +2.275 and +1.471, in the same order. (About a minute
     on one loaded core.)"""
     val_ids, lm = corpus[4], cpu_model[0]
     rope, d_head = lm.rotary, lm.config.d_head
@@ -497,5 +499,5 @@ def test_the_fast_pair_costs_hold_on_the_whole_held_out_text(corpus, cpu_model):
 
     base = whole()
     unrotated, zeroed = whole(zero=False) - base, whole(zero=True) - base
-    assert (round(unrotated, 2), round(zeroed, 2)) == (2.32, 1.42)
-    assert abs(unrotated - 2.332) < 0.03 and abs(zeroed - 1.448) < 0.03
+    assert (round(unrotated, 2), round(zeroed, 2)) == (2.26, 1.44)
+    assert abs(unrotated - 2.275) < 0.03 and abs(zeroed - 1.471) < 0.03
