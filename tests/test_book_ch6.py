@@ -74,9 +74,9 @@ def test_cpu_log_and_checkpoint():
     assert start["tokens_per_step"] == 2048 and start["dtype"].startswith("bfloat16")
     assert round(evals[-1]["val_loss"], 3) == 1.682 and round(evals[-1]["train_loss"], 3) == 1.544
     rates = [r["tokens_per_s"] for r in evals if r["tokens_per_s"]]
-    # one thread of a loaded machine (section 6.5 says so): the rate varied 3.2 times
-    assert start["threads"] == 1 and round(max(rates) / min(rates), 1) == 3.2
-    assert round(end["wall_time_s"] / 60, 1) == 6.2
+    # 2 threads of a quiet machine (section 6.5 says so): a steady rate, about 70 s
+    assert start["threads"] == 2 and max(rates) / min(rates) < 1.5
+    assert round(end["wall_time_s"] / 60, 1) == 1.1
 
 
 def test_gpu_preset_is_nanogpt_shakespeare_char():
