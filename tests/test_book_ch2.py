@@ -233,6 +233,11 @@ def test_prose_numbers_of_2_2_2_3_and_2_5():
     wraps = [np.mean(2 * np.pi / o < 512) for o in om]
     stills = [np.mean(o * 512 < 1.0) for o in om]
     assert np.all(np.diff(wraps) <= 0) and np.all(np.diff(stills) >= 0)
+    # 2.2 dropdown: the still pairs' sine columns end between 0.05 and 0.83, under sin(1 rad)
+    om10k = P.sinusoidal_frequencies(512)
+    ramp_top = np.sin(511 * om10k[om10k * 512 < 1.0])
+    assert [round(float(v), 2) for v in (ramp_top.min(), ramp_top.max())] == [0.05, 0.83]
+    assert ramp_top.max() < np.sin(1) and np.all(ramp_top > 0)
     # 2.3 caption: pair 48 of d_model = 128 over 100 positions rises from 0 to 0.099
     sines = P.sinusoidal_encoding(100, 128)[:, 96]
     assert sines[0] == 0 and round(float(sines[-1]), 3) == 0.099 and np.all(np.diff(sines) > 0)
