@@ -937,3 +937,64 @@ def test_a_cross_validated_logistic_reader_keeps_the_order_and_does_not_beat_cla
         acc[name] = logit, float(np.mean(nearest == y_test))
     assert acc["sinusoid"][0] > acc["line"][0] + 0.1  # the order holds for this reader too
     assert all(logit <= means + 0.02 for logit, means in acc.values())
+
+
+# --- by-construction facts the chapter prints (moved off its path, session 4) -------------
+
+
+def test_the_bag_of_words_sums_agree_and_half_the_long_sentence_is_unseen():
+    X_a, X_b = _sentences()
+    assert np.allclose(X_a.sum(0), X_b.sum(0), rtol=0, atol=1e-12)  # addition commutes
+    idx, seen = positional.index_encoding(100)[:, 0], positional.index_encoding(50)[:, 0]
+    assert np.mean(~np.isin(idx, seen)) == 0.5
+    # section 1.2's yardstick: the largest of 10,000 N(0, 1) entries (seed 3) is 4.04
+    typical = np.abs(np.random.default_rng(3).standard_normal(10_000)).max()
+    assert round(typical, 2) == 4.04 and 80 > 10 * typical
+
+
+def test_binary_position_zero_is_all_zeros_and_the_quoted_distances():
+    bits = positional.binary_encoding(64, 6)
+    assert not bits[0].any()
+
+    def dist(a, b):
+        return np.linalg.norm(bits[a] - bits[b])
+
+    assert dist(7, 8) == 2.0 and dist(8, 10) == 1.0
+
+
+def test_the_sinusoids_varying_part_is_small_at_n_10_and_grows_at_n_100():
+    # the former section 1.4 figure's dashed line and its folded checks (seeds 4 and 15)
+    gen = np.random.default_rng(4)
+    p = positional.normalized_index_encoding(10)[:, 0]
+    varying, shares = [], []
+    for d in (4, 16, 64, 256, 1024):
+        e = gen.standard_normal((500, 1, d))
+        scalar = np.zeros((10, d))
+        scalar[:, 0] = p
+        vector = positional.sinusoidal_encoding(10, d)
+        shares.append(d * 500 * (scalar**2).sum() / ((e + scalar) ** 2).sum())
+        centred = vector - vector.mean(0)
+        varying.append(500 * (centred**2).sum() / ((e + vector) ** 2).sum())
+    assert np.all(np.array(varying[2:]) < 0.07)  # at N = 10 a vector shared by all positions
+    assert np.allclose(shares[1:], np.mean(p**2), rtol=0.05)  # d x share = E[p^2]: 1/d law
+    sin_100 = positional.sinusoidal_encoding(100, 64)
+    e_100 = np.random.default_rng(15).standard_normal((500, 1, 64))
+    centred = sin_100 - sin_100.mean(0)
+    varying_100 = 500 * (centred**2).sum() / ((e_100 + sin_100) ** 2).sum()
+    assert varying_100 > 2 * varying[2]
+
+
+def test_the_scoring_passes_only_the_sinusoid_and_the_table_fails_four(scored):
+    tested = [r for r in next(iter(scored.values()))[0] if r != "d_model dims"]
+    passing = [n for n, (s, _) in scored.items() if all(s[r] for r in tested)]
+    assert passing == ["sinusoidal"]
+    table = next(s for n, (s, _) in scored.items() if n.startswith("learned"))
+    assert sum(1 for r in tested if table[r] is not None and not table[r]) == 4
+
+
+def test_exercise_1_wraps_and_exercise_4_code_is_zero_at_0_and_depends_on_n():
+    codes = positional.binary_encoding(20, 3)
+    assert np.array_equal(codes[8], codes[0]) and np.array_equal(codes[19], codes[3])
+    copies = {n: np.repeat(positional.normalized_index_encoding(n), 16, axis=1) for n in (5, 10)}
+    assert not copies[10][0].any()
+    assert not np.allclose(copies[5][1], copies[10][1])
