@@ -109,7 +109,7 @@ def test_index_code_half_unseen_and_pos_over_n_steps_depend_on_n():
     assert enc5[2] == enc10[4] == 0.4
 
 
-# --- 1.4 a scalar next to the embedding ---------------------------------------------------
+# --- 1.7 a scalar next to the embedding (section numbers as of session 4) ------------------
 
 
 def _nearest_code_accuracy(codes, n_tokens, gen):
@@ -253,7 +253,7 @@ def test_model_scales_token_embeddings_by_sqrt_d_for_the_sinusoid_only():
         assert torch.allclose(got["x"] - pos, factor * tok, rtol=0, atol=1e-5), scheme
 
 
-# --- 1.6 requirement 6 ----------------------------------------------------------------------
+# --- 1.4 requirement 6 ---------------------------------------------------------------------
 
 
 def test_orthogonal_generator_makes_dot_products_depend_on_offset_only():
@@ -266,7 +266,7 @@ def test_orthogonal_generator_makes_dot_products_depend_on_offset_only():
         assert np.ptp(dots) < 1e-10, k
 
 
-# --- 1.7 binary -------------------------------------------------------------------------------
+# --- 1.5 binary ------------------------------------------------------------------------------
 
 
 def test_binary_bits_flip_every_two_to_the_k_and_wrap_around():
@@ -294,7 +294,7 @@ def test_sinusoid_steps_are_equal_and_binary_steps_reach_sqrt6():
     assert np.isclose(bin_steps.max(), np.sqrt(6))
 
 
-# --- 1.8 circles ---------------------------------------------------------------------------------
+# --- 1.6 circles -----------------------------------------------------------------------------
 
 
 def test_first_sinusoid_pair_is_the_unit_circle_turning_by_one_radian():
@@ -998,3 +998,21 @@ def test_exercise_1_wraps_and_exercise_4_code_is_zero_at_0_and_depends_on_n():
     copies = {n: np.repeat(positional.normalized_index_encoding(n), 16, axis=1) for n in (5, 10)}
     assert not copies[10][0].any()
     assert not np.allclose(copies[5][1], copies[10][1])
+
+
+def test_a_random_tables_nearest_codes_are_farther_apart_than_the_sinusoids():
+    # section 1.8's "5.21 apart ... and a random table's 18.73" at N = 100, d_model = 1024,
+    # with the chapter's generator and order of draws (noise, table, the learned reader's data)
+    gen = np.random.default_rng(5)
+    for N in (10, 100):
+        for d in (4, 16, 64, 256, 1024):
+            gen.standard_normal((5000 // N, N, d))
+            table = _random_table(gen.standard_normal((N, d)), N, d)
+            gen.standard_normal((1024 // N, N, d))
+
+    def nearest(codes):
+        gaps = np.linalg.norm(codes[:, None] - codes[None, :], axis=-1)
+        return gaps[~np.eye(len(codes), dtype=bool)].min()
+
+    sinusoid = positional.sinusoidal_encoding(100, 1024)
+    assert round(nearest(sinusoid), 2) == 5.21 and round(nearest(table), 2) == 18.73
