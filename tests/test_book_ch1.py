@@ -153,7 +153,7 @@ def test_scalar_readout_is_the_same_at_every_d_and_matches_theory(d):
 
 
 def test_with_std_002_content_the_scalar_is_read_back_almost_always():
-    # section 1.5's scale table: half the gap, 0.05, is 2.5 standard deviations of 0.02 noise
+    # section 1.7's scale table: half the gap, 0.05, is 2.5 standard deviations of 0.02 noise
     N, gen = 10, np.random.default_rng(43)
     codes = np.zeros((N, 64))
     codes[:, 0] = positional.normalized_index_encoding(N)[:, 0]
@@ -171,7 +171,7 @@ def test_with_std_002_content_the_scalar_is_read_back_almost_always():
     [(100, 0.02, 0.205, 0.206), (10, 0.16, 0.321, 0.310)],
 )
 def test_scalar_readout_at_the_two_models_scales(N, std, predicted_quoted, measured_quoted):
-    """Section 1.5's verdict: 0.205 predicted at N = 100 (std 0.02, the book's models' scale) and
+    """Section 1.7's verdict: 0.205 predicted at N = 100 (std 0.02, the book's models' scale) and
     0.321 at N = 10 (std 0.16, the sinusoidal model's 0.02 times sqrt(64), its d_model = 64 entry):
     the closed form, and a measurement with 20 times the chapter's 5,000 guesses (standard error
     about 0.0015)."""
@@ -186,7 +186,7 @@ def test_scalar_readout_at_the_two_models_scales(N, std, predicted_quoted, measu
 
 
 def test_under_the_sinusoidal_models_sqrt_d_scaling_the_scalar_fades_with_d_model():
-    """Section 1.5's third verdict bullet and Summary: with the package's sinusoidal model the
+    """Section 1.7's third verdict bullet and Summary: with the package's sinusoidal model the
     token embeddings have std 0.02 sqrt(d_model) (cold read s6, D1), so the oracle's closed form
     falls 0.810, 0.521, 0.321, 0.212, 0.156 over d_model = 4 ... 1024; a measurement with 40,000
     guesses per size (standard error about 0.0025) agrees, and falls at every step."""
@@ -322,7 +322,7 @@ def _nearest_offset(pe):
 def test_nearest_offsets_quoted_in_section_1_9_and_every_pair_at_that_offset_ties(
     d, offset, distance
 ):
-    # section 1.9 reports offsets, not pairs: on circles the distance depends on the offset
+    # section 1.6 reports offsets, not pairs: on circles the distance depends on the offset
     # alone, so argmin's pair is an arbitrary pick among ties (s7 expert D5)
     pe = positional.sinusoidal_encoding(100, d)
     closest, found = _nearest_offset(pe)
@@ -544,7 +544,7 @@ def _random_table(table, N, d):
 
 
 def _section_1_6_readout():
-    """Section 1.6's table (oracle and learned reader), recomputed with the
+    """Section 1.8's table (oracle and learned reader), recomputed with the
     chapter's generator and order of draws: noise, table, the learned reader's data."""
     gen, out = np.random.default_rng(5), {}
     for N in (10, 100):
@@ -595,7 +595,7 @@ def test_section_1_6_readout_numbers_quoted_in_the_prose():
 
 
 def test_at_n_100_d_4_the_sinusoid_beats_the_line_over_30_seeds():
-    """Section 1.6's "by 0.012 on average over 30 seeds at N = 100, d_model = 4": the chapter's
+    """Section 1.8's "by 0.012 on average over 30 seeds at N = 100, d_model = 4": the chapter's
     folded cell (seeds 100 ... 129, 5,000 guesses, 1,000 learning tokens). Cold read s6 (D2)
     found the earlier "tie" to be the low tail of a systematic win."""
     N, d = 100, 4
@@ -620,7 +620,7 @@ def test_at_n_100_d_4_the_sinusoid_beats_the_line_over_30_seeds():
 
 @pytest.mark.parametrize(("N", "d"), [(10, 4), (10, 16), (100, 4), (100, 16), (10, 64)])
 def test_a_random_table_reads_back_as_well_as_the_sinusoid_or_better(N, d):
-    # section 1.6's "the random table as much as the sinusoid or more", on 20,000 guesses and
+    # section 1.8's "the random table as much as the sinusoid or more", on 20,000 guesses and
     # 5 table draws, so that neither one lucky table nor the noise carries it
     gen = np.random.default_rng(46)
     sinusoid = _nearest_code_accuracy(positional.sinusoidal_encoding(N, d), 20_000 // N, gen)
@@ -633,7 +633,7 @@ def test_a_random_table_reads_back_as_well_as_the_sinusoid_or_better(N, d):
 
 @pytest.mark.parametrize(("N", "d"), [(10, 4), (10, 16), (100, 4), (100, 16)])
 def test_sinusoid_beats_the_centred_scalar_at_equal_varying_energy_with_many_samples(N, d):
-    # the smallest margins of section 1.6 (0.044 at N = 10, d = 4; 0.011 at N = 100, d = 4),
+    # the smallest margins of section 1.8 (0.044 at N = 10, d = 4; 0.011 at N = 100, d = 4),
     # re-measured on 100,000 guesses: the sampling noise of a difference is then about 0.003
     gen = np.random.default_rng(44)
     centred = _nearest_code_accuracy(_centred(N, d), 100_000 // N, gen)
@@ -684,7 +684,7 @@ def _probe_r2(x, y, x_test, y_test):
 
 @pytest.mark.parametrize(("d", "n"), [(8, 1024), (128, 1024), (256, 512)])
 def test_untold_probe_loses_one_minus_r2_times_d_over_n_minus_d(d, n):
-    # section 1.5's law for a least-squares probe of all channels, at sizes the chapter does not
+    # section 1.7's law for a least-squares probe of all channels, at sizes the chapter does not
     # use; averaged over 8 draws, whose R^2 varies by about 0.01 each
     N, gen = 10, np.random.default_rng(45)
     p = positional.normalized_index_encoding(N)[:, 0]
@@ -805,7 +805,7 @@ def test_appendix_a4_linear_readout_numbers_quoted_in_the_prose():
 
 
 def test_learned_reader_reads_the_plain_scalar_at_chance_from_256_on():
-    # section 1.6's dropdown: "at chance from 256 on (0.103 and 0.105 at 256 and 1024)"
+    # section 1.8's dropdown: "at chance from 256 on (0.103 and 0.105 at 256 and 1024)"
     r = _section_1_6_readout()
     assert round(r["scalar", "learned", 10, 256], 3) == 0.103
     assert round(r["scalar", "learned", 10, 1024], 3) == 0.105
@@ -896,7 +896,7 @@ def test_exercise_5_mean_of_20_draws_is_on_the_predicted_loss():
 
 
 def test_next_to_std_002_embeddings_the_probe_of_all_channels_reads_the_scalar():
-    """Section 1.5's "probe 0.995 at 1024" next to std-0.02 embeddings: the best R^2 is
+    """Section 1.7's "probe 0.995 at 1024" next to std-0.02 embeddings: the best R^2 is
     var(p) / (var(p) + 0.0004) and fitting 1024 weights on 8,192 tokens costs under 0.001."""
     from sklearn.linear_model import LinearRegression
 
@@ -914,7 +914,7 @@ def test_next_to_std_002_embeddings_the_probe_of_all_channels_reads_the_scalar()
 
 @pytest.mark.parametrize("N", [10, 100])
 def test_a_cross_validated_logistic_reader_keeps_the_order_and_does_not_beat_class_means(N):
-    """Section 1.6's learned reader is the nearest class mean. The fairer-looking control a
+    """Section 1.8's learned reader is the nearest class mean. The fairer-looking control a
     reviewer asked for, a multinomial logistic regression with its penalty cross-validated, on
     the same number of tokens (1,024 // N per position, d_model = 64): it reads the sinusoid
     better than the line too, and no better than class means, which suit noise of equal
