@@ -109,7 +109,7 @@ def test_index_code_half_unseen_and_pos_over_n_steps_depend_on_n():
     assert enc5[2] == enc10[4] == 0.4
 
 
-# --- 1.4 a scalar next to the embedding ---------------------------------------------------
+# --- 1.7 a scalar next to the embedding (section numbers as of session 4) ------------------
 
 
 def _nearest_code_accuracy(codes, n_tokens, gen):
@@ -153,7 +153,7 @@ def test_scalar_readout_is_the_same_at_every_d_and_matches_theory(d):
 
 
 def test_with_std_002_content_the_scalar_is_read_back_almost_always():
-    # section 1.5's scale table: half the gap, 0.05, is 2.5 standard deviations of 0.02 noise
+    # section 1.7's scale table: half the gap, 0.05, is 2.5 standard deviations of 0.02 noise
     N, gen = 10, np.random.default_rng(43)
     codes = np.zeros((N, 64))
     codes[:, 0] = positional.normalized_index_encoding(N)[:, 0]
@@ -171,7 +171,7 @@ def test_with_std_002_content_the_scalar_is_read_back_almost_always():
     [(100, 0.02, 0.205, 0.206), (10, 0.16, 0.321, 0.310)],
 )
 def test_scalar_readout_at_the_two_models_scales(N, std, predicted_quoted, measured_quoted):
-    """Section 1.5's verdict: 0.205 predicted at N = 100 (std 0.02, the book's models' scale) and
+    """Section 1.7's verdict: 0.205 predicted at N = 100 (std 0.02, the book's models' scale) and
     0.321 at N = 10 (std 0.16, the sinusoidal model's 0.02 times sqrt(64), its d_model = 64 entry):
     the closed form, and a measurement with 20 times the chapter's 5,000 guesses (standard error
     about 0.0015)."""
@@ -186,7 +186,7 @@ def test_scalar_readout_at_the_two_models_scales(N, std, predicted_quoted, measu
 
 
 def test_under_the_sinusoidal_models_sqrt_d_scaling_the_scalar_fades_with_d_model():
-    """Section 1.5's third verdict bullet and Summary: with the package's sinusoidal model the
+    """Section 1.7's third verdict bullet and Summary: with the package's sinusoidal model the
     token embeddings have std 0.02 sqrt(d_model) (cold read s6, D1), so the oracle's closed form
     falls 0.810, 0.521, 0.321, 0.212, 0.156 over d_model = 4 ... 1024; a measurement with 40,000
     guesses per size (standard error about 0.0025) agrees, and falls at every step."""
@@ -253,7 +253,7 @@ def test_model_scales_token_embeddings_by_sqrt_d_for_the_sinusoid_only():
         assert torch.allclose(got["x"] - pos, factor * tok, rtol=0, atol=1e-5), scheme
 
 
-# --- 1.6 requirement 6 ----------------------------------------------------------------------
+# --- 1.4 requirement 6 ---------------------------------------------------------------------
 
 
 def test_orthogonal_generator_makes_dot_products_depend_on_offset_only():
@@ -266,7 +266,7 @@ def test_orthogonal_generator_makes_dot_products_depend_on_offset_only():
         assert np.ptp(dots) < 1e-10, k
 
 
-# --- 1.7 binary -------------------------------------------------------------------------------
+# --- 1.5 binary ------------------------------------------------------------------------------
 
 
 def test_binary_bits_flip_every_two_to_the_k_and_wrap_around():
@@ -294,7 +294,7 @@ def test_sinusoid_steps_are_equal_and_binary_steps_reach_sqrt6():
     assert np.isclose(bin_steps.max(), np.sqrt(6))
 
 
-# --- 1.8 circles ---------------------------------------------------------------------------------
+# --- 1.6 circles -----------------------------------------------------------------------------
 
 
 def test_first_sinusoid_pair_is_the_unit_circle_turning_by_one_radian():
@@ -322,7 +322,7 @@ def _nearest_offset(pe):
 def test_nearest_offsets_quoted_in_section_1_9_and_every_pair_at_that_offset_ties(
     d, offset, distance
 ):
-    # section 1.9 reports offsets, not pairs: on circles the distance depends on the offset
+    # section 1.6 reports offsets, not pairs: on circles the distance depends on the offset
     # alone, so argmin's pair is an arbitrary pick among ties (s7 expert D5)
     pe = positional.sinusoidal_encoding(100, d)
     closest, found = _nearest_offset(pe)
@@ -544,7 +544,7 @@ def _random_table(table, N, d):
 
 
 def _section_1_6_readout():
-    """Section 1.6's table (oracle and learned reader), recomputed with the
+    """Section 1.8's table (oracle and learned reader), recomputed with the
     chapter's generator and order of draws: noise, table, the learned reader's data."""
     gen, out = np.random.default_rng(5), {}
     for N in (10, 100):
@@ -595,7 +595,7 @@ def test_section_1_6_readout_numbers_quoted_in_the_prose():
 
 
 def test_at_n_100_d_4_the_sinusoid_beats_the_line_over_30_seeds():
-    """Section 1.6's "by 0.012 on average over 30 seeds at N = 100, d_model = 4": the chapter's
+    """Section 1.8's "by 0.012 on average over 30 seeds at N = 100, d_model = 4": the chapter's
     folded cell (seeds 100 ... 129, 5,000 guesses, 1,000 learning tokens). Cold read s6 (D2)
     found the earlier "tie" to be the low tail of a systematic win."""
     N, d = 100, 4
@@ -620,7 +620,7 @@ def test_at_n_100_d_4_the_sinusoid_beats_the_line_over_30_seeds():
 
 @pytest.mark.parametrize(("N", "d"), [(10, 4), (10, 16), (100, 4), (100, 16), (10, 64)])
 def test_a_random_table_reads_back_as_well_as_the_sinusoid_or_better(N, d):
-    # section 1.6's "the random table as much as the sinusoid or more", on 20,000 guesses and
+    # section 1.8's "the random table as much as the sinusoid or more", on 20,000 guesses and
     # 5 table draws, so that neither one lucky table nor the noise carries it
     gen = np.random.default_rng(46)
     sinusoid = _nearest_code_accuracy(positional.sinusoidal_encoding(N, d), 20_000 // N, gen)
@@ -633,7 +633,7 @@ def test_a_random_table_reads_back_as_well_as_the_sinusoid_or_better(N, d):
 
 @pytest.mark.parametrize(("N", "d"), [(10, 4), (10, 16), (100, 4), (100, 16)])
 def test_sinusoid_beats_the_centred_scalar_at_equal_varying_energy_with_many_samples(N, d):
-    # the smallest margins of section 1.6 (0.044 at N = 10, d = 4; 0.011 at N = 100, d = 4),
+    # the smallest margins of section 1.8 (0.044 at N = 10, d = 4; 0.011 at N = 100, d = 4),
     # re-measured on 100,000 guesses: the sampling noise of a difference is then about 0.003
     gen = np.random.default_rng(44)
     centred = _nearest_code_accuracy(_centred(N, d), 100_000 // N, gen)
@@ -684,7 +684,7 @@ def _probe_r2(x, y, x_test, y_test):
 
 @pytest.mark.parametrize(("d", "n"), [(8, 1024), (128, 1024), (256, 512)])
 def test_untold_probe_loses_one_minus_r2_times_d_over_n_minus_d(d, n):
-    # section 1.5's law for a least-squares probe of all channels, at sizes the chapter does not
+    # section 1.7's law for a least-squares probe of all channels, at sizes the chapter does not
     # use; averaged over 8 draws, whose R^2 varies by about 0.01 each
     N, gen = 10, np.random.default_rng(45)
     p = positional.normalized_index_encoding(N)[:, 0]
@@ -805,7 +805,7 @@ def test_appendix_a4_linear_readout_numbers_quoted_in_the_prose():
 
 
 def test_learned_reader_reads_the_plain_scalar_at_chance_from_256_on():
-    # section 1.6's dropdown: "at chance from 256 on (0.103 and 0.105 at 256 and 1024)"
+    # section 1.8's dropdown: "at chance from 256 on (0.103 and 0.105 at 256 and 1024)"
     r = _section_1_6_readout()
     assert round(r["scalar", "learned", 10, 256], 3) == 0.103
     assert round(r["scalar", "learned", 10, 1024], 3) == 0.105
@@ -896,7 +896,7 @@ def test_exercise_5_mean_of_20_draws_is_on_the_predicted_loss():
 
 
 def test_next_to_std_002_embeddings_the_probe_of_all_channels_reads_the_scalar():
-    """Section 1.5's "probe 0.995 at 1024" next to std-0.02 embeddings: the best R^2 is
+    """Section 1.7's "probe 0.995 at 1024" next to std-0.02 embeddings: the best R^2 is
     var(p) / (var(p) + 0.0004) and fitting 1024 weights on 8,192 tokens costs under 0.001."""
     from sklearn.linear_model import LinearRegression
 
@@ -914,7 +914,7 @@ def test_next_to_std_002_embeddings_the_probe_of_all_channels_reads_the_scalar()
 
 @pytest.mark.parametrize("N", [10, 100])
 def test_a_cross_validated_logistic_reader_keeps_the_order_and_does_not_beat_class_means(N):
-    """Section 1.6's learned reader is the nearest class mean. The fairer-looking control a
+    """Section 1.8's learned reader is the nearest class mean. The fairer-looking control a
     reviewer asked for, a multinomial logistic regression with its penalty cross-validated, on
     the same number of tokens (1,024 // N per position, d_model = 64): it reads the sinusoid
     better than the line too, and no better than class means, which suit noise of equal
@@ -937,3 +937,82 @@ def test_a_cross_validated_logistic_reader_keeps_the_order_and_does_not_beat_cla
         acc[name] = logit, float(np.mean(nearest == y_test))
     assert acc["sinusoid"][0] > acc["line"][0] + 0.1  # the order holds for this reader too
     assert all(logit <= means + 0.02 for logit, means in acc.values())
+
+
+# --- by-construction facts the chapter prints (moved off its path, session 4) -------------
+
+
+def test_the_bag_of_words_sums_agree_and_half_the_long_sentence_is_unseen():
+    X_a, X_b = _sentences()
+    assert np.allclose(X_a.sum(0), X_b.sum(0), rtol=0, atol=1e-12)  # addition commutes
+    idx, seen = positional.index_encoding(100)[:, 0], positional.index_encoding(50)[:, 0]
+    assert np.mean(~np.isin(idx, seen)) == 0.5
+    # section 1.2's yardstick: the largest of 10,000 N(0, 1) entries (seed 3) is 4.04
+    typical = np.abs(np.random.default_rng(3).standard_normal(10_000)).max()
+    assert round(typical, 2) == 4.04 and 80 > 10 * typical
+
+
+def test_binary_position_zero_is_all_zeros_and_the_quoted_distances():
+    bits = positional.binary_encoding(64, 6)
+    assert not bits[0].any()
+
+    def dist(a, b):
+        return np.linalg.norm(bits[a] - bits[b])
+
+    assert dist(7, 8) == 2.0 and dist(8, 10) == 1.0
+
+
+def test_the_sinusoids_varying_part_is_small_at_n_10_and_grows_at_n_100():
+    # the former section 1.4 figure's dashed line and its folded checks (seeds 4 and 15)
+    gen = np.random.default_rng(4)
+    p = positional.normalized_index_encoding(10)[:, 0]
+    varying, shares = [], []
+    for d in (4, 16, 64, 256, 1024):
+        e = gen.standard_normal((500, 1, d))
+        scalar = np.zeros((10, d))
+        scalar[:, 0] = p
+        vector = positional.sinusoidal_encoding(10, d)
+        shares.append(d * 500 * (scalar**2).sum() / ((e + scalar) ** 2).sum())
+        centred = vector - vector.mean(0)
+        varying.append(500 * (centred**2).sum() / ((e + vector) ** 2).sum())
+    assert np.all(np.array(varying[2:]) < 0.07)  # at N = 10 a vector shared by all positions
+    assert np.allclose(shares[1:], np.mean(p**2), rtol=0.05)  # d x share = E[p^2]: 1/d law
+    sin_100 = positional.sinusoidal_encoding(100, 64)
+    e_100 = np.random.default_rng(15).standard_normal((500, 1, 64))
+    centred = sin_100 - sin_100.mean(0)
+    varying_100 = 500 * (centred**2).sum() / ((e_100 + sin_100) ** 2).sum()
+    assert varying_100 > 2 * varying[2]
+
+
+def test_the_scoring_passes_only_the_sinusoid_and_the_table_fails_four(scored):
+    tested = [r for r in next(iter(scored.values()))[0] if r != "d_model dims"]
+    passing = [n for n, (s, _) in scored.items() if all(s[r] for r in tested)]
+    assert passing == ["sinusoidal"]
+    table = next(s for n, (s, _) in scored.items() if n.startswith("learned"))
+    assert sum(1 for r in tested if table[r] is not None and not table[r]) == 4
+
+
+def test_exercise_1_wraps_and_exercise_4_code_is_zero_at_0_and_depends_on_n():
+    codes = positional.binary_encoding(20, 3)
+    assert np.array_equal(codes[8], codes[0]) and np.array_equal(codes[19], codes[3])
+    copies = {n: np.repeat(positional.normalized_index_encoding(n), 16, axis=1) for n in (5, 10)}
+    assert not copies[10][0].any()
+    assert not np.allclose(copies[5][1], copies[10][1])
+
+
+def test_a_random_tables_nearest_codes_are_farther_apart_than_the_sinusoids():
+    # section 1.8's "5.21 apart ... and a random table's 18.73" at N = 100, d_model = 1024,
+    # with the chapter's generator and order of draws (noise, table, the learned reader's data)
+    gen = np.random.default_rng(5)
+    for N in (10, 100):
+        for d in (4, 16, 64, 256, 1024):
+            gen.standard_normal((5000 // N, N, d))
+            table = _random_table(gen.standard_normal((N, d)), N, d)
+            gen.standard_normal((1024 // N, N, d))
+
+    def nearest(codes):
+        gaps = np.linalg.norm(codes[:, None] - codes[None, :], axis=-1)
+        return gaps[~np.eye(len(codes), dtype=bool)].min()
+
+    sinusoid = positional.sinusoidal_encoding(100, 1024)
+    assert round(nearest(sinusoid), 2) == 5.21 and round(nearest(table), 2) == 18.73
