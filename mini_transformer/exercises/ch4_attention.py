@@ -222,18 +222,14 @@ def _head_scores_inputs(rng: np.random.Generator) -> tuple:
 
 
 def _head_scores(q, k, h, split="view", scale="head"):
-    (B, T_q, d), T_k = q.shape, k.shape[1]
-    if split == "view":  # (B, T, d) -> (B, T, h, d_head) -> (B, h, T, d_head)
-        q, k = (t.reshape(B, t.shape[1], h, d // h).transpose(1, 2) for t in (q, k))
-    elif split == "reshape":  # 4.8's bug: right shape, each "head" a run of memory
-        q, k = q.reshape(B, h, T_q, d // h), k.reshape(B, h, T_k, d // h)
-    else:  # interleaved: head i takes every h-th feature
-        q, k = (t.reshape(B, t.shape[1], d // h, h).permute(0, 3, 1, 2) for t in (q, k))
-    return (
-        q
-        @ k.transpose(-2, -1)
-        / {"head": math.sqrt(d // h), "model": math.sqrt(d), "none": 1}[scale]
-    )
+    B, d = q.shape[0], q.shape[-1]
+    views = {  # (B, T, d) -> (B, h, T, d_head); "reshape" is 4.8's bug, "interleaved" takes
+        "view": lambda t: t.reshape(B, -1, h, d // h).transpose(1, 2),  # every h-th feature
+        "reshape": lambda t: t.reshape(B, h, -1, d // h),
+        "interleaved": lambda t: t.reshape(B, -1, d // h, h).permute(0, 3, 1, 2),
+    }
+    scores = views[split](q) @ views[split](k).transpose(-2, -1)
+    return scores / {"head": math.sqrt(d // h), "model": math.sqrt(d), "none": 1}[scale]
 
 
 exercise(
@@ -242,11 +238,7 @@ exercise(
     "and keys k (B, T_k, d_model); head i takes features i * d_head to (i + 1) * d_head - 1.",
     inputs=_head_scores_inputs,
     edge_cases={
-        "two heads of one feature": (
-            torch.tensor([[[1.0, 2.0]]]),
-            torch.tensor([[[3.0, -1.0]]]),
-            2,
-        ),
+        "two heads of one feature": (torch.tensor([[[1.0, 2.0]]]), torch.tensor([[[3.0, 1]]]), 2),
         "B = 1, T = 3, 2 heads of 2": (torch.arange(12.0).reshape(1, 3, 4),) * 2 + (2,),
     },
     mistakes={
