@@ -42,7 +42,30 @@ def masked_log_softmax(s, m):
     return (s - lse).masked_fill(~m, float("-inf"))
 
 
+def head_scores(q, k, h):  # section 4.8's split, then section 4.3's scale with d_k = d_head
+    B, _, d = q.shape
+    qh, kh = (t.view(B, t.shape[1], h, d // h).transpose(1, 2) for t in (q, k))
+    return qh @ kh.transpose(-2, -1) / (d // h) ** 0.5
+
+
+def head_scores_loop(q, k, h):  # an independent reference: one head at a time, by slicing
+    d_head = q.shape[-1] // h
+    heads = [q[..., i * d_head : (i + 1) * d_head] @ k[..., i * d_head : (i + 1) * d_head].mT
+             for i in range(h)]  # fmt: skip
+    return torch.stack(heads, dim=1) / d_head**0.5
+
+
+def split_wrong(q, k, h, how):  # section 4.8's reshape bug, or head i taking every h-th feature
+    B, _, d = q.shape
+    if how == "reshape":
+        qh, kh = (t.reshape(B, h, t.shape[1], d // h) for t in (q, k))
+    else:
+        qh, kh = (t.view(B, t.shape[1], d // h, h).permute(0, 3, 1, 2) for t in (q, k))
+    return qh @ kh.transpose(-2, -1) / (d // h) ** 0.5
+
+
 RIGHT = {
+    "head-scores": head_scores_loop,
     "masked-log-softmax": masked_log_softmax,
     "softmax-jacobian": softmax_jacobian,
     "window-mask": window_mask,
@@ -73,6 +96,10 @@ WRONG = [
     ("prefix-lm-zeros", 45, "plain causal count"),
     ("prefix-lm-zeros", 61, "non-zero blocks"),
     ("prefix-lm-zeros", 55, "T(T + 1)/2"),
+    ("head-scores", lambda q, k, h: head_scores(q, k, h) / h**0.5, "divided by sqrt(d_model)"),
+    ("head-scores", lambda q, k, h: head_scores(q, k, h) * (q.shape[-1] // h) ** 0.5, "unscaled"),
+    ("head-scores", lambda q, k, h: split_wrong(q, k, h, "reshape"), "without the transpose"),
+    ("head-scores", lambda q, k, h: split_wrong(q, k, h, "interleaved"), "interleaved heads"),
 ]
 
 
@@ -117,6 +144,10 @@ CASES_CH4 = {
             if name == "window-mask"
             for label in [words]
         },
+    ),
+    "head-scores": (
+        head_scores,
+        {words: (wrong, words) for name, wrong, words in WRONG if name == "head-scores"},
     ),
     "prefix-lm-zeros": (
         39,

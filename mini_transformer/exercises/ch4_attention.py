@@ -1,5 +1,6 @@
 """Chapter 4's exercises (attention): masked softmax and its log, the prefix-LM mask, the
-softmax Jacobian, a sliding-window mask, the zeros of a prefix-LM's Jacobian (a prediction)."""
+softmax Jacobian, a sliding-window mask, the zeros of a prefix-LM's Jacobian (a prediction),
+the scaled scores of h heads (the head split and the 1/sqrt(d_head))."""
 
 from __future__ import annotations
 
@@ -212,3 +213,42 @@ exercise(
         "45 - 6 = 39 blocks are zero."
     ),
 )(lambda: int((~_prefix(_ZEROS_T, _ZEROS_PREFIX)).sum()))
+
+
+def _head_scores_inputs(rng: np.random.Generator) -> tuple:
+    B, T_q, T_k, h, d_head = (int(n) for n in rng.integers(1, 5, size=5))
+    q, k = (random_tensor(rng, B, T, h * d_head) for T in (T_q, T_k))
+    return q, k, h
+
+
+def _head_scores(q, k, h, split="view", scale="head"):
+    B, d = q.shape[0], q.shape[-1]
+    views = {  # (B, T, d) -> (B, h, T, d_head); "reshape" is 4.8's bug, "interleaved" takes
+        "view": lambda t: t.reshape(B, -1, h, d // h).transpose(1, 2),  # every h-th feature
+        "reshape": lambda t: t.reshape(B, h, -1, d // h),
+        "interleaved": lambda t: t.reshape(B, -1, d // h, h).permute(0, 3, 1, 2),
+    }
+    scores = views[split](q) @ views[split](k).transpose(-2, -1)
+    return scores / {"head": math.sqrt(d // h), "model": math.sqrt(d), "none": 1}[scale]
+
+
+exercise(
+    "head-scores",
+    "f(q, k, h) -> the (B, h, T_q, T_k) scaled scores of h heads, from queries q (B, T_q, d_model) "
+    "and keys k (B, T_k, d_model); head i takes features i * d_head to (i + 1) * d_head - 1.",
+    inputs=_head_scores_inputs,
+    edge_cases={
+        "two heads of one feature": (torch.tensor([[[1.0, 2.0]]]), torch.tensor([[[3.0, 1]]]), 2),
+        "B = 1, T = 3, 2 heads of 2": (torch.arange(12.0).reshape(1, 3, 4),) * 2 + (2,),
+    },
+    mistakes={
+        "reshape to (B, h, T, d_head) without the transpose: each 'head' is a run of memory "
+        "spanning positions (section 4.8)": dict(split="reshape"),
+        "interleaved heads (view(B, T, d_head, h)): head i must take a block of d_head "
+        "consecutive features": dict(split="interleaved"),
+        "divided by sqrt(d_model): each head's dot product has d_head terms, so its variance "
+        "is d_head; divide by sqrt(d_head)": dict(scale="model"),
+        "unscaled: divide by sqrt(d_head) (section 4.3)": dict(scale="none"),
+    },
+    compare=close(same_dtype=True),
+)(_head_scores)
