@@ -330,6 +330,7 @@ def test_the_logged_runs_are_the_appendix_runs_with_their_provenance(logged):
     assert args.out == "mini_transformer/results/05_logged_runs.json"
     assert logged["complete"] and logged["where_it_ran"]["threads"] == 1
     assert logged["where_it_ran"]["device_type"] == "cpu" and logged["wall_time_s"] > 0
+    assert len(logged["commit"]) == 40 and int(logged["commit"], 16) >= 0  # a clean tree's commit
     want = [(lr, w, n, s) for _, lr, w, n, seeds in tool.RUNS for s in seeds]
     got = [(r["lr"], r["warmup_steps"], r["steps"], r["seed"]) for r in logged["runs"]]
     assert got == want and len(got) == 16

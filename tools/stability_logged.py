@@ -20,15 +20,19 @@ The committed result (the command, wall time and device are stored in it)::
 
     python tools/stability_logged.py --out mini_transformer/results/05_logged_runs.json
 
-(16 runs, 185 s on one thread of a 2-core CPU shared with other jobs.) Rerunning over the
+(16 runs, about 200 s on one thread of a 2-core CPU shared with other jobs; the file stores the
+commit it was made from.) Rerunning over the
 committed file needs ``--overwrite``.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import platform
+import subprocess
 import time
+from pathlib import Path
 
 import torch
 from sweep_cli import command_line, run_sweep_cli
@@ -93,6 +97,13 @@ def run_all(verbose: bool = True, on_progress=None) -> dict:
     """Every run of :data:`RUNS`; the JSON-ready result (``"complete": False`` until the end)."""
     t0 = time.perf_counter()
     runs: list[dict] = []
+    git = ["git", "-C", str(Path(__file__).resolve().parent)]  # the commit the runs came from
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run([*git, "status", "--porcelain", "-uno"], capture_output=True, text=True)
+    made = {
+        "commit": commit.stdout.strip() + ("+uncommitted" if dirty.stdout.strip() else ""),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
 
     def result(complete: bool) -> dict:
         return {
@@ -102,6 +113,7 @@ def run_all(verbose: bool = True, on_progress=None) -> dict:
             "update with its first, the 12 block LayerNorms' input norms (mean over tokens): "
             "their mean and largest",
             "complete": complete,
+            **made,
             "wall_time_s": round(time.perf_counter() - t0, 1),
             "device": f"cpu ({platform.machine()}), torch {torch.__version__}, "
             f"{torch.get_num_threads()} thread(s)",
