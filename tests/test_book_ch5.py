@@ -264,7 +264,7 @@ def test_the_pass_mark_caveats_of_section_5_8(sweep):
 
 
 def test_grad_norms_at_init_runs_its_setup_on_each_fresh_model():
-    """The `setup` chapter 5 uses to detach the LayerNorm inputs: called once per seed, before
+    """The `setup` chapter 5 uses to hook the stream's gradient: called once per seed, before
     the forward, and a setup that changes nothing changes no number; a non-function is refused."""
     seen = []
     plain = S.grad_norms_at_init("pre", 3, seeds=(0, 1))
