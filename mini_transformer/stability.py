@@ -106,7 +106,7 @@ def grad_norms_at_init(
 
     ``W^{2,l}`` is layer ``l``'s ``ffn.linear2.weight``; the loss is a fresh model's on one
     batch, seed ``s`` fixing both. ``setup(model)``, if given, runs on each fresh model first
-    (chapter 5 detaches its LayerNorms' inputs with it). Returns ``n_layers`` floats, input
+    (chapter 5 hooks the stream's gradient with it). Returns ``n_layers`` floats, input
     side first.
     """
     if setup is not None and not callable(setup):

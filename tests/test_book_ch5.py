@@ -264,7 +264,7 @@ def test_the_pass_mark_caveats_of_section_5_8(sweep):
 
 
 def test_grad_norms_at_init_runs_its_setup_on_each_fresh_model():
-    """The `setup` chapter 5 uses to detach the LayerNorm inputs: called once per seed, before
+    """The `setup` chapter 5 uses to hook the stream's gradient: called once per seed, before
     the forward, and a setup that changes nothing changes no number; a non-function is refused."""
     seen = []
     plain = S.grad_norms_at_init("pre", 3, seeds=(0, 1))
@@ -330,11 +330,13 @@ def test_the_logged_runs_are_the_appendix_runs_with_their_provenance(logged):
     assert args.out == "mini_transformer/results/05_logged_runs.json"
     assert logged["complete"] and logged["where_it_ran"]["threads"] == 1
     assert logged["where_it_ran"]["device_type"] == "cpu" and logged["wall_time_s"] > 0
+    assert len(logged["commit"]) == 40 and int(logged["commit"], 16) >= 0  # a clean tree's commit
     want = [(lr, w, n, s) for _, lr, w, n, seeds in tool.RUNS for s in seeds]
     got = [(r["lr"], r["warmup_steps"], r["steps"], r["seed"]) for r in logged["runs"]]
     assert got == want and len(got) == 16
     for r in logged["runs"]:
-        for key in ("losses", "grad_layer1", "grad_layer6", "cosine_layer1"):
+        keys = ("losses", "grad_layer1", "grad_layer6", "cosine_layer1")
+        for key in keys + ("ln_input_norm_mean", "ln_input_norm_max"):
             assert len(r[key]) == r["steps"], (key, r["seed"])
 
 
@@ -359,6 +361,44 @@ def test_a_live_logged_run_reproduces_the_stored_one(logged):
     assert np.allclose(live["losses"], stored["losses"][:25], rtol=1e-3, atol=1e-3)
     g1 = [g[0] for g in live["grad"]]
     assert np.allclose(g1[:21], stored["grad_layer1"][:21], rtol=1e-2)
+    # the 12 block LayerNorms' input norms (section 5.9's mechanism), their mean and largest
+    assert all(len(n) == 12 for n in live["ln_in"])
+    assert np.allclose(
+        [np.mean(n) for n in live["ln_in"]], stored["ln_input_norm_mean"][:25], rtol=1e-3
+    )
+    assert np.allclose([max(n) for n in live["ln_in"]], stored["ln_input_norm_max"][:25], rtol=1e-3)
+
+
+def test_dropout_hits_the_sub_layer_outputs_never_the_stream():
+    """Section 5.5's wiring, moved here from the chapter: a Pre-LN block with dropout in its
+    attention, its feed-forward block and on each sub-layer's output is deterministic in eval
+    mode and random in training mode (attention alone too); with both sub-layers' output
+    projections zeroed, in training mode, it returns its input exactly (it would not if the block
+    dropped the stream itself)."""
+    from mini_transformer.attention import MultiHeadAttention
+    from mini_transformer.layers import FeedForward, TransformerBlock
+
+    torch.manual_seed(0)
+    block = TransformerBlock(
+        MultiHeadAttention(16, 4, dropout=0.1),
+        FeedForward(16, 64, dropout=0.1),
+        dropout=0.1,
+        norm_position="pre",
+    )
+    names = [name for name, m in block.named_modules() if isinstance(m, nn.Dropout)]
+    assert names == ["ffn.dropout", "dropout"] and block.attn.dropout_p == 0.1
+    x = torch.randn(2, 5, 16)
+    block.eval()
+    with torch.no_grad():
+        assert torch.equal(block(x), block(x))
+        block.train()
+        assert not torch.equal(block(x), block(x))
+        assert not torch.equal(block.attn(x)[0], block.attn(x)[0])
+        for linear in (block.attn.out_proj, block.ffn.linear2):
+            linear.weight.zero_()
+            if linear.bias is not None:
+                linear.bias.zero_()
+        assert torch.equal(block(x), x)
 
 
 def test_the_appendix_a2_verdicts_from_the_logged_runs(logged):

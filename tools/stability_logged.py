@@ -11,23 +11,28 @@ that it reproduces the stored one. Every run is Post-LN, Adam as in the sweep, o
   warm-up (seed 0) and after a 100-step one (seeds 0-4);
 - A.3: 60 steps at 1e-2 without warm-up, seeds 1-4 (seed 0 is section 5.9's live run).
 
-Each run stores its training loss, layer 1's and layer 6's gradient norm and layer 1's cosine
-at every step. Command-line rules of :func:`mini_transformer.cli.run_cli` (``--out`` checked
-before any work, exit status 2 with usage for bad input, ``--overwrite`` to replace a file).
+Each run stores its training loss, layer 1's and layer 6's gradient norm, layer 1's cosine and
+the mean and largest of the 12 block LayerNorms' input norms at every step. Command-line rules
+of :func:`mini_transformer.cli.run_cli` (``--out`` checked before any work, exit status 2 with
+usage for bad input, ``--overwrite`` to replace a file).
 
 The committed result (the command, wall time and device are stored in it)::
 
     python tools/stability_logged.py --out mini_transformer/results/05_logged_runs.json
 
-(16 runs, 185 s on one thread of a 2-core CPU shared with other jobs.) Rerunning over the
+(16 runs, about 200 s on one thread of a 2-core CPU shared with other jobs; the file stores the
+commit it was made from.) Rerunning over the
 committed file needs ``--overwrite``.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import platform
+import subprocess
 import time
+from pathlib import Path
 
 import torch
 from sweep_cli import command_line, run_sweep_cli
@@ -53,7 +58,9 @@ def logged_run(position: str, lr: float = 1e-2, steps: int = 60, seed: int = 0, 
     """Chapter 5's ``logged_run`` (section 5.9), line for line in what it computes.
 
     Returns per-step lists: ``losses``, ``grad`` (each layer's ``||dL/dW^{2,l}||_F``),
-    ``cosine`` (each layer's update against its first update).
+    ``cosine`` (each layer's update against its first update), ``ln_in`` (each block
+    LayerNorm's input norm, mean over tokens, ln1 and ln2 of block 1 first: the scale the
+    backward pass divides by, section 5.9).
     """
     cfg = S.StabilityConfig()
     torch.manual_seed(seed)
@@ -61,12 +68,17 @@ def logged_run(position: str, lr: float = 1e-2, steps: int = 60, seed: int = 0, 
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
     batches = torch.Generator().manual_seed(1_000 + seed)
     W2 = [b.ffn.linear2.weight for b in model.blocks]
-    losses, grad, cosine, first = [], [], [], None
+    norms: list[float] = []  # this step's LayerNorm input norms, filled by the hooks
+    for ln in (ln for b in model.blocks for ln in (b.ln1, b.ln2)):
+        ln.register_forward_pre_hook(lambda m, a: norms.append(a[0].norm(dim=-1).mean().item()))
+    losses, grad, cosine, first, ln_in = [], [], [], None, []
     schedule = Schedule(lr, warmup_steps=warmup)
     for step in range(steps):
         before = [w.detach().clone() for w in W2]
+        norms.clear()
         loss, _ = train_step(model, opt, *S.copy_task_batch(cfg, batches), schedule(step))
         losses.append(loss.item())
+        ln_in.append(list(norms))
         grad.append([w.grad.norm().item() for w in W2])
         delta = [(w.detach() - b).flatten() for w, b in zip(W2, before, strict=True)]
         if first is None:
@@ -74,7 +86,7 @@ def logged_run(position: str, lr: float = 1e-2, steps: int = 60, seed: int = 0, 
         cosine.append(
             [float(v @ f / (v.norm() * f.norm())) for v, f in zip(delta, first, strict=True)]
         )
-    return {"losses": losses, "grad": grad, "cosine": cosine}
+    return {"losses": losses, "grad": grad, "cosine": cosine, "ln_in": ln_in}
 
 
 def _sig(v: float, digits: int = 5) -> float:
@@ -85,14 +97,23 @@ def run_all(verbose: bool = True, on_progress=None) -> dict:
     """Every run of :data:`RUNS`; the JSON-ready result (``"complete": False`` until the end)."""
     t0 = time.perf_counter()
     runs: list[dict] = []
+    git = ["git", "-C", str(Path(__file__).resolve().parent)]  # the commit the runs came from
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run([*git, "status", "--porcelain", "-uno"], capture_output=True, text=True)
+    made = {
+        "commit": commit.stdout.strip() + ("+uncommitted" if dirty.stdout.strip() else ""),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
 
     def result(complete: bool) -> dict:
         return {
             "runs": runs,
             "what": "Post-LN, xiong_lm, Adam(betas=(0.9, 0.98), eps=1e-9), no clipping; "
             "per step: training loss, ||dL/dW2|| of layers 1 and 6, cosine of layer 1's "
-            "update with its first",
+            "update with its first, the 12 block LayerNorms' input norms (mean over tokens): "
+            "their mean and largest",
             "complete": complete,
+            **made,
             "wall_time_s": round(time.perf_counter() - t0, 1),
             "device": f"cpu ({platform.machine()}), torch {torch.__version__}, "
             f"{torch.get_num_threads()} thread(s)",
@@ -109,6 +130,8 @@ def run_all(verbose: bool = True, on_progress=None) -> dict:
             run["grad_layer1"] = [_sig(g[0]) for g in r["grad"]]
             run["grad_layer6"] = [_sig(g[-1]) for g in r["grad"]]
             run["cosine_layer1"] = [round(c[0], 5) for c in r["cosine"]]
+            run["ln_input_norm_mean"] = [round(sum(n) / len(n), 3) for n in r["ln_in"]]
+            run["ln_input_norm_max"] = [round(max(n), 3) for n in r["ln_in"]]
             runs.append(run)
             if verbose:
                 print(f"{label} lr={lr:g} warmup={warmup} seed={seed} ({run['wall_s']} s)")
