@@ -372,3 +372,19 @@ def test_rope_applied_to_pe0_is_the_encoding():
     pe0 = torch.zeros(1, 1, 64, 16)
     pe0[..., 1::2] = 1.0
     assert np.allclose(rope(pe0)[0, 0].double().numpy(), P.sinusoidal_encoding(64, 16), atol=1e-6)
+
+
+def test_exercise_5_near_repeats_and_the_slow_turn():
+    # Ex. 5's four bases (moved from the solution cell): only base 100's first near-repeat falls
+    # at the slow pair's first turn (0.5 to 1.5 slow wavelengths); base 30000's comes at 19
+    pe_at = {}
+    for base in (10, 100, 3000, 30000):
+        ang = np.arange(200_000)[:, None] * base ** (-np.arange(0, 4, 2) / 4)
+        pe = np.stack([np.sin(ang), np.cos(ang)], axis=-1).reshape(-1, 4)
+        hits = np.flatnonzero(np.linalg.norm(pe[1:] - pe[0], axis=1) < 0.2)
+        pe_at[base] = int(hits[0]) + 1
+    assert pe_at == {10: 358, 100: 63, 3000: 685, 30000: 19}
+    slow = {b: 2 * np.pi * math.sqrt(b) for b in pe_at}
+    at_first_turn = {b: bool(0.5 * slow[b] < pe_at[b] < 1.5 * slow[b]) for b in pe_at}
+    assert at_first_turn == {10: False, 100: True, 3000: False, 30000: False}
+    assert round(19 / math.sqrt(30000), 3) == 0.11 and 19 / math.sqrt(30000) > 0.1
