@@ -74,7 +74,7 @@ def test_cpu_log_and_checkpoint():
     assert start["tokens_per_step"] == 2048 and start["dtype"].startswith("bfloat16")
     assert round(evals[-1]["val_loss"], 3) == 1.682 and round(evals[-1]["train_loss"], 3) == 1.544
     rates = [r["tokens_per_s"] for r in evals if r["tokens_per_s"]]
-    # 2 threads; the rate varies by less than 1.5x (the last three stretches ran slowest), about 70 s
+    # 2 threads; the rate varies by under 1.5x (the last three stretches ran slowest); about 70 s
     assert start["threads"] == 2 and max(rates) / min(rates) < 1.5
     assert round(end["wall_time_s"] / 60, 1) == 1.1
 
