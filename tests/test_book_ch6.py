@@ -74,7 +74,7 @@ def test_cpu_log_and_checkpoint():
     assert start["tokens_per_step"] == 2048 and start["dtype"].startswith("bfloat16")
     assert round(evals[-1]["val_loss"], 3) == 1.682 and round(evals[-1]["train_loss"], 3) == 1.544
     rates = [r["tokens_per_s"] for r in evals if r["tokens_per_s"]]
-    # 2 threads of a quiet machine (section 6.5 says so): a steady rate, about 70 s
+    # 2 threads; the rate varies by under 1.5x (the last three stretches ran slowest); about 70 s
     assert start["threads"] == 2 and max(rates) / min(rates) < 1.5
     assert round(end["wall_time_s"] / 60, 1) == 1.1
 
@@ -251,7 +251,7 @@ def test_whole_text_lies_2_3_standard_errors_above_the_sample(corpus, cpu_model)
         1.66,
         0.017,
     )
-    assert round(z, 1) == 2.3 and round(p, 3) == 0.023
+    assert round(z, 2) == 2.28 and round(p, 3) == 0.023
 
 
 def _sampled_loss(lm, val_ids, seed):
