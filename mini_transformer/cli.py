@@ -171,7 +171,7 @@ def gpu_preset_refusal(cfg: TrainConfig) -> str | None:
         f"{cfg.steps} steps x {cfg.batch_size * model.config.block_size:,} tokens would take "
         f"about {hours:,.0f} hours (estimated at {rate / 1e9:.0f} GFLOP/s, half of the fp32 "
         "matmul rate this CPU reaches right now; a busy machine measures less). Instead: "
-        "train '--preset cpu' (about 80 s on 2 quiet cores), or sample the committed "
+        "train '--preset cpu' (about 70 s on 2 quiet cores), or sample the committed "
         "H100 model: python -m mini_transformer.train sample --ckpt gpu. "
         "Pass --allow-cpu to train the gpu preset here anyway."
     )

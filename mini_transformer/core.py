@@ -61,7 +61,7 @@ PRESETS: dict[str, dict] = {
         eval_interval=20,
         eval_batches=2,
     ),
-    # About 80 s on a quiet 2-core CPU: 1630 steps x 2048 tokens = 3.3M tokens, 0.7 epoch.
+    # About 70 s on a quiet 2-core CPU: 1630 steps x 2048 tokens = 3.3M tokens, 0.7 epoch.
     # Two layers: at an equal compute budget (7.9 TFLOP) a shallower model seeing more text
     # reached a lower held-out loss (benchmarks/results/cpu_recipe_sweep.json: 2 layers x
     # 1360 steps 1.72, 3 x 910 1.77, 4 x 690 1.82); the rate, its floor, beta2, weight decay,

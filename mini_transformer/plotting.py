@@ -279,7 +279,7 @@ def draw_decoder_lm(model: torch.nn.Module) -> Any:
     >>> from mini_transformer.model import TransformerConfig, TransformerLM
     >>> cfg = TransformerConfig(vocab_size=10, block_size=8, d_model=16, n_heads=2, n_layers=1)
     >>> draw_decoder_lm(TransformerLM(cfg)).axes[0].get_title()
-    'TransformerLM.forward: 1 Pre-LN block(s), d_model = 16, V = 10'
+    'TransformerLM.forward: 1 Pre-LN block, d_model = 16, V = 10'
     """
     import matplotlib.pyplot as plt
 
@@ -330,7 +330,8 @@ def draw_decoder_lm(model: torch.nn.Module) -> Any:
     arrow((0, -10.4), (1.8, -11.6))
     arrow((3.6, -10.4), (1.8, -11.6))
     kind = "Pre" if pre else "Post"
-    ax.set_title(f"TransformerLM.forward: {c.n_layers} {kind}-LN block(s), d_model = {d}, V = {V}")
+    blocks = "block" if c.n_layers == 1 else "blocks"
+    ax.set_title(f"TransformerLM.forward: {c.n_layers} {kind}-LN {blocks}, d_model = {d}, V = {V}")
     ax.set_xlim(-4, 6.5)
     ax.set_ylim(-12.2, 0.5)
     ax.axis("off")

@@ -325,7 +325,7 @@ def test_the_model_diagram_is_read_from_the_model():
     drawn = texts(lm)
     assert "Embedding(84, 128)" in drawn and "Linear(128, 84)" in drawn and "tied" in drawn
     assert (
-        "2 Pre-LN block(s)" in drawn and "RoPE turns q, k" in drawn and "128 -> 512 -> 128" in drawn
+        "2 Pre-LN blocks" in drawn and "RoPE turns q, k" in drawn and "128 -> 512 -> 128" in drawn
     )
     cfg = TransformerConfig(
         vocab_size=10,
@@ -338,7 +338,7 @@ def test_the_model_diagram_is_read_from_the_model():
         positional="learned",
     )
     post = texts(TransformerLM(cfg))
-    assert "3 Post-LN block(s)" in post and "Identity (Post-LN)" in post
+    assert "3 Post-LN blocks" in post and "Identity (Post-LN)" in post
     assert "tied" not in post and "learned positions" in post and "RoPE" not in post
     with pytest.raises(TypeError, match="TransformerLM"):
         plotting.draw_decoder_lm(torch.nn.Linear(2, 2))
