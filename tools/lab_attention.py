@@ -16,10 +16,9 @@ Run (about 100 CPU-seconds a model on one thread)::
     python tools/lab_attention.py --schemes learned rope --seeds 0 \\
         --out mini_transformer/results/03_lab_attention.json
 
-Chapter 3's file also holds the runs of three later invocations, each with its own ``--out``
-(``--schemes sinusoidal --seeds 0``; ``--schemes learned sinusoidal rope --seeds 1 2``;
-``--schemes alibi --seeds 0 1 2``), merged into it by hand; ``added_runs`` lists each one's
-command, runs, machine and wall time.
+Chapter 3's file also holds the runs of two later invocations, each with its own ``--out``
+(``--schemes sinusoidal --seeds 0``; ``--schemes learned sinusoidal rope --seeds 1 2``), merged
+into it by hand; ``added_runs`` lists each one's command, runs, machine and wall time.
 """
 
 from __future__ import annotations
