@@ -430,8 +430,9 @@ def test_attention_probe_models_are_the_sweeps(res, probe):
     # accuracies at every length to the stored four decimals, so it is the sweep's model
     assert probe["command"].startswith("python tools/lab_attention.py ")
     assert probe["lab"] == res["config"] and probe["offset"] == 3 and probe["train_length"] == 32
-    assert sorted(probe["runs"]) == [f"{s}/{seed}" for s in ("learned", "rope", "sinusoidal")
-                                     for seed in (0, 1, 2)]
+    assert sorted(probe["runs"]) == [
+        f"{s}/{seed}" for s in ("learned", "rope", "sinusoidal") for seed in (0, 1, 2)
+    ]
     added = probe["added_runs"]  # later runs of the tool, each merged by hand
     assert [a["runs"] for a in added] == [
         ["sinusoidal/0"],
