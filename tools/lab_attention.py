@@ -7,15 +7,18 @@ is asked for exactly as the sweep did (the configuration, seeds and steps stored
 stored accuracies (``max_accuracy_difference``, 0 when the run is reproduced to the stored four
 decimals), and stores, per layer and head, the mean attention weight that a query at position
 ``t`` puts on the key at ``t - offset``, over the queries ``t < L`` and ``t >= L`` of the
-sweep's own evaluation sequences at each length in ``--lengths``.
+sweep's own evaluation sequences at each length in ``--lengths``. For the learned scheme it also
+stores the cosines between the trained rows ``0..L-1`` of the position table (``(L, L)``, four
+decimals), the input of chapter 3's permutation test.
 
 Run (about 100 CPU-seconds a model on one thread)::
 
     python tools/lab_attention.py --schemes learned rope --seeds 0 \\
         --out mini_transformer/results/03_lab_attention.json
 
-Chapter 3's file also holds ``sinusoidal/0``, from a second run (``--schemes sinusoidal``, its
-own ``--out``) whose runs were merged into it by hand; ``added_runs`` records that command.
+Chapter 3's file also holds the runs of two later invocations, each with its own ``--out``
+(``--schemes sinusoidal --seeds 0``; ``--schemes learned sinusoidal rope --seeds 1 2``), merged
+into it by hand; ``added_runs`` lists each one's command, runs, machine and wall time.
 """
 
 from __future__ import annotations
@@ -48,6 +51,12 @@ def weight_on_offset(model, idx: torch.Tensor, offset: int, L: int) -> list[dict
             }
         )
     return out
+
+
+def trained_rows_cosine(model, L: int) -> list[list[float]]:
+    """``cos(W_i, W_j)`` between the learned position table's rows ``i, j < L``: ``(L, L)``."""
+    w = lab.learned_position_weight(model)[:L]
+    return [[round(float(v), 4) for v in row] for row in lab.cosine_similarity_matrix(w)]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -89,6 +98,8 @@ def main(argv: list[str] | None = None) -> dict:
                     abs(round(a, 4) - per_seed[str(T)]["per_seed"][i]) for T, a in acc.items()
                 )
                 run = {"max_accuracy_difference": round(diff, 4), "layers": {}}
+                if scheme == "learned":  # chapter 3's permutation test
+                    run["trained_rows_cosine"] = trained_rows_cosine(model, cfg.train_length)
                 for T in args.lengths:
                     gen = torch.Generator().manual_seed(10_000 + seed)  # the sweep's evaluation
                     idx, _ = cfg.batch(cfg.eval_samples, T, gen)
