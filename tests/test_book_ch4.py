@@ -306,8 +306,8 @@ def test_adam_unscaled_is_scaled_from_a_larger_start_at_a_larger_rate(d_k):
 
 @pytest.mark.parametrize("scaled", [False, True])
 def test_query_gradient_is_jacobian_times_keys(scaled):
-    # section 4.3's da/dq column computes J K / scale by hand; autograd on the softmax of the raw
-    # scores is the independent reference (float64, one query, 16 keys, d_k = 64)
+    # section 4.3's da/dq column computes J K * scale by hand (scale 1 or 1 / sqrt(d_k)); autograd
+    # on the softmax of the scores is the independent reference (float64, one query, 16 keys)
     import torch
 
     gen = torch.Generator().manual_seed(11)
@@ -322,8 +322,8 @@ def test_query_gradient_is_jacobian_times_keys(scaled):
 
 
 def test_losing_keys_gradient_formula_with_respect_to_raw_scores():
-    # section 4.3's random-row cell differentiates L = g . (softmax(z / scale) V) with respect to
-    # the raw z by the closed form a_j (g . v_j - g . o) / scale; autograd is the reference,
+    # Appendix A.4's random-row cell differentiates L = g . (softmax(z * scale) V) with respect to
+    # the raw z by the closed form a_j (g . v_j - g . o) * scale; autograd is the reference,
     # and the saturation claim holds on this seed too: dividing by sqrt(256) gives the losing
     # keys far more gradient (median over 500 rows)
     import torch
