@@ -260,6 +260,11 @@ def test_head_split_figure_shows_what_view_and_transpose_do():
     ]
     wrong = sorted(lower_left)  # head by head, then top to bottom, left to right
     assert [f for _, f in wrong] == list(range(T * d))  # memory order: no transpose
+    # its rows are runs of memory, not positions: labelled "row i", never "t=i"
+    labels = [(t.get_position(), t.get_text()) for t in ax.texts if not t.get_text().isdigit()]
+    rows_wrong = sorted(s for (x, y), s in labels if y < -T - 1 and x < d + 4 and s[:3] == "row")
+    assert rows_wrong == [f"row {t}" for t in range(T)]
+    assert not any(s.startswith("t=") for (x, y), s in labels if y < -T - 1 and x < d + 4)
     plt.close(fig)
     with pytest.raises(ValueError, match="divisible"):
         plotting.draw_head_split(T=3, d_model=8, n_heads=3)
