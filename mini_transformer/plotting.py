@@ -241,21 +241,22 @@ def draw_head_split(T: int = 3, d_model: int = 8, n_heads: int = 2) -> Any:
     fig, ax = plt.subplots(figsize=(0.4 * (x3 + k + 2), 0.4 * (h * (T + 1.6) + 1.5)))
     colors = plt.get_cmap("tab10").colors
 
-    def grid(x0, y0, values, label, rows=True):  # rows = positions t, text = feature index f
+    def grid(x0, y0, values, label, rows="t="):  # rows: prefix of the row labels, "" for none
         for (t, j), f in np.ndenumerate(values.numpy()):
             cell = {"fc": colors[f % d // k % 10], "alpha": 0.45, "ec": "black", "lw": 0.6}
             ax.add_patch(plt.Rectangle((x0 + j, y0 - t - 1), 1, 1, **cell))
             ax.text(x0 + j + 0.5, y0 - t - 0.5, str(f), ha="center", va="center", fontsize=8)
             if j == 0 and rows:
-                ax.text(x0 - 0.15, y0 - t - 0.5, f"t={t}", ha="right", va="center", fontsize=7)
+                ax.text(x0 - 0.15, y0 - t - 0.5, f"{rows}{t}", ha="right", va="center", fontsize=7)
         ax.text(x0, y0 + 0.15, label, va="bottom", fontsize=8)
 
     grid(0, 0, x[0], "x[b]: (T, d_model), entry t * d_model + f")
     wrong = x.reshape(1, h, T, k)[0]  # same shape as the split, but each "head" runs on in memory
     for i in range(h):  # drawn below x: "head" i is the i-th run of T * d_head numbers
-        grid(i * (k + 1), -T - 1.6, wrong[i], "" if i else "WRONG: reshape(B, h, T, d_head)", not i)
+        names = ("", "") if i else ("WRONG: reshape(B, h, T, d_head)", "row ")  # rows: not t
+        grid(i * (k + 1), -T - 1.6, wrong[i], *names)
     for i in range(h):  # the view: the same memory, read as h blocks of d_head
-        grid(x2 + i * (k + 0.4), 0, viewed[:, i], "" if i else "(T, h, d_head)", rows=i == 0)
+        grid(x2 + i * (k + 0.4), 0, viewed[:, i], "" if i else "(T, h, d_head)", "" if i else "t=")
     for i in range(h):  # the transpose: head i's block of every position, one (T, d_head) grid
         grid(x3, -i * (T + 1.6), split[i], f"head {i}: (T, d_head)")
     arrows = ((d + 0.3, x2 - 1.3, "view"), (x3 - 4.5, x3 - 1.3, "transpose(1, 2)"))

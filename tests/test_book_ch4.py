@@ -260,6 +260,11 @@ def test_head_split_figure_shows_what_view_and_transpose_do():
     ]
     wrong = sorted(lower_left)  # head by head, then top to bottom, left to right
     assert [f for _, f in wrong] == list(range(T * d))  # memory order: no transpose
+    # its rows are runs of memory, not positions: labelled "row i", never "t=i"
+    labels = [(t.get_position(), t.get_text()) for t in ax.texts if not t.get_text().isdigit()]
+    rows_wrong = sorted(s for (x, y), s in labels if y < -T - 1 and x < d + 4 and s[:3] == "row")
+    assert rows_wrong == [f"row {t}" for t in range(T)]
+    assert not any(s.startswith("t=") for (x, y), s in labels if y < -T - 1 and x < d + 4)
     plt.close(fig)
     with pytest.raises(ValueError, match="divisible"):
         plotting.draw_head_split(T=3, d_model=8, n_heads=3)
@@ -306,8 +311,8 @@ def test_adam_unscaled_is_scaled_from_a_larger_start_at_a_larger_rate(d_k):
 
 @pytest.mark.parametrize("scaled", [False, True])
 def test_query_gradient_is_jacobian_times_keys(scaled):
-    # section 4.3's da/dq column computes J K / scale by hand; autograd on the softmax of the raw
-    # scores is the independent reference (float64, one query, 16 keys, d_k = 64)
+    # section 4.3's da/dq column computes J K * scale by hand (scale 1 or 1 / sqrt(d_k)); autograd
+    # on the softmax of the scores is the independent reference (float64, one query, 16 keys)
     import torch
 
     gen = torch.Generator().manual_seed(11)
@@ -322,8 +327,8 @@ def test_query_gradient_is_jacobian_times_keys(scaled):
 
 
 def test_losing_keys_gradient_formula_with_respect_to_raw_scores():
-    # section 4.3's random-row cell differentiates L = g . (softmax(z / scale) V) with respect to
-    # the raw z by the closed form a_j (g . v_j - g . o) / scale; autograd is the reference,
+    # Appendix A.4's random-row cell differentiates L = g . (softmax(z * scale) V) with respect to
+    # the raw z by the closed form a_j (g . v_j - g . o) * scale; autograd is the reference,
     # and the saturation claim holds on this seed too: dividing by sqrt(256) gives the losing
     # keys far more gradient (median over 500 rows)
     import torch
