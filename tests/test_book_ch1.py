@@ -915,7 +915,8 @@ def test_next_to_std_002_embeddings_the_probe_of_all_channels_reads_the_scalar()
 
 @pytest.mark.parametrize("N", [10, 100])
 def test_a_cross_validated_logistic_reader_keeps_the_order_and_does_not_beat_class_means(N):
-    """Section 1.8's class-mean reader (Appendix A.5) is the nearest class mean. The fairer-looking control a
+    """Section 1.8's class-mean reader (Appendix A.5) is the nearest class mean. The
+    fairer-looking control a
     reviewer asked for, a multinomial logistic regression with its penalty cross-validated, on
     the same number of tokens (1,024 // N per position, d_model = 64): it reads the sinusoid
     better than the line too, and no better than class means, which suit noise of equal
