@@ -200,19 +200,38 @@ def diagonal_spread(S):
     return max(np.ptp(np.diagonal(S, offset=o)) for o in range(-S.shape[0] + 1, S.shape[1]))
 
 
+def offset_share(S):
+    """Share of S's variance its diagonal means explain (the chapter's definition), written
+    with a least-squares fit on one indicator column per offset instead of a loop of means."""
+    T, U = S.shape
+    offsets = (np.arange(U)[None, :] - np.arange(T)[:, None]).ravel() + T - 1
+    A = np.eye(T + U - 1)[offsets]  # (T*U, number of offsets)
+    fit = A @ np.linalg.lstsq(A, S.ravel(), rcond=None)[0]
+    c = S.ravel() - S.mean()
+    return 1 - ((S.ravel() - fit) ** 2).sum() / (c**2).sum()
+
+
 def layer_norm(M, centre=True):
     M = M - M.mean(1, keepdims=True) if centre else M
     return M / np.sqrt((M**2).mean(1, keepdims=True))
 
 
 def test_layer_norm_breaks_the_commuting_term_and_rms_norm_does_not():
-    # 2.6: the chapter's ten draws at d = 16, T = 24 (seeds 21..30), pinned
+    # 2.7: the chapter's ten draws at d = 16, T = 24 (seeds 21..30), pinned: the offset share
+    # after LayerNorm, and (the earlier statistic) the diagonal spread over the range
     Pm = P.sinusoidal_encoding(24, 16)
-    share = []
+    X = np.random.default_rng(20).normal(size=(24, 16))  # the chapter's X (first draw of seed 20)
+    share, ratio, share_rms_X = [], [], []
     for seed in range(21, 31):
-        S = layer_norm(Pm) @ commuting_W(np.random.default_rng(seed), 16) @ layer_norm(Pm).T
-        share.append(diagonal_spread(S) / np.ptp(S))
-    assert [round(min(share), 2), round(max(share), 2)] == [0.56, 0.88]
+        W = commuting_W(np.random.default_rng(seed), 16)
+        S = layer_norm(Pm) @ W @ layer_norm(Pm).T
+        share.append(offset_share(S))
+        ratio.append(diagonal_spread(S) / np.ptp(S))
+        N = Pm / np.sqrt(((X + Pm) ** 2).mean(1, keepdims=True))  # PE's part of RMSNorm(X + PE)
+        share_rms_X.append(offset_share(N @ W @ N.T))
+    assert [round(min(share), 2), round(max(share), 2)] == [0.41, 0.72]
+    assert [round(min(ratio), 2), round(max(ratio), 2)] == [0.56, 0.88]
+    assert [round(min(share_rms_X), 2), round(max(share_rms_X), 2)] == [0.7, 0.94]
     assert [round(float(v), 3) for v in Pm.mean(1)[:2]] == [0.5, 0.549]
     # at larger sizes the share falls (to about half at d = 128) but stays far from 0; the
     # centring alone does it, the rescaling alone (RMSNorm: every row times sqrt 2) does not
@@ -229,16 +248,32 @@ def test_layer_norm_breaks_the_commuting_term_and_rms_norm_does_not():
 
 
 def test_random_projection_is_almost_all_outside_the_block_form():
-    # 2.6: the chapter's random W_QK (seed 20): 0.76 of the range, 4.4% in block form, and
-    # removing its block part leaves the diagonal spread unchanged (the blocks add only relative)
+    # 2.6: the chapter's random W_QK (seed 20): offset share 0.19 (diagonal spread 0.76 of the
+    # range), content-position terms 0.03 and 0.02, 4.4% in block form, and removing its
+    # block part leaves the diagonal spread unchanged (the blocks add only relative)
     T, d = 24, 16
     g = np.random.default_rng(20)
-    g.normal(size=(T, d))
+    X = g.normal(size=(T, d))
     W_Q, W_K = g.normal(size=(d, d)) / math.sqrt(d), g.normal(size=(d, d)) / math.sqrt(d)
     W = W_Q @ W_K.T
     Pm = P.sinusoidal_encoding(T, d)
     S = Pm @ W @ Pm.T
     assert round(diagonal_spread(S) / np.ptp(S), 2) == 0.76
+    assert [round(offset_share(M), 2) for M in (S, X @ W @ Pm.T, Pm @ W @ X.T)] == [
+        0.19,
+        0.03,
+        0.02,
+    ]
+    # the baselines: ten more random W (seeds 100..109) and ten noise matrices (same seeds)
+    ten = []
+    for seed in range(100, 110):
+        gen = np.random.default_rng(seed)
+        ten.append(offset_share(Pm @ (gen.normal(size=(d, d)) @ gen.normal(size=(d, d)).T) @ Pm.T))
+    noise = [offset_share(np.random.default_rng(s).normal(size=(T, T))) for s in range(100, 110)]
+    assert [round(min(ten), 2), round(max(ten), 2)] == [0.14, 0.3]
+    assert [round(min(noise), 2), round(max(noise), 2)] == [0.06, 0.13]
+    # noise scores about (2T - 1) / T^2, the share of free parameters the diagonal means take
+    assert abs(np.mean(noise) - (2 * T - 1) / T**2) < 0.03
     B = np.zeros((d, d))
     for i in range(d // 2):
         blk = W[2 * i : 2 * i + 2, 2 * i : 2 * i + 2]
@@ -291,7 +326,7 @@ def test_the_sinusoidal_lab_model_fails_past_its_trained_length():
     assert mean_beyond["rope"] > 0.95
 
 
-# --- 2.7: limits --------------------------------------------------------------------------
+# --- 2.8: limits --------------------------------------------------------------------------
 
 
 def test_prose_numbers_of_2_2_2_3_and_2_5():
@@ -332,7 +367,7 @@ def test_float32_drift_numbers():
 
 
 def test_float32_drift_is_linear_and_bfloat16_is_the_yardstick():
-    # 2.7: per-octave maxima of the float32-angle error rise with slope 1.03 on log-log axes;
+    # 2.8: per-octave maxima of the float32-angle error rise with slope 1.03 on log-log axes;
     # bfloat16 storage of the encoding errs by 2^-9 (half the gap near 1); in bfloat16 the
     # positions 256 and 257 are one number (8 significant bits), and so are their angles
     omega64 = P.sinusoidal_frequencies(128)
@@ -351,7 +386,7 @@ def test_float32_drift_is_linear_and_bfloat16_is_the_yardstick():
 
 
 def test_rope_drawing_score():
-    # section 2.8's drawing: one pair (d_model = 2), q = (1, 0), key = (-0.2, 0.95), offset 2
+    # section 2.9's drawing: one pair (d_model = 2), q = (1, 0), key = (-0.2, 0.95), offset 2
     q, key = np.array([1.0, 0.0]), np.array([-0.2, 0.95])
     scores = [
         (P.rotation_matrix(m, 2) @ q) @ (P.rotation_matrix(n, 2) @ key) for m, n in [(1, 3), (6, 8)]

@@ -200,11 +200,19 @@ def _pe_with(n, d, exponent, cos_first=False):
     return pe
 
 
+def blog_slip(n, d):  # section 2.5's dropdown: 2*i where 2*(i//2) belongs, i the column
+    angle = np.arange(n)[:, None] / 10000 ** (2 * np.arange(d) / d)
+    out = np.sin(angle)
+    out[:, 1::2] = np.cos(angle[:, 1::2])
+    return out
+
+
 @pytest.mark.parametrize(
     ("answer", "words"),
     [
         (lambda n, d: _pe_with(n, d, lambda i, d: i / d), "exponent i/d_model instead of 2i"),
         (lambda n, d: _pe_with(n, d, lambda i, d: 2 * i / d, True), "cos before sin in each pair"),
+        (blog_slip, "the blog's slip: column j's exponent 2j/d_model"),
     ],
 )
 def test_sinusoidal_encoding_names_the_learners_mistakes(answer, words, capsys):

@@ -23,6 +23,12 @@ def _pe(n: int, d_model: int, base: float = 10000.0, exponent: int = 2, **flags)
     return _circles(n, _omega(d_model, base, exponent), **flags)
 
 
+def _blog_slip(pos: np.ndarray, j: np.ndarray, d_model: int) -> np.ndarray:
+    """The column-index slip: column j at speed 10000^(-2j/d_model), sin in even j, cos in odd."""
+    angle = pos * 10000.0 ** (-2 * j / d_model)
+    return np.where(j % 2 == 0, np.sin(angle), np.cos(angle))
+
+
 def _even(rng: np.random.Generator, high: int = 17) -> int:
     return 2 * int(rng.integers(1, high))
 
@@ -39,6 +45,8 @@ exercise(
         "exponent i/d_model instead of 2i/d_model (pair i's frequency is base^(-2i/d_model))": dict(
             exponent=1
         ),
+        "the blog's slip: column j's exponent 2j/d_model (use 2*(j//2): both columns of a pair "
+        "share one frequency)": lambda n, d: _blog_slip(np.arange(n)[:, None], np.arange(d), d),
     },
 )(_pe)
 
