@@ -153,6 +153,19 @@ def test_dot_product_curve_numbers():
     assert f"{step.min():.3f} {step.max():.3f}" == "-5.196 3.695"
 
 
+def test_dot_product_far_means_fall_past_the_slow_wavelengths():
+    # 2.5: 13.51 is the mean over |k| = 501..1000 only; further out it keeps falling, and past
+    # the slowest wavelength (54,410) it is near 0 (the claim is scoped to what is printed)
+    means = [
+        f(np.arange(lo, hi + 1), 128).mean() for lo, hi in [(501, 1000), (1001, 2000), (2001, 5000)]
+    ]
+    assert [round(float(m), 2) for m in means] == [13.51, 8.75, 3.33]
+    assert abs(f(np.arange(100_001, 200_001), 128).mean()) < 0.5
+    # each of the 15 slow pairs adds cos(k w_i) > cos 1 = 0.54 for k <= 1000
+    slow = P.sinusoidal_frequencies(128)[1000 * P.sinusoidal_frequencies(128) < 1]
+    assert len(slow) == 15 and np.cos(1000 * slow).min() > math.cos(1)
+
+
 def test_blog_code_with_column_index_fails_the_checks():
     enc = np.array([p / np.power(10000, 2 * i / 8) for p in range(100) for i in range(8)])
     enc[::2], enc[1::2] = np.sin(enc[::2]), np.cos(enc[1::2])
@@ -232,6 +245,16 @@ def test_layer_norm_breaks_the_commuting_term_and_rms_norm_does_not():
     assert [round(min(share), 2), round(max(share), 2)] == [0.41, 0.72]
     assert [round(min(ratio), 2), round(max(ratio), 2)] == [0.56, 0.88]
     assert [round(min(share_rms_X), 2), round(max(share_rms_X), 2)] == [0.7, 0.94]
+    # the same at width 64 (X from seed 22): LayerNorm's loss stays, RMSNorm's shrinks
+    P64, X64 = P.sinusoidal_encoding(24, 64), np.random.default_rng(22).normal(size=(24, 64))
+    N_rms = P64 / np.sqrt(((X64 + P64) ** 2).mean(1, keepdims=True))
+    wide_ln, wide_rms = [], []
+    for seed in range(21, 31):
+        W = commuting_W(np.random.default_rng(seed), 64)
+        wide_ln.append(offset_share(layer_norm(P64) @ W @ layer_norm(P64).T))
+        wide_rms.append(offset_share(N_rms @ W @ N_rms.T))
+    assert [round(min(wide_ln), 2), round(max(wide_ln), 2)] == [0.42, 0.68]
+    assert [round(min(wide_rms), 2), round(max(wide_rms), 2)] == [0.79, 0.99]
     assert [round(float(v), 3) for v in Pm.mean(1)[:2]] == [0.5, 0.549]
     # at larger sizes the share falls (to about half at d = 128) but stays far from 0; the
     # centring alone does it, the rescaling alone (RMSNorm: every row times sqrt 2) does not
@@ -280,6 +303,19 @@ def test_random_projection_is_almost_all_outside_the_block_form():
         a, b = (blk[0, 0] + blk[1, 1]) / 2, (blk[0, 1] - blk[1, 0]) / 2
         B[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = [[a, b], [-b, a]]
     assert round(100 * (B**2).sum() / (W**2).sum(), 1) == 4.4
+    # over it and the ten more random W: 5.6% on average, near 1/d_model = 6.25%
+    shares = [(B**2).sum() / (W**2).sum()]
+    for seed in range(100, 110):
+        gen = np.random.default_rng(seed)
+        Wr = gen.normal(size=(d, d)) @ gen.normal(size=(d, d)).T / d
+        Br = np.zeros((d, d))
+        for i in range(d // 2):
+            blk = Wr[2 * i : 2 * i + 2, 2 * i : 2 * i + 2]
+            a, b = (blk[0, 0] + blk[1, 1]) / 2, (blk[0, 1] - blk[1, 0]) / 2
+            Br[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = [[a, b], [-b, a]]
+        shares.append((Br**2).sum() / (Wr**2).sum())
+    assert round(100 * float(np.mean(shares)), 1) == 5.6
+    assert f"{(2 * T - 1) / T**2:.2f}" == "0.08"  # the chance floor the chapter prints
     assert math.isclose(diagonal_spread(Pm @ (W - B) @ Pm.T), diagonal_spread(S), rel_tol=1e-9)
 
 
