@@ -1092,3 +1092,29 @@ def test_exercise_5_one_draw_straddles_the_target_at_n_and_the_sd_rule_keeps_nin
     n_safe = int(np.ceil(d + (1 - best) * d / (0.01 - 1.28 * at_n.std(ddof=1))))
     assert 1.4 * n_needed < n_safe < 2.3 * n_needed
     assert np.mean(_exercise_5_draws(gen, n_safe, 60) > 0.01) <= 0.1
+
+
+# --- session 4, last pass (cold reads s11) -----------------------------------------------
+
+
+def test_matched_codes_share_one_mean_pair_distance_and_the_nearest_pairs_share_orders_them():
+    # section 1.8's reason: matching fixes the mean squared distance between two codes,
+    # 2 N / (N - 1) times the varying energy, so the codes differ only in how much of it the
+    # nearest pair gets (line 0.0006, sinusoid 0.065, random table 0.85 at N = 100, d = 1024)
+    N, d = 100, 1024
+    gen = np.random.default_rng(5)  # the chapter's generator and order of draws
+    for n in (10, 100):
+        for dd in (4, 16, 64, 256, 1024):
+            gen.standard_normal((5000 // n, n, dd))
+            table = _random_table(gen.standard_normal((n, dd)), n, dd)
+            gen.standard_normal((1024 // n, n, dd))
+    sin = positional.sinusoidal_encoding(N, d)
+    varying = np.mean(((sin - sin.mean(0)) ** 2).sum(axis=1))
+    share = {}
+    for name, codes in (("line", _centred(N, d)), ("sinusoid", sin), ("table", table)):
+        sq = ((codes[:, None] - codes[None, :]) ** 2).sum(-1)[~np.eye(N, dtype=bool)]
+        assert np.isclose(sq.mean(), 2 * N / (N - 1) * varying, rtol=1e-9)  # one mean for all
+        share[name] = sq.min() / sq.mean()
+    assert round(share["line"], 4) == 0.0006 and round(share["sinusoid"], 3) == 0.065
+    assert round(share["table"], 2) == 0.85
+    assert share["line"] < share["sinusoid"] < share["table"]
