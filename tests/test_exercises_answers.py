@@ -509,7 +509,7 @@ CASES = {
     ),
 }
 
-# chapter 4's newer exercises (window-mask, prefix-lm-zeros) live in their own test file
+# chapter 4's newer exercises (score-std, prefix-lm-zeros) live in their own test file
 from test_exercises_ch4 import CASES_CH4  # noqa: E402
 
 CASES.update(CASES_CH4)

@@ -2,8 +2,8 @@
 
 The older chapter 4 mistakes are tested in ``tests/test_exercises_answers.py``; this file
 covers the edge cases and exercises added for the pitfalls the chapter teaches (the blog
-post's -2**30 fill in float16, an overflowing softmax, the sliding-window mask, the checked
-prediction on a prefix-LM's Jacobian). Each check runs with a fixed seed.
+post's -2**30 fill in float16, an overflowing softmax, the checked predictions of the spread of
+q . k and of the zeros of a prefix-LM's Jacobian). Each check runs with a fixed seed.
 """
 
 from __future__ import annotations
@@ -30,11 +30,6 @@ def masked_softmax(s, m):
 def softmax_jacobian(s):
     p = s.softmax(0)
     return torch.diag(p) - torch.outer(p, p)
-
-
-def window_mask(T, w):
-    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-    return (j <= i) & (j > i - w)
 
 
 def masked_log_softmax(s, m):
@@ -68,7 +63,7 @@ RIGHT = {
     "head-scores": head_scores_loop,
     "masked-log-softmax": masked_log_softmax,
     "softmax-jacobian": softmax_jacobian,
-    "window-mask": window_mask,
+    "score-std": 20,
     "prefix-lm-zeros": 39,
 }
 
@@ -90,9 +85,8 @@ def jacobian_unstable(s):
 WRONG = [
     ("masked-log-softmax", masked_fill_2_30, "without overflow"),
     ("softmax-jacobian", jacobian_unstable, "without subtracting the maximum"),
-    ("window-mask", lambda T, w: window_mask(T, w + 1), "one token too wide"),
-    ("window-mask", lambda T, w: window_mask(T, w) | window_mask(T, w).T, "symmetric window"),
-    ("window-mask", lambda T, w: window_mask(T, w).T.contiguous(), "transpose"),
+    ("score-std", 400, "the variance d_k"),
+    ("score-std", 1, "the scaled score's"),
     ("prefix-lm-zeros", 45, "plain causal count"),
     ("prefix-lm-zeros", 61, "non-zero blocks"),
     ("prefix-lm-zeros", 55, "T(T + 1)/2"),
@@ -136,14 +130,9 @@ def test_prediction_hints_then_explains(capsys):
 # In the format of tests/test_exercises_answers.py's CASES (right answer, {label: (wrong answer,
 # words of its message or None)}), which merges these so that every registered exercise is there.
 CASES_CH4 = {
-    "window-mask": (
-        window_mask,
-        {
-            label: (wrong, words)
-            for name, wrong, words in WRONG
-            if name == "window-mask"
-            for label in [words]
-        },
+    "score-std": (
+        20,
+        {words: (wrong, words) for name, wrong, words in WRONG if name == "score-std"},
     ),
     "head-scores": (
         head_scores,
@@ -238,3 +227,11 @@ def test_softmax_jacobian_wants_the_scores_dtype(capsys):
     assert softmax_jacobian_float32(s)[1, 1] == 0 < softmax_jacobian(s)[1, 1]  # 6.8e-46 lost
     assert not exercises.check("softmax-jacobian", softmax_jacobian_float32, seed=SEED)
     assert "expected a float64 tensor, got float32" in capsys.readouterr().out
+
+
+def test_score_std_prediction_is_the_measured_spread():
+    # an independent reference for the right answer: 20,000 random pairs at d_k = 400
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(20_000, 400, dtype=torch.float64, generator=g) for _ in range(2))
+    dots = (q * k).sum(-1)
+    assert abs(dots.std().item() - 20) < 0.5 and abs((dots / 20).std().item() - 1) < 0.025

@@ -1,6 +1,6 @@
-"""Chapter 4's exercises (attention): masked softmax and its log, the prefix-LM mask, the
-softmax Jacobian, a sliding-window mask, the zeros of a prefix-LM's Jacobian (a prediction),
-the scaled scores of h heads (the head split and the 1/sqrt(d_head))."""
+"""Chapter 4's exercises (attention): masked softmax and its log, the spread of q . k (a
+prediction), the prefix-LM mask, the softmax Jacobian, the zeros of a prefix-LM's Jacobian (a
+prediction), the scaled scores of h heads (the head split and the 1/sqrt(d_head))."""
 
 from __future__ import annotations
 
@@ -162,27 +162,25 @@ exercise(
 )(_jacobian)
 
 
-def _window(T: int, w: int, lo: int = 0, future: bool = False) -> torch.Tensor:
-    return _bool_mask(T, lambda i, j: (i - w - lo < j <= i) or (future and 0 <= j - i < w))
+_STD_D = 400
 
 
 exercise(
-    "window-mask",
-    "f(T, w) -> the (T, T) bool mask of causal sliding-window attention: query i may attend to "
-    "key j when i - w < j <= i (itself and the w - 1 tokens before it); w >= 1.",
-    inputs=lambda rng: (int(rng.integers(1, 13)), int(rng.integers(1, 8))),
-    edge_cases={
-        "w = 1 (each token sees only itself)": (4, 1),
-        "T = 6, w = 3": (6, 3),
-        "a window longer than the sequence (plain causal)": (3, 5),
-    },
+    "score-std",
+    f"a prediction: q and k have d_k = {_STD_D} independent components of mean 0 and variance "
+    "1: what is the standard deviation of q . k, unscaled? (an integer)",
     mistakes={
-        "w + 1 keys (j >= i - w): the window is one token too wide": dict(lo=1),
-        "a symmetric window |i - j| < w: queries see the future": dict(future=True),
-        "the transpose (j >= i): every query sees the future": lambda T, w: _window(T, w).T,
+        "the variance d_k: the standard deviation is its square root": _STD_D,
+        "the scaled score's: divided by sqrt(d_k) the spread is 1, unscaled it is sqrt(d_k)": 1,
     },
-    compare=close(same_dtype=True),
-)(_window)
+    compare=exact_int,
+    hint="q . k sums d_k independent products q_r k_r, each of mean 0 and variance 1: "
+    "what do the variances of independent terms do when they are added?",
+    explanation=(
+        f"the variances add: Var(q . k) = d_k = {_STD_D}, so the standard deviation is "
+        f"sqrt({_STD_D}) = {math.isqrt(_STD_D)}; divided by sqrt(d_k) it is 1 (section 4.3)."
+    ),
+)(lambda: math.isqrt(_STD_D))
 
 
 _ZEROS_T, _ZEROS_PREFIX = 10, 4
