@@ -6,7 +6,9 @@ chapter folds (the line-length comparison of the sample, the repeats among the c
 windows); and the chapter's open training
 loop against the package's loop on a second configuration (bf16 autocast, a short
 schedule). Everything is computed from the package (``train.read_log``,
-``train.load_model``, ``data.load_corpus``), never copied from the notebook.
+``train.load_model``, ``data.load_corpus``), never copied from the notebook; the one
+exception, section 6.5's Kneser-Ney function, is read from its cell and held to an
+independent dict-based implementation of the definition.
 """
 
 from __future__ import annotations
