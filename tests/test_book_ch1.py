@@ -949,9 +949,11 @@ def test_the_bag_of_words_sums_agree_and_half_the_long_sentence_is_unseen():
     assert np.allclose(X_a.sum(0), X_b.sum(0), rtol=0, atol=1e-12)  # addition commutes
     idx, seen = positional.index_encoding(100)[:, 0], positional.index_encoding(50)[:, 0]
     assert np.mean(~np.isin(idx, seen)) == 0.5
-    # section 1.2's yardstick: the largest of 10,000 N(0, 1) entries (seed 3) is 4.04
+    # section 1.2's yardstick: the largest of 10,000 N(0, 1) entries (seed 3) is 4.04, and
+    # the index leaves that range at position 5, inside the 50 trained positions
     typical = np.abs(np.random.default_rng(3).standard_normal(10_000)).max()
     assert round(typical, 2) == 4.04 and 80 > 10 * typical
+    assert idx[idx > typical].min() == 5 < seen.max()
 
 
 def test_binary_position_zero_is_all_zeros_and_the_quoted_distances():
