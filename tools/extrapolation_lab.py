@@ -101,6 +101,9 @@ def _train_and_evaluate(scheme: str, cfg: LabConfig, seed: int) -> tuple[dict, d
     """
     t0 = time.perf_counter()
     model = lab.make_model(scheme, cfg, seed)
+    scale = cfg.extra.get("sinusoidal_embed_scale")
+    if scheme == "sinusoidal" and scale is not None:  # the input-scale control (--embed-scale)
+        model.embed_scale = scale
     w_init = lab.learned_position_weight(model) if scheme == "learned" else None
     losses = lab.train_model(model, cfg, seed)
     seconds = time.perf_counter() - t0
@@ -319,6 +322,14 @@ def parser() -> argparse.ArgumentParser:
         metavar="SCHEME=LR",
         help="per-scheme peak learning rates, e.g. alibi=0.01 (others use --lr)",
     )
+    p.add_argument(
+        "--embed-scale",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="multiply the sinusoidal model's token embeddings by S instead of sqrt(d_model) "
+        "(a control: S = 36 makes token and encoding rows equally long at initialisation)",
+    )
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads (1 = bit-stable)")
     p.add_argument(
         "--merge",
@@ -369,6 +380,7 @@ def _config(args: argparse.Namespace) -> LabConfig:
         eval_samples=args.eval_samples,
         scheme_lr=dict(args.scheme_lr),
         eval_lengths=args.eval_lengths,
+        extra={} if args.embed_scale is None else {"sinusoidal_embed_scale": args.embed_scale},
     )
 
 
