@@ -627,3 +627,30 @@ def test_alibi_slopes_recipe_stays_on_the_power_of_two_ladder():
     recipe, formula = np.array(slopes(6)), 2.0 ** (-8.0 * np.arange(1, 7) / 6)
     assert set(np.log2(recipe)) <= set(range(-8, 0)) and recipe.max() == 0.5
     assert np.isclose(np.log2(formula), np.round(np.log2(formula))).sum() == 2
+
+
+# --- section 3.6: the input-scale control (tools/extrapolation_lab.py --embed-scale) --------
+
+
+def test_scale_control_is_the_sweeps_sinusoidal_run_with_tokens_times_36(res):
+    import shlex
+
+    import extrapolation_lab
+
+    control = data.load_result("03_scale_control")
+    args = extrapolation_lab.parser().parse_args(shlex.split(control["command"])[2:])
+    assert args.embed_scale == 36 and args.schemes == ["sinusoidal"] and args.steps == 10000
+    assert control["config"] == res["config"] | {"extra": {"sinusoidal_embed_scale": 36.0}}
+    assert control["seeds"] == res["seeds"] and control["complete"]
+    # 36 makes the token rows as long as the encoding's rows at initialisation (section 3.6's
+    # 0.16 x 36 against 5.66): within 2 %
+    from mini_transformer import lab
+
+    model = lab.make_model("sinusoidal", lab.LabConfig(), seed=0)
+    tok = float(model.tok_emb.weight.detach().norm(dim=1).mean())
+    assert abs(36 * tok / math.sqrt(res["config"]["d_model"] / 2) - 1) < 0.02
+    got = control["results"]["sinusoidal"]["accuracy_beyond"][
+        str(2 * res["config"]["train_length"])
+    ]
+    assert [_r2(v) for v in got["per_seed"]] == [0.54, 0.12, 0.15] and _r2(got["mean"]) == 0.27
+    assert control["results"]["sinusoidal"]["final_loss"] == [0.0, 0.0, 0.0002]  # trained
