@@ -32,7 +32,12 @@ a merge that attached the check (``--overwrite``: the output is a committed resu
 
 (the commands are stored in the file, the check's without the ``runs/`` folder; the sweep ran
 as ``python -m mini_transformer.lab`` with the same flags before the command line moved here
-on 2026-11-23).
+on 2026-11-23). The input-scale control of chapter 3 (``results/03_scale_control.json``: the
+sinusoidal model with its tokens times 36, not 8, so that token and encoding rows are equally
+long at initialisation) is one run::
+
+    python tools/extrapolation_lab.py --steps 10000 --schemes sinusoidal --embed-scale 36 \\
+        --eval-lengths 32 48 64 128 256 --out mini_transformer/results/03_scale_control.json
 """
 
 from __future__ import annotations
