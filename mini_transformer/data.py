@@ -42,8 +42,9 @@ WORK_SEPARATOR = "\n\n"
 #: The committed results the chapters quote (``mini_transformer/results/<name>.json``), made
 #: by the repository's ``tools/`` and ``benchmarks/``.
 RESULTS = (
-    "extrapolation", "04_score_functions", "05_stability", "attention_benchmark",
-    "attention_benchmark_h100", "06_gpu_whole_text", "03_lab_attention", "05_logged_runs",
+    "extrapolation", "03_scale_control", "04_score_functions", "05_stability",
+    "attention_benchmark", "attention_benchmark_h100", "06_gpu_whole_text", "03_lab_attention",
+    "05_logged_runs",
 )  # fmt: skip
 
 

@@ -32,7 +32,12 @@ a merge that attached the check (``--overwrite``: the output is a committed resu
 
 (the commands are stored in the file, the check's without the ``runs/`` folder; the sweep ran
 as ``python -m mini_transformer.lab`` with the same flags before the command line moved here
-on 2026-11-23).
+on 2026-11-23). The input-scale control of chapter 3 (``results/03_scale_control.json``: the
+sinusoidal model with its tokens times 36, not 8, so that token and encoding rows are equally
+long at initialisation) is one run::
+
+    python tools/extrapolation_lab.py --steps 10000 --schemes sinusoidal --embed-scale 36 \\
+        --eval-lengths 32 48 64 128 256 --out mini_transformer/results/03_scale_control.json
 """
 
 from __future__ import annotations
@@ -101,6 +106,9 @@ def _train_and_evaluate(scheme: str, cfg: LabConfig, seed: int) -> tuple[dict, d
     """
     t0 = time.perf_counter()
     model = lab.make_model(scheme, cfg, seed)
+    scale = cfg.extra.get("sinusoidal_embed_scale")
+    if scheme == "sinusoidal" and scale is not None:  # the input-scale control (--embed-scale)
+        model.embed_scale = scale
     w_init = lab.learned_position_weight(model) if scheme == "learned" else None
     losses = lab.train_model(model, cfg, seed)
     seconds = time.perf_counter() - t0
@@ -319,6 +327,14 @@ def parser() -> argparse.ArgumentParser:
         metavar="SCHEME=LR",
         help="per-scheme peak learning rates, e.g. alibi=0.01 (others use --lr)",
     )
+    p.add_argument(
+        "--embed-scale",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="multiply the sinusoidal model's token embeddings by S instead of sqrt(d_model) "
+        "(a control: S = 36 makes token and encoding rows equally long at initialisation)",
+    )
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads (1 = bit-stable)")
     p.add_argument(
         "--merge",
@@ -369,6 +385,7 @@ def _config(args: argparse.Namespace) -> LabConfig:
         eval_samples=args.eval_samples,
         scheme_lr=dict(args.scheme_lr),
         eval_lengths=args.eval_lengths,
+        extra={} if args.embed_scale is None else {"sinusoidal_embed_scale": args.embed_scale},
     )
 
 
