@@ -66,6 +66,33 @@ def test_example_sentences_start_values():
     assert [round(P.memn2n_encoding(J, 20)[0, 0], 3) for J in (12, 15)] == [0.875, 0.890]
 
 
+def test_appending_8_tokens_to_8_moves_memn2n_codes_by_at_most_one_half():
+    # section 3.2 and the Summary quote 0.50: l_kj(J=8) - l_kj(J=16) = j (1/8 - 1/16) (2k/d - 1),
+    # largest at j = 8, k = d: 8/16 = 0.5; the middle dimension k = d/2 never moves
+    d = 16
+    change = np.abs(P.memn2n_encoding(16, d)[:8] - P.memn2n_encoding(8, d))
+    j, k = np.arange(1, 9)[:, None], np.arange(1, d + 1)[None, :]
+    assert np.allclose(change, j * (1 / 8 - 1 / 16) * np.abs(2 * k / d - 1), atol=1e-15)
+    assert change.max() == 0.5 and np.allclose(change[:, d // 2 - 1], 0)
+
+
+def test_exercise_5_recombination_matches_the_per_seed_before_L(res):
+    # Exercise 5 recombines the stored means; per-seed recombination (section 3.6) agrees, and
+    # MemN2N's accuracy on t < L at 8L is the 0.24 the chapter quotes
+    cfg = res["config"]
+    L, off = cfg["train_length"], cfg["offset"]
+    for s in res["schemes"]:
+        for T in (48, 64, 128, 256):
+            entry = res["results"][s]
+            mean_all = entry["accuracy"][str(T)]["mean"]
+            mean_beyond = entry["accuracy_beyond"][str(T)]["mean"]
+            from_means = (mean_all * (T - off) - mean_beyond * (T - L)) / (L - off)
+            # the stored means are rounded: off by up to (2T - L - off) / (L - off) of a unit
+            assert abs(from_means - _before_L(res, s, T).mean()) < 1e-3
+            if (s, T) == ("memn2n", 8 * L):
+                assert _r2(from_means) == _r2(_before_L(res, s, T).mean()) == 0.24
+
+
 def test_offset_3_step_at_every_longer_length_is_smaller_than_any_trained(res):
     cfg = res["config"]
     L, d = cfg["train_length"], cfg["d_model"]
