@@ -348,9 +348,9 @@ def test_query_gradient_is_jacobian_times_keys(scaled):
 
 def test_unscaled_batch_gradient_concentrates_rather_than_vanishes():
     # section 4.3, unit-variance q and k: the median row's gradient vanishes and the top 10% of
-    # rows carry most of the summed gradient (and, in plain-SGD units, the sum is larger). Autograd on L = sum over rows of g_row . a_row is the reference for
-    # the per-row dL/dq the chapter builds by hand from J K * scale; other seeds, 500 rows,
-    # d_k = 1024
+    # rows carry most of the summed gradient (and, in plain-SGD units, the sum is larger).
+    # Autograd on L = sum over rows of g_row . a_row is the reference for the per-row dL/dq the
+    # chapter builds by hand from J K * scale; other seeds, 500 rows, d_k = 1024
     import torch
 
     gen = torch.Generator().manual_seed(12)
