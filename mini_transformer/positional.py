@@ -32,6 +32,7 @@ __all__ = [
     "sinusoidal_encoding",
     "rotation_matrix",
     "encoding_properties",
+    "offset_share",
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEmbedding",
 ]
@@ -168,6 +169,24 @@ def encoding_properties(pe: np.ndarray, decimals: int = 12) -> dict:
         "value_max": float(pe.max()),
         "max_abs": float(np.abs(pe).max()),
     }
+
+
+def offset_share(S: np.ndarray, mask: np.ndarray | None = None) -> float:
+    r"""How relative a table ``S`` ``(T, U)`` of scores or cosines is (chapters 2, 3): the $R^2$ of
+    fitting each entry $S_{mn}$ by the mean of its offset $n - m$ (its diagonal), over the entries
+    the boolean ``mask`` ``(T, U)`` selects (default all). 1 exactly when they depend on $n - m$
+    alone; one mean per offset also fits noise a little, about (offsets) / (entries)."""
+    S = check_array("S", S, min_ndim=2, dims="(T, U)")
+    sel = np.ones(S.shape, bool) if mask is None else np.asarray(mask)
+    if S.ndim != 2 or sel.shape != S.shape or sel.dtype != bool:
+        got = f"got S of shape {S.shape}, mask of dtype {sel.dtype} and shape {sel.shape}"
+        raise ValueError(f"S must be 2-D (T, U) and mask a boolean array of its shape; {got}")
+    off = (np.arange(S.shape[1]) - np.arange(S.shape[0])[:, None])[sel]  # n - m per entry
+    if len(np.unique(off)) < 2 or np.ptp(S[sel]) == 0:  # nothing to fit, or nothing to explain
+        raise ValueError("mask must select two offsets n - m at least, and S must vary there")
+    v, o = S[sel], off - off.min()
+    fit = (np.bincount(o, v) / np.maximum(np.bincount(o), 1))[o]  # each entry's offset mean
+    return float(1 - ((v - fit) ** 2).sum() / ((v - v.mean()) ** 2).sum())
 
 
 def _add_rows(x: torch.Tensor, table: torch.Tensor, offset: int, hint: str):

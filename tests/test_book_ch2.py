@@ -229,6 +229,18 @@ def layer_norm(M, centre=True):
     return M / np.sqrt((M**2).mean(1, keepdims=True))
 
 
+def test_the_package_offset_share_is_the_least_squares_share_on_the_chapters_tables():
+    # 2.6-2.7 call P.offset_share; the pins in this file use the lstsq helper above
+    T, d = 24, 16
+    g = np.random.default_rng(20)
+    X = g.normal(size=(T, d))
+    W = g.normal(size=(d, d)) @ g.normal(size=(d, d)).T / d
+    Pm = P.sinusoidal_encoding(T, d)
+    L = layer_norm(Pm)
+    for S in (Pm @ W @ Pm.T, X @ W @ Pm.T, L @ commuting_W(np.random.default_rng(21), d) @ L.T):
+        assert math.isclose(P.offset_share(S), offset_share(S), rel_tol=0, abs_tol=1e-12)
+
+
 def test_layer_norm_breaks_the_commuting_term_and_rms_norm_does_not():
     # 2.7: the chapter's ten draws at d = 16, T = 24 (seeds 21..30), pinned: the offset share
     # after LayerNorm, and (the earlier statistic) the diagonal spread over the range

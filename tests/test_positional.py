@@ -353,6 +353,74 @@ def test_encoding_properties_of_index_and_binary():
     assert not binary["unique"] and binary["n_unique"] == 16
 
 
+# --------------------------------------------------------------------------- offset share
+def lstsq_offset_share(S: np.ndarray, mask: np.ndarray) -> float:
+    """R^2 of a least-squares fit of the selected entries on one-hot offset regressors."""
+    m, n = np.nonzero(mask)
+    offsets = np.unique(n - m)
+    A = (n - m)[:, None] == offsets[None, :]  # (entries, offsets) one-hot; spans the constant
+    y = S[m, n]
+    resid = y - A @ np.linalg.lstsq(A.astype(float), y, rcond=None)[0]
+    return 1 - (resid**2).sum() / ((y - y.mean()) ** 2).sum()
+
+
+@pytest.mark.parametrize("shape", [(6, 6), (5, 9), (24, 24), (9, 4)])
+def test_offset_share_is_the_r2_of_an_offset_fit(shape):
+    gen = np.random.default_rng(sum(shape))
+    S = gen.normal(size=shape)
+    full = np.ones(shape, bool)
+    half = gen.random(shape) < 0.5  # a random selection, several entries per offset
+    assert math.isclose(P.offset_share(S), lstsq_offset_share(S, full), rel_tol=1e-9)
+    assert math.isclose(P.offset_share(S, half), lstsq_offset_share(S, half), rel_tol=1e-9)
+    assert 0 < P.offset_share(S) < 1  # noise: explained only in part
+
+
+def test_offset_share_of_a_relative_table_is_one_and_of_an_absolute_one_is_not():
+    T = 20
+    gen = np.random.default_rng(1)
+    f = gen.normal(size=2 * T + 4)  # any function of the offset n - m, on (T, T + 5)
+    relative = f[np.arange(T + 5) - np.arange(T)[:, None] + T - 1]
+    assert 1 - P.offset_share(relative) < 1e-12
+    pe = P.sinusoidal_encoding(T, 16)
+    assert 1 - P.offset_share(pe @ pe.T) < 1e-12  # chapter 2: PE PE^T = f(n - m)
+    u = gen.normal(size=T)
+    assert P.offset_share(np.add.outer(u, u)) < 0.2  # u_m + u_n: m and n apart, chance level
+
+
+def test_offset_share_covers_chapter_3s_upper_triangle_of_cosines():
+    # chapter 3: cosines between learned rows i < j, offsets 1..L/2, as eta^2 by bincount
+    L = 32
+    W = np.random.default_rng(3).normal(size=(L, 8))
+    W /= np.linalg.norm(W, axis=1, keepdims=True)
+    cos = W @ W.T
+    iu = np.triu_indices(L, 1)
+    pair_off = iu[1] - iu[0]
+    keep = pair_off <= L // 2
+    v, o = cos[iu][keep], pair_off[keep] - 1
+    eta2 = ((np.bincount(o, v) / np.bincount(o))[o] - v.mean()).var() / v.var()
+    off = np.arange(L) - np.arange(L)[:, None]
+    mask = (off >= 1) & (off <= L // 2)
+    assert math.isclose(P.offset_share(cos, mask), eta2, rel_tol=1e-9)
+    assert math.isclose(P.offset_share(cos, mask), lstsq_offset_share(cos, mask), rel_tol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("S", "mask", "match"),
+    [
+        (np.ones(5), None, "S must"),
+        (np.zeros((2, 3, 4)), None, "S must be 2-D"),
+        (np.eye(4), np.ones((4, 3), bool), "mask a boolean array of its shape"),
+        (np.eye(4), np.ones((4, 4)), "mask a boolean array"),
+        (np.eye(4), np.eye(4, dtype=bool), "mask must select two offsets"),
+        (np.ones((4, 4)), None, "S must vary"),
+        (np.ones((1, 1)), None, "two offsets"),
+    ],
+)
+def test_offset_share_names_a_bad_argument(S, mask, match):
+    with pytest.raises(ValueError, match=match):
+        P.offset_share(S, mask)
+
+
 # --------------------------------------------------------------------------- errors
 @pytest.mark.parametrize(
     "call,exc,match",

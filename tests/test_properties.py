@@ -533,6 +533,7 @@ def test_positional_offset_is_checked(offset):
 )
 def test_array_functions_name_a_bad_array(x):
     rejects(lambda: P.encoding_properties(x), "pe")
+    rejects(lambda: P.offset_share(x), "S")
 
 
 @FAST
@@ -939,6 +940,7 @@ COVERED = (
     | {
         "sinusoidal_frequencies",
         "encoding_properties",
+        "offset_share",
         "scaled_dot_product_attention",
         "padding_mask",
         "combine_masks",

@@ -147,7 +147,7 @@ exercise(
         "lambda_i = 2 pi * 10000^(2i/128) is below 512 while 2i/128 is below "
         "log10(512 / (2 pi)) / 4 = 0.478, that is for i = 0..30: 31 pairs. The fraction "
         "0.478 depends only on 2i/d_model and the sequence length (512 in both places), "
-        "which is why section 2.2 found 48% of the 256 pairs wrapping at d_model = 512."
+        "which is why appendix A.1 found 48% of the 256 pairs wrapping at d_model = 512."
     ),
 )(lambda: sum(1 for w in _omega(128) if 2 * math.pi / w < 512))
 
