@@ -111,11 +111,10 @@ def test_index_code_half_unseen_and_pos_over_n_steps_depend_on_n():
     enc10 = positional.normalized_index_encoding(10)[:, 0]
     # moved from section 1.3's cell (session 5): one value, two positions
     assert enc5[2] == enc10[4] == 0.4 and enc10[2] == 0.2
-    # moved from section 1.2's cell: the index leaves +-4.04 (the largest of 10,000 N(0, 1)
-    # draws of the chapter's generator) at position 5, inside the trained 0 ... 49
-    largest = np.abs(np.random.default_rng(3).standard_normal(10_000)).max()
-    assert round(float(largest), 2) == 4.04
-    assert int(idx[idx > largest].min()) == 5 < seen.max()
+    # section 1.2 (session 5): the index outgrows a 64-channel embedding's norm, about
+    # std * sqrt(64), from position 9 (std 1) or 1 (std 0.02), inside the trained 0 ... 49
+    for std, first in ((1.0, 9), (0.02, 1)):
+        assert int(idx[idx > std * 8].min()) == first < seen.max()
 
 
 # --- 1.7 a scalar next to the embedding (section numbers as of session 4) ------------------
@@ -339,6 +338,40 @@ def test_nearest_offsets_quoted_in_section_1_9_and_every_pair_at_that_offset_tie
     full = np.linalg.norm(pe[:, None] - pe[None, :], axis=-1)
     ties = np.diagonal(full, offset=offset)
     assert len(ties) == 100 - offset and np.ptp(ties) < 1e-12
+
+
+def test_four_circles_at_offset_63_distance_is_the_root_sum_square_of_the_chords():
+    # moved from section 1.6's cell (session 5): |p_(pos+63) - p_pos|^2 = sum of the four
+    # circles' squared chords 2 sin(turn / 2), and 63 is 10.03 and 1.003 turns of the fast two
+    pe = positional.sinusoidal_encoding(100, 8)
+    speeds = 10000.0 ** (-np.arange(0, 8, 2) / 8)
+    turns = np.abs((63 * speeds + np.pi) % (2 * np.pi) - np.pi)
+    chords = 2 * np.sin(turns / 2)
+    assert np.isclose(np.hypot.reduce(chords), np.linalg.norm(pe[63] - pe[0]), rtol=1e-12)
+    assert np.allclose(63 * speeds[:2] / (2 * np.pi), [10.027, 1.003], atol=5e-4)
+
+
+def test_rotating_p0_by_one_radian_is_the_packages_first_circle():
+    # moved from section 1.6's cell (session 5): p_(pos+1) = R p_pos from (0, 1) is
+    # positional.sinusoidal_encoding(32, 2)
+    R = np.array([[np.cos(1.0), np.sin(1.0)], [-np.sin(1.0), np.cos(1.0)]])
+    points = [np.array([0.0, 1.0])]
+    for _ in range(31):
+        points.append(R @ points[-1])
+    assert np.allclose(points, positional.sinusoidal_encoding(32, 2), rtol=0, atol=1e-13)
+
+
+def test_requirement_6_holds_for_the_raw_dot_product_not_under_a_random_projection():
+    # section 1.4 scopes requirement 6 to the raw dot product (W_Q W_K^T = I): for the
+    # sinusoid p_(pos+k)^T A p_pos depends on k alone at A = I, but not for a random A
+    pe = positional.sinusoidal_encoding(100, 16)
+    A = np.random.default_rng(0).standard_normal((16, 16))
+
+    def spread(A):
+        return max(np.ptp(np.einsum("ij,jk,ik->i", pe[k:], A, pe[:-k])) for k in range(1, 100))
+
+    assert spread(np.eye(16)) < 1e-12
+    assert spread(A) > 1.0
 
 
 # --- 1.9 scoring ---------------------------------------------------------------------------------
@@ -961,11 +994,13 @@ def test_the_bag_of_words_sums_agree_and_half_the_long_sentence_is_unseen():
     assert np.allclose(X_a.sum(0), X_b.sum(0), rtol=0, atol=1e-12)  # addition commutes
     idx, seen = positional.index_encoding(100)[:, 0], positional.index_encoding(50)[:, 0]
     assert np.mean(~np.isin(idx, seen)) == 0.5
-    # section 1.2's yardstick: the largest of 10,000 N(0, 1) entries (seed 3) is 4.04, and
-    # the index leaves that range at position 5, inside the 50 trained positions
-    typical = np.abs(np.random.default_rng(3).standard_normal(10_000)).max()
-    assert round(typical, 2) == 4.04 and 80 > 10 * typical
-    assert idx[idx > typical].min() == 5 < seen.max()
+    # section 1.2's yardstick, against sampled embeddings rather than the formula std * sqrt(d):
+    # the mean norm of 10,000 random 64-channel embeddings is within 1% of 8 (std 1) and
+    # 0.16 (std 0.02), and position 80 is ten times the std-1 norm
+    e = np.random.default_rng(3).standard_normal((10_000, 64))
+    for std, quoted in ((1.0, 8.0), (0.02, 0.16)):
+        assert abs(np.linalg.norm(std * e, axis=1).mean() / quoted - 1) < 0.01
+    assert 80 >= 10 * 8.0 and idx[idx > 8.0].min() == 9 < seen.max()
 
 
 def test_binary_position_zero_is_all_zeros_and_the_quoted_distances():
