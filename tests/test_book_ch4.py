@@ -432,3 +432,33 @@ def test_concentration_holds_at_the_books_start_score_spread():
     assert max_w["std 11.56"] > 0.85  # still saturated
     assert share["std 11.56"] > 2 * share["scaled"]  # the gradient still concentrates
     assert med_dq["std 11.56"] > 0.1  # but the typical row's gradient has not vanished
+
+
+def test_log_loss_score_gradient_stays_large_on_rows_saturated_on_a_wrong_key():
+    # Appendix A.4 (section 4.3's first limit): under -ln o_y, o_y the weight on the keys that
+    # carry the target's label, the score gradient is a_j - [key j right] a_j / o_y. Autograd is
+    # the reference for that closed form (float64, unscaled, d_k = 64); on rows saturated on a
+    # wrong key the gradient's size stays near 2, however saturated the row
+    import math
+
+    import torch
+
+    gen = torch.Generator().manual_seed(14)
+    n, T_k, d_k = 300, 16, 64
+    q = torch.randn(n, d_k, dtype=torch.float64, generator=gen)
+    k = torch.randn(n, T_k, d_k, dtype=torch.float64, generator=gen)
+    labels = torch.randint(0, 16, (n, T_k), generator=gen)
+    right = labels == labels[:, :1]  # the target: key 0's label
+    s = torch.einsum("nd,ntd->nt", q, k).requires_grad_()
+    a = s.softmax(-1)
+    (-(a * right).sum(-1).log()).sum().backward()
+    a, s0 = a.detach(), s.detach()
+    closed = a - right * s0.masked_fill(~right, -math.inf).softmax(-1)
+    assert torch.allclose(s.grad, closed, atol=1e-12, rtol=0)
+    winner_right = right.gather(1, a.argmax(-1, keepdim=True)).squeeze(1)
+    wrong = (a.max(-1).values > 0.99) & ~winner_right  # saturated on a wrong key
+    assert wrong.sum() >= 10
+    assert (closed[wrong].abs().sum(-1) > 1.9).all()
+    # a row saturated on a right key goes quiet instead
+    quiet = (a.max(-1).values > 0.99) & winner_right & (right.sum(-1) == 1)
+    assert quiet.any() and (closed[quiet].abs().sum(-1) < 0.1).all()
