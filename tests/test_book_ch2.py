@@ -241,182 +241,156 @@ def test_the_package_offset_share_is_the_least_squares_share_on_the_chapters_tab
         assert math.isclose(P.offset_share(S), offset_share(S), rel_tol=0, abs_tol=1e-12)
 
 
-def test_layer_norm_breaks_the_commuting_term_and_rms_norm_does_not():
-    # 2.7: the chapter's ten draws at d = 16, T = 24 (seeds 21..30), pinned: the offset share
-    # after LayerNorm, and (the earlier statistic) the diagonal spread over the range
-    Pm = P.sinusoidal_encoding(24, 16)
-    X = np.random.default_rng(20).normal(size=(24, 16))  # the chapter's X (first draw of seed 20)
-    share, ratio, share_rms_X = [], [], []
-    for seed in range(21, 31):
-        W = commuting_W(np.random.default_rng(seed), 16)
-        S = layer_norm(Pm) @ W @ layer_norm(Pm).T
-        share.append(offset_share(S))
-        ratio.append(diagonal_spread(S) / np.ptp(S))
-        N = Pm / np.sqrt(((X + Pm) ** 2).mean(1, keepdims=True))  # PE's part of RMSNorm(X + PE)
-        share_rms_X.append(offset_share(N @ W @ N.T))
-    assert [round(min(share), 2), round(max(share), 2)] == [0.41, 0.72]
-    assert [round(min(ratio), 2), round(max(ratio), 2)] == [0.56, 0.88]
-    assert [round(min(share_rms_X), 2), round(max(share_rms_X), 2)] == [0.7, 0.94]
-    # the same at width 64 (X from seed 22): LayerNorm's loss stays, RMSNorm's shrinks
-    P64, X64 = P.sinusoidal_encoding(24, 64), np.random.default_rng(22).normal(size=(24, 64))
-    N_rms = P64 / np.sqrt(((X64 + P64) ** 2).mean(1, keepdims=True))
-    wide_ln, wide_rms = [], []
-    for seed in range(21, 31):
-        W = commuting_W(np.random.default_rng(seed), 64)
-        wide_ln.append(offset_share(layer_norm(P64) @ W @ layer_norm(P64).T))
-        wide_rms.append(offset_share(N_rms @ W @ N_rms.T))
-    assert [round(min(wide_ln), 2), round(max(wide_ln), 2)] == [0.42, 0.68]
-    assert [round(min(wide_rms), 2), round(max(wide_rms), 2)] == [0.79, 0.99]
-    assert [round(float(v), 3) for v in Pm.mean(1)[:2]] == [0.5, 0.549]
-    # at larger sizes the share falls (to about half at d = 128) but stays far from 0; the
-    # centring alone does it, the rescaling alone (RMSNorm: every row times sqrt 2) does not
-    for T, d in [(64, 64), (128, 128)]:
-        Pm = P.sinusoidal_encoding(T, d)
-        assert np.allclose(np.sqrt((Pm**2).mean(1)), math.sqrt(0.5), rtol=0, atol=1e-12)
-        for seed in range(200, 205):
-            W = commuting_W(np.random.default_rng(seed), d)
-            S = layer_norm(Pm) @ W @ layer_norm(Pm).T
-            C = (Pm - Pm.mean(1, keepdims=True)) @ W @ (Pm - Pm.mean(1, keepdims=True)).T
-            assert diagonal_spread(S) > 0.4 * np.ptp(S) and diagonal_spread(C) > 0.4 * np.ptp(C)
-            Sr = layer_norm(Pm, centre=False) @ W @ layer_norm(Pm, centre=False).T
-            assert diagonal_spread(Sr) < 1e-11 * np.ptp(Sr)
-
-
-def test_random_projection_is_almost_all_outside_the_block_form():
-    # 2.6: the chapter's random W_QK (seed 20): offset share 0.19 (diagonal spread 0.76 of the
-    # range), content-position terms 0.03 and 0.02, 4.4% in block form, and removing its
-    # block part leaves the diagonal spread unchanged (the blocks add only relative)
+def chapter_tables():
+    """Section 2.6's draws: X and the random W_QK (seed 20), the block-form W (seed 21)."""
     T, d = 24, 16
     g = np.random.default_rng(20)
     X = g.normal(size=(T, d))
-    W_Q, W_K = g.normal(size=(d, d)) / math.sqrt(d), g.normal(size=(d, d)) / math.sqrt(d)
-    W = W_Q @ W_K.T
-    Pm = P.sinusoidal_encoding(T, d)
-    S = Pm @ W @ Pm.T
-    assert round(diagonal_spread(S) / np.ptp(S), 2) == 0.76
-    assert [round(offset_share(M), 2) for M in (S, X @ W @ Pm.T, Pm @ W @ X.T)] == [
-        0.19,
-        0.03,
-        0.02,
-    ]
-    # the baselines: ten more random W (seeds 100..109) and ten noise matrices (same seeds)
-    ten = []
-    for seed in range(100, 110):
-        gen = np.random.default_rng(seed)
-        ten.append(offset_share(Pm @ (gen.normal(size=(d, d)) @ gen.normal(size=(d, d)).T) @ Pm.T))
-    noise = [offset_share(np.random.default_rng(s).normal(size=(T, T))) for s in range(100, 110)]
-    assert [round(min(ten), 2), round(max(ten), 2)] == [0.14, 0.3]
-    assert [round(min(noise), 2), round(max(noise), 2)] == [0.06, 0.13]
-    # noise scores about (2T - 1) / T^2, the share of free parameters the diagonal means take
-    assert abs(np.mean(noise) - (2 * T - 1) / T**2) < 0.03
-    B = np.zeros((d, d))
-    for i in range(d // 2):
+    W = g.normal(size=(d, d)) / math.sqrt(d) @ (g.normal(size=(d, d)) / math.sqrt(d)).T
+    return X, W, commuting_W(np.random.default_rng(21), d), P.sinusoidal_encoding(T, d)
+
+
+def nearest_block_form(W):
+    B = np.zeros_like(W)
+    for i in range(W.shape[0] // 2):
         blk = W[2 * i : 2 * i + 2, 2 * i : 2 * i + 2]
         a, b = (blk[0, 0] + blk[1, 1]) / 2, (blk[0, 1] - blk[1, 0]) / 2
         B[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = [[a, b], [-b, a]]
+    return B
+
+
+def test_one_block_by_product_to_sum():
+    # 2.6's "only if" fold: a block [[p, q], [r, s]] on one pair contributes a relative part and
+    # a part in m + n with coefficients (s - p)/2 and (q + r)/2; checked by a double loop
+    g = np.random.default_rng(5)
+    w = 0.37
+    for _ in range(5):
+        p, q, r, s = g.normal(size=4)
+        for m in range(-6, 7):
+            for n in range(-6, 7):
+                u, v = (
+                    np.array([math.sin(m * w), math.cos(m * w)]),
+                    np.array([math.sin(n * w), math.cos(n * w)]),
+                )
+                direct = u @ np.array([[p, q], [r, s]]) @ v
+                rel = 0.5 * ((p + s) * math.cos((n - m) * w) + (r - q) * math.sin((n - m) * w))
+                both = 0.5 * ((s - p) * math.cos((m + n) * w) + (q + r) * math.sin((m + n) * w))
+                assert math.isclose(direct, rel + both, rel_tol=0, abs_tol=1e-12)
+
+
+@pytest.mark.parametrize("d", [4, 8, 16])
+def test_relative_iff_block_form(d):
+    # 2.6: a block-form W gives a relative term at every size; changing any one entry (inside a
+    # block so that s != p or r != -q, or between two pairs) makes it depend on m and n apart
+    T = 64
+    Pm = P.sinusoidal_encoding(T, d)
+    g = np.random.default_rng(d)
+    W = commuting_W(g, d)
+    assert diagonal_spread(Pm @ W @ Pm.T) < 1e-11
+    for row in range(d):
+        for col in range(d):
+            W2 = W.copy()
+            W2[row, col] += 0.5
+            # far above float64 rounding (1e-13); small (6e-4) only on the slowest pairs, whose
+            # m + n terms barely move within T positions: the criterion is over all m, n
+            assert diagonal_spread(Pm @ W2 @ Pm.T) > 1e-6, (row, col)
+    # the nearest block form of a random W carries the whole relative part: removing it leaves
+    # every diagonal's spread unchanged
+    Wr = g.normal(size=(d, d))
+    S = Pm @ Wr @ Pm.T
+    rest = Pm @ (Wr - nearest_block_form(Wr)) @ Pm.T
+    assert math.isclose(diagonal_spread(rest), diagonal_spread(S), rel_tol=1e-9)
+
+
+def test_section_2_6_numbers():
+    X, W, W_c, Pm = chapter_tables()
+    W_in, W_between = W_c.copy(), W_c.copy()
+    W_in[1, 1] += 0.5
+    W_between[0, 2] += 0.5
+    got = [diagonal_spread(Pm @ M @ Pm.T) for M in (np.eye(16), W_c, W_in, W_between, W)]
+    assert max(got[:2]) < 1e-12
+    assert [f"{v:.2f}" for v in got[2:]] == ["0.50", "0.91", "5.44"]
+    assert f"{np.ptp(Pm @ W @ Pm.T):.2f}" == "7.19"
+    B = nearest_block_form(W)
     assert round(100 * (B**2).sum() / (W**2).sum(), 1) == 4.4
-    # over it and the ten more random W: 5.6% on average, near 1/d_model = 6.25%
+    # the projection is orthogonal: W - B is orthogonal to every block-form matrix
+    assert abs(((W - B) * W_c).sum()) < 1e-12
     shares = [(B**2).sum() / (W**2).sum()]
     for seed in range(100, 110):
         gen = np.random.default_rng(seed)
-        Wr = gen.normal(size=(d, d)) @ gen.normal(size=(d, d)).T / d
-        Br = np.zeros((d, d))
-        for i in range(d // 2):
-            blk = Wr[2 * i : 2 * i + 2, 2 * i : 2 * i + 2]
-            a, b = (blk[0, 0] + blk[1, 1]) / 2, (blk[0, 1] - blk[1, 0]) / 2
-            Br[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = [[a, b], [-b, a]]
-        shares.append((Br**2).sum() / (Wr**2).sum())
+        Wr = gen.normal(size=(16, 16)) @ gen.normal(size=(16, 16)).T / 16
+        shares.append((nearest_block_form(Wr) ** 2).sum() / (Wr**2).sum())
     assert round(100 * float(np.mean(shares)), 1) == 5.6
-    assert f"{(2 * T - 1) / T**2:.2f}" == "0.08"  # the chance level the chapter prints
-    assert min(noise) < (2 * T - 1) / T**2 < max(noise) < 0.2  # moved from the chapter's cell
-    assert math.isclose(diagonal_spread(Pm @ (W - B) @ Pm.T), diagonal_spread(S), rel_tol=1e-9)
 
 
-def diagonal_mean_share(S):
-    """offset_share by np.bincount (fast at T = 128): the mean of each diagonal is its fit."""
-    T = S.shape[0]
-    offset = (np.arange(T)[None, :] - np.arange(T)[:, None]).ravel() + T - 1
-    M = (np.bincount(offset, weights=S.ravel()) / np.bincount(offset))[offset]
-    return 1 - ((S.ravel() - M) ** 2).sum() / ((S - S.mean()) ** 2).sum()
+def test_layer_norm_splits_and_its_position_term():
+    # 2.7: LN(x + p) = content part + PE's part, against torch's layer_norm (no eps, no gain);
+    # the closed form of the position-position term; the chapter's numbers
+    X, _, W_c, Pm = chapter_tables()
+    Z = X + Pm
+    mu, sigma = Pm.mean(1), Z.std(1)
+    ln = torch.nn.functional.layer_norm(torch.from_numpy(Z), (16,), eps=0.0).numpy()
+    content = (X - X.mean(1, keepdims=True)) / sigma[:, None]
+    pe_part = (Pm - mu[:, None]) / sigma[:, None]
+    assert np.allclose(ln, content + pe_part, rtol=0, atol=1e-12)
+    S = pe_part @ W_c @ pe_part.T
+    T = len(Pm)
+    for m in range(T):
+        for n in range(T):
+            fw = Pm[m] @ W_c @ Pm[n]
+            num = (
+                fw
+                - mu[n] * Pm[m] @ W_c.sum(1)
+                - mu[m] * W_c.sum(0) @ Pm[n]
+                + mu[m] * mu[n] * W_c.sum()
+            )
+            assert math.isclose(S[m, n], num / (sigma[m] * sigma[n]), rel_tol=0, abs_tol=1e-12)
+    assert [round(float(v), 3) for v in mu[:3]] == [0.5, 0.549, 0.51]
+    assert f"{sigma.min():.2f} {sigma.max():.2f}" == "0.76 1.50"
+    assert f"{diagonal_spread(S) / np.ptp(S):.2f}" == "0.81"
+    # PE alone (X = 0): the centring alone already breaks it (mu_m differ), the rescaling alone
+    # (RMSNorm: every row of PE has RMS 1/sqrt 2) does not
+    L = layer_norm(Pm)
+    assert diagonal_spread(L @ W_c @ L.T) > 0.5 * np.ptp(L @ W_c @ L.T)
+    Rn = layer_norm(Pm, centre=False)
+    assert diagonal_spread(Rn @ W_c @ Rn.T) < 1e-11 * np.ptp(Rn @ W_c @ Rn.T)
 
 
-def row_offset_share(S, sweeps=300):
-    """Share of S's within-row variance explained by one constant per row plus one per offset,
-    fitted by alternating means (backfitting) instead of the chapter's least squares."""
-    T = S.shape[0]
-    offset = (np.arange(T)[None, :] - np.arange(T)[:, None]).ravel() + T - 1
-    counts = np.bincount(offset)
-    rows = np.zeros(T)
-    for _ in range(sweeps):
-        diag_means = np.bincount(offset, weights=(S - rows[:, None]).ravel()) / counts
-        M = diag_means[offset].reshape(T, T)
-        rows = (S - M).mean(1)
-    residual = S - M - rows[:, None]
-    return 1 - (residual**2).sum() / ((S - S.mean(1, keepdims=True)) ** 2).sum()
-
-
-def test_absolute_control_and_the_second_size():
-    # 2.6: a purely absolute term u_m v_n (u = PE a, v = PE b, seeds 200..209) scores 0.07 to
-    # 0.41 at T = 24, d = 16, around the random W's 0.14 to 0.30; the 2.7 dropdown repeats the
-    # comparison at T = 128, d = 64 and with a row constant fitted too (softmax ignores it)
-    pinned = {
-        (24, 16): {
-            "random": ([0.14, 0.3], [0.11, 0.53]),
-            "absolute": ([0.07, 0.41], [0.08, 0.45]),
-            "ln": ([0.41, 0.72], [0.56, 0.81]),
-            "noise": ([0.06, 0.13], [0.06, 0.13]),
-        },
-        (128, 64): {
-            "random": ([0.04, 0.14], [0.05, 0.23]),
-            "absolute": ([0.04, 0.25], [0.03, 0.42]),
-            "ln": ([0.61, 0.75], [0.73, 0.92]),
-            "noise": ([0.01, 0.02], [0.01, 0.02]),
-        },
+def test_appendix_a5_offset_shares_after_the_norms():
+    # A.5: ten block-form W (seeds 21..30) after each norm, with the lstsq offset share above
+    X, _, _, Pm = chapter_tables()
+    Z = X + Pm
+    tables = {
+        "ln": layer_norm(Pm),
+        "ln_X": (Pm - Pm.mean(1, keepdims=True)) / Z.std(1, keepdims=True),
+        "rms": layer_norm(Pm, centre=False),
+        "rms_X": Pm / np.sqrt((Z**2).mean(1, keepdims=True)),
     }
-    for (T, d), want in pinned.items():
-        Pm = P.sinusoidal_encoding(T, d)
-        L = layer_norm(Pm)
-        terms = {k: [] for k in want}
-        for seed in range(10):
-            g = np.random.default_rng(100 + seed)
-            terms["random"].append(Pm @ (g.normal(size=(d, d)) @ g.normal(size=(d, d)).T) @ Pm.T)
-            g = np.random.default_rng(200 + seed)
-            terms["absolute"].append(np.outer(Pm @ g.normal(size=d), Pm @ g.normal(size=d)))
-            W = commuting_W(np.random.default_rng(21 + seed), d)
-            terms["ln"].append(L @ W @ L.T)
-            terms["noise"].append(np.random.default_rng(100 + seed).normal(size=(T, T)))
-        for name, Ss in terms.items():
-            got = []
-            for fn in (diagonal_mean_share, row_offset_share):
-                v = [fn(S) for S in Ss]
-                got.append([round(min(v), 2), round(max(v), 2)])
-            assert tuple(got) == want[name], (T, d, name, got)
-        # the chapter's claims: the random W's range overlaps the absolute term's, LayerNorm's
-        # lies above both, noise's chance share falls with T
-        assert want["ln"][0][0] > want["random"][0][1] and want["ln"][1][0] > want["random"][1][1]
-    assert pinned[(128, 64)]["noise"][0][1] < pinned[(24, 16)]["noise"][0][0]
+    got = {k: [] for k in tables}
+    for seed in range(21, 31):
+        W = commuting_W(np.random.default_rng(seed), 16)
+        for k, N in tables.items():
+            got[k].append(offset_share(N @ W @ N.T))
+    rng = {k: [round(min(v), 2), round(max(v), 2)] for k, v in got.items()}
+    assert rng["ln"] == [0.41, 0.72] and rng["ln_X"] == [0.45, 0.6] and rng["rms_X"] == [0.7, 0.94]
+    assert max(1 - np.array(got["rms"])) < 1e-12
+    assert np.allclose(np.sqrt((Pm**2).mean(1)), math.sqrt(0.5), rtol=0, atol=1e-12)
 
 
-def test_layer_norm_with_content_and_the_row_rms_spread():
-    # 2.7: PE's part of LN(X + PE) (X: the chapter's draws) keeps 0.45 to 0.60 at width 16 and
-    # 0.43 to 0.66 at width 64; the row RMS of X + PE spreads 0.16 and 0.07 of its mean
-    X16 = np.random.default_rng(20).normal(size=(24, 16))
-    X64 = np.random.default_rng(22).normal(size=(24, 64))
-    spreads = []
-    for X, want in [(X16, [0.45, 0.6]), (X64, [0.43, 0.66])]:
-        d = X.shape[1]
-        Pm = P.sinusoidal_encoding(24, d)
-        Z = X + Pm
-        sd = np.sqrt(((Z - Z.mean(1, keepdims=True)) ** 2).mean(1, keepdims=True))
-        N = (Pm - Pm.mean(1, keepdims=True)) / sd
-        Ws = [commuting_W(np.random.default_rng(s), d) for s in range(21, 31)]
-        v = [offset_share(N @ W @ N.T) for W in Ws]
-        assert [round(min(v), 2), round(max(v), 2)] == want
-        rms = np.linalg.norm(Z, axis=1) / math.sqrt(d)
-        spreads.append(rms.std() / rms.mean())
-    assert [round(s, 2) for s in spreads] == [0.16, 0.07]
-    # the 1/sqrt(d) law: four times the width, about half the spread
-    assert 0.35 < spreads[1] / spreads[0] < 0.6
+def test_offset_share_noise_floor():
+    # A.5: noise's expected offset share is (p - 1)/(N - 1) for p = 2T - 1 offset means and
+    # N = T^2 entries, (2T - 2)/(T^2 - 1), not the earlier (2T - 1)/T^2 (review s14 #9)
+    T = 24
+    noise = [offset_share(np.random.default_rng(s).normal(size=(T, T))) for s in range(100, 110)]
+    assert [round(min(noise), 2), round(max(noise), 2)] == [0.06, 0.13]
+    floor = (2 * T - 2) / (T**2 - 1)
+    assert f"{floor:.2f}" == "0.08" and min(noise) < floor < max(noise)
+    draws = [
+        P.offset_share(np.random.default_rng(1000 + s).normal(size=(T, T))) for s in range(4000)
+    ]
+    mean = float(np.mean(draws))
+    assert abs(mean - floor) < 4 * np.std(draws) / math.sqrt(len(draws))
+    assert abs(mean - floor) < abs(mean - (2 * T - 1) / T**2)
 
 
 def test_lab_sinusoidal_beyond_training_length_is_pinned():
@@ -560,3 +534,34 @@ def test_exercise_5_near_repeats_and_the_slow_turn():
     at_first_turn = {b: bool(0.5 * slow[b] < pe_at[b] < 1.5 * slow[b]) for b in pe_at}
     assert at_first_turn == {10: False, 100: True, 3000: False, 30000: False}
     assert round(19 / math.sqrt(30000), 3) == 0.11 and 19 / math.sqrt(30000) > 0.1
+
+
+def test_float32_error_splits_into_a_harmless_and_a_harmful_rounding():
+    # 2.8: rounding omega_i gives an exactly sinusoidal table at other frequencies (its dot
+    # products still depend on k alone); rounding each product pos * omega_i does not. Written
+    # with torch's float32 arithmetic instead of the chapter's NumPy.
+    omega64 = P.sinusoidal_frequencies(128)
+    w32 = torch.from_numpy(omega64).float()
+
+    def tables(pos):
+        p = torch.from_numpy(pos)
+        angles = {
+            "float32": (p.float()[:, None] * w32).double(),
+            "omega": p.double()[:, None] * w32.double(),  # exact: 17 + 24 bits < 53
+            "float64": p.double()[:, None] * torch.from_numpy(omega64),
+        }
+        return {k: torch.cat([a.sin(), a.cos()], dim=1).numpy() for k, a in angles.items()}
+
+    pos = np.arange(2**16)
+    dev = {"product": np.empty(len(pos)), "omega": np.empty(len(pos))}
+    for c in np.array_split(pos, 16):
+        t = tables(c)
+        dev["product"][c] = np.abs(t["float32"] - t["omega"]).max(1)
+        dev["omega"][c] = np.abs(t["omega"] - t["float64"]).max(1)
+    assert [f"{dev[k][:4096].max():.5f}" for k in ("omega", "product")] == ["0.00012", "0.00012"]
+    assert int(np.argmax(dev["product"] > 1e-3)) == 37_840
+    assert np.all(dev["product"] <= pos * 2.0**-24 + 1e-15)
+    t = tables(np.arange(60_000, 62_001))
+    spread = {k: [np.ptp((E[j:] * E[:-j]).sum(1)) for j in (1, 10)] for k, E in t.items()}
+    assert [f"{v:.3f}" for v in spread["float32"]] == ["0.011", "0.016"]
+    assert max(spread["omega"] + spread["float64"]) < 1e-9
