@@ -175,7 +175,7 @@ def offset_share(S: np.ndarray, mask: np.ndarray | None = None) -> float:
     r"""How relative a table ``S`` ``(T, U)`` of scores or cosines is (chapters 2, 3): the $R^2$ of
     fitting each entry $S_{mn}$ by the mean of its offset $n - m$ (its diagonal), over the entries
     the boolean ``mask`` ``(T, U)`` selects (default all). 1 exactly when they depend on $n - m$
-    alone; one mean per offset also fits noise a little, about (offsets) / (entries)."""
+    alone; one mean per offset also fits noise: (offsets - 1) / (entries - 1) in expectation."""
     S = check_array("S", S, min_ndim=2, dims="(T, U)")
     sel = np.ones(S.shape, bool) if mask is None else np.asarray(mask)
     if S.ndim != 2 or sel.shape != S.shape or sel.dtype != bool:
