@@ -721,3 +721,70 @@ def test_before_L_rounding_error_is_below_the_chapters_margin(res):
     bound = {T: (T - off + T - L) * 5e-5 / (L - off) for T in res["eval_lengths"] if T > L}
     assert max(bound.values()) == bound[8 * L] and round(bound[8 * L], 4) == 0.0008
     assert max(bound.values()) < 1e-3
+
+
+# --- checks moved out of the chapter (session 5): A.5's offset share and ranks, and the ------
+# --- initial row norms of section 3.6 -------------------------------------------------------
+
+
+def _trained_tables(res, probe):
+    L = res["learned_embedding"]["train_length"]
+    tables = {0: np.array(res["learned_embedding"]["cosine_similarity"])[:L, :L]}
+    for seed in (1, 2):
+        tables[seed] = np.array(probe["runs"][f"learned/{seed}"]["trained_rows_cosine"])
+    return L, tables
+
+
+def test_learned_table_offset_share_above_shuffled_rows_and_offset_3_ranks(res, probe):
+    # formerly printed in appendix A.5: one mean per offset (1..16) explains 0.28, 0.33, 0.15 of
+    # the trained rows' cosine variance, against a median 0.04 over 500 shuffles of the rows;
+    # offset 3 has the lowest diagonal mean in seed 0 only (seeds 1, 2: offsets 11 and 16)
+    L, tables = _trained_tables(res, probe)
+    pair_off = np.arange(L) - np.arange(L)[:, None]
+    near = (pair_off >= 1) & (pair_off <= L // 2)
+    rng = np.random.default_rng(0)
+    share = {s: P.offset_share(t, mask=near) for s, t in tables.items()}
+    shuffled = {
+        s: [
+            P.offset_share(t[np.ix_(p, p)], mask=near)
+            for p in (rng.permutation(L) for _ in range(500))
+        ]
+        for s, t in tables.items()
+    }
+    assert {s: _r2(v) for s, v in share.items()} == {0: 0.28, 1: 0.33, 2: 0.15}
+    assert _r2(np.median(list(shuffled.values()))) == 0.04
+    assert all(share[s] > np.quantile(shuffled[s], 0.95) for s in share)
+    means = {
+        s: np.array([np.diagonal(t, r).mean() for r in range(1, L // 2 + 1)])
+        for s, t in tables.items()
+    }
+    assert {s: int(np.argmin(m)) + 1 for s, m in means.items()} == {0: 3, 1: 11, 2: 16}
+    assert {s: int((m < m[2]).sum()) + 1 for s, m in means.items()} == {0: 1, 1: 4, 2: 4}
+
+
+def test_learned_model_token_and_table_rows_start_equally_long():
+    # section 3.6's row norms at initialisation (seed 0): tokens 0.16, table rows 0.16
+    from mini_transformer import lab
+
+    model = lab.make_model("learned", lab.LabConfig(), seed=0)
+    tok = float(model.tok_emb.weight.detach().norm(dim=1).mean())
+    row = float(model.pos_emb.weight.detach().norm(dim=1).mean())
+    assert abs(row / tok - 1) < 0.1 and _r2(tok) == _r2(row) == 0.16
+
+
+def test_memn2n_sum_keeps_only_counts_and_position_sums():
+    # section 3.3: m = a * sum_j A x_j + b * sum_j (j/J) A x_j, with a_k = 1 - k/d, b_k = 2k/d - 1,
+    # for any embedding; so orderings with equal per-word position sums collide
+    rng = np.random.default_rng(1)
+    J, d = 6, 10
+    emb = rng.standard_normal((J, d))
+    k, j = np.arange(1, d + 1), np.arange(1, J + 1)[:, None]
+    m = (P.memn2n_encoding(J, d) * emb).sum(axis=0)
+    split = (1 - k / d) * emb.sum(axis=0) + (2 * k / d - 1) * (j / J * emb).sum(axis=0)
+    assert np.allclose(m, split, atol=1e-12)
+    words = rng.standard_normal((2, d))
+    l4 = P.memn2n_encoding(4, d)
+    abba, baab = words[[0, 1, 1, 0]], words[[1, 0, 0, 1]]
+    assert np.allclose((l4 * abba).sum(axis=0), (l4 * baab).sum(axis=0), atol=1e-14)
+    aabb = words[[0, 0, 1, 1]]  # position sums 3 and 7: not the same m
+    assert not np.allclose((l4 * abba).sum(axis=0), (l4 * aabb).sum(axis=0), atol=1e-3)
