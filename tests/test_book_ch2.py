@@ -347,7 +347,10 @@ def test_layer_norm_splits_and_its_position_term():
             assert math.isclose(S[m, n], num / (sigma[m] * sigma[n]), rel_tol=0, abs_tol=1e-12)
     assert [round(float(v), 3) for v in mu[:3]] == [0.5, 0.549, 0.51]
     assert f"{sigma.min():.2f} {sigma.max():.2f}" == "0.76 1.50"
-    assert f"{diagonal_spread(S) / np.ptp(S):.2f}" == "0.81"
+    assert f"{diagonal_spread(S):.2f} {np.ptp(S):.2f}" == "5.79 7.16"
+    # 2.7's form: the centring is C = I - 11^T/d, and the term is PE_m^T (C W C) PE_n / s_m s_n
+    C = np.eye(16) - np.ones((16, 16)) / 16
+    assert np.allclose(S, Pm @ C @ W_c @ C @ Pm.T / np.outer(sigma, sigma), rtol=0, atol=1e-12)
     # PE alone (X = 0): the centring alone already breaks it (mu_m differ), the rescaling alone
     # (RMSNorm: every row of PE has RMS 1/sqrt 2) does not
     L = layer_norm(Pm)
@@ -547,7 +550,7 @@ def test_float32_error_splits_into_a_harmless_and_a_harmful_rounding():
         p = torch.from_numpy(pos)
         angles = {
             "float32": (p.float()[:, None] * w32).double(),
-            "omega": p.double()[:, None] * w32.double(),  # exact: 17 + 24 bits < 53
+            "omega": p.double()[:, None] * w32.double(),  # exact: 16 + 24 bits < 53
             "float64": p.double()[:, None] * torch.from_numpy(omega64),
         }
         return {k: torch.cat([a.sin(), a.cos()], dim=1).numpy() for k, a in angles.items()}
@@ -565,3 +568,92 @@ def test_float32_error_splits_into_a_harmless_and_a_harmful_rounding():
     spread = {k: [np.ptp((E[j:] * E[:-j]).sum(1)) for j in (1, 10)] for k, E in t.items()}
     assert [f"{v:.3f}" for v in spread["float32"]] == ["0.011", "0.016"]
     assert max(spread["omega"] + spread["float64"]) < 1e-9
+
+
+# --- s15 reads: the content-position terms, the centring, bfloat16 storage, the moved checks --
+
+
+def relative_dimension(A):
+    """Dimension of the W with A W A^T relative, by an SVD (the chapter uses matrix_rank)."""
+    rows = np.array(
+        [
+            np.kron(A[m], A[n]) - np.kron(A[m + 1], A[n + 1])
+            for m in range(len(A) - 1)
+            for n in range(len(A) - 1)
+        ]
+    )
+    sv = np.linalg.svd(rows, compute_uv=False)
+    return A.shape[1] ** 2 - int((sv > 1e-10).sum())
+
+
+@pytest.mark.parametrize("d", [4, 6, 8])
+def test_after_centring_only_c_w_c_zero_is_relative(d):
+    # 2.7: without centring the relative W are the block form (d numbers); with it, the space
+    # has dimension d^2 - (d - 1)^2, the W with C W C = 0, whose term is identically 0
+    A = P.sinusoidal_encoding(80, d)
+    C = np.eye(d) - np.ones((d, d)) / d
+    assert relative_dimension(A) == d
+    assert relative_dimension(A @ C) == d**2 - (d - 1) ** 2
+    # a block form is centred to a matrix that is no longer of block form (the pair-0 block
+    # [[a, b], [-b, a]] does not map (1, 1) to 0), and its term is not relative
+    W = commuting_W(np.random.default_rng(d), d)
+    assert diagonal_spread(A @ C @ W @ C @ A.T) > 1e-3
+
+
+def test_content_position_terms_follow_absolute_position():
+    # 2.6: one token at all 24 positions, block-form W: the expert's table (s15 #1)
+    X, _, W_c, Pm = chapter_tables()
+    Xs = np.tile(X[0], (24, 1))
+    S = (Xs + Pm) @ W_c @ (Xs + Pm).T
+    cp = Xs @ W_c @ Pm.T
+    assert (
+        f"{diagonal_spread(cp):.2f} {diagonal_spread(S):.2f} {np.ptp(S):.2f}" == "5.98 13.30 13.77"
+    )
+    # the content-position table is constant down each column: it depends on n, not n - m
+    assert np.ptp(cp, axis=0).max() < 1e-12 and np.ptp(cp[0]) > 1
+
+
+def test_bfloat16_storage_spreads_the_dot_product_more_than_float32_angles():
+    # 2.8: the exact table stored in bfloat16, measured like the float32 angles
+    pe = torch.from_numpy(P.sinusoidal_encoding(62_001, 128)[60_000:])
+    E = pe.to(torch.bfloat16).double().numpy()
+    spread = [np.ptp((E[k:] * E[:-k]).sum(1)) for k in (1, 10)]
+    assert [f"{v:.3f}" for v in spread] == ["0.101", "0.078"]
+    E32 = pe.float().double().numpy()  # float32 storage of the exact table: no visible spread
+    assert max(np.ptp((E32[k:] * E32[:-k]).sum(1)) for k in (1, 10)) < 1e-5
+
+
+def test_float32_product_is_exact_at_powers_of_two():
+    # 2.8's figure: the drops are at pos = 2^j, where pos * omega32 only shifts the exponent
+    w32 = P.sinusoidal_frequencies(128).astype(np.float32)
+    for j in range(17):
+        p = np.float32(2**j)
+        assert np.array_equal((p * w32).astype(np.float64), 2.0**j * w32.astype(np.float64))
+
+
+def test_rms_norm_of_pe_alone_stays_relative_with_tokens_not():
+    # A.5's numbers
+    X, _, W_c, Pm = chapter_tables()
+    R = layer_norm(Pm, centre=False)
+    assert diagonal_spread(R @ W_c @ R.T) < 1e-12
+    part = Pm / np.sqrt(((X + Pm) ** 2).mean(1, keepdims=True))
+    assert f"{diagonal_spread(part @ W_c @ part.T):.2f}" == "3.49"
+
+
+def test_rope_scores_do_not_change_when_the_whole_sequence_shifts():
+    # moved from section 2.9: the offset argument (a starting position) leaves scores unchanged
+    rope = P.RotaryEmbedding(16)
+    g = torch.Generator().manual_seed(69)
+    Qx, Kx = torch.randn(2, 4, 64, 16, generator=g), torch.randn(2, 4, 64, 16, generator=g)
+    s0 = rope(Qx) @ rope(Kx).transpose(-1, -2)
+    s1000 = rope(Qx, offset=1000) @ rope(Kx, offset=1000).transpose(-1, -2)
+    assert torch.allclose(s1000, s0, atol=1e-4)
+    assert not torch.allclose(rope(Qx, offset=1000), rope(Qx), atol=1e-2)  # the rotations differ
+
+
+def test_exercise_5_explanation_numbers():
+    fast, slow = 19 - 3 * 2 * math.pi, 19 / math.sqrt(30000)
+    assert f"{fast:.3f} {slow:.3f} {math.hypot(fast, slow):.3f}" == "0.150 0.110 0.186"
+    pe = P.sinusoidal_encoding(20, 4, base=30000)
+    # the chord is a little shorter than the angles' hypot: the true distance is also < 0.2
+    assert np.linalg.norm(pe[19] - pe[0]) < math.hypot(fast, slow) < 0.2
