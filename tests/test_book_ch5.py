@@ -422,6 +422,30 @@ def test_the_appendix_a2_verdicts_from_the_logged_runs(logged):
     assert all(runs[1e-2, 100, s]["losses"][-1] > 2.5 for s in range(5))
 
 
+def test_the_collapse_parts_the_stuck_runs_at_3e_3_and_the_warm_up_runs_fail_without_it(
+    logged, sweep
+):
+    """Section 5.9's collapse bullet, from the committed runs: at 3e-3 without warm-up the seeds
+    whose sweep run ended stuck (above 2.5 nats) are exactly those whose layer 6 / layer 1 passed
+    1,000 in the 60 logged steps (peaks 1,700 to 3,900 against 200 and 350); after a 100-step
+    warm-up to 1e-2 the peaks are 35 to 330 and every run fails; the runs that learn (1e-3)
+    stay lower still."""
+    runs = {(r["lr"], r["warmup_steps"], r["seed"]): r for r in logged["runs"]}
+    swept = sweep["runs"]
+
+    def peak(r):
+        return max(a / b for a, b in zip(r["grad_layer6"], r["grad_layer1"], strict=True))
+
+    stuck = {s for s in range(5) if swept["post", 0, 3e-3, s]["final_loss"] > 2.5}
+    passed = {s for s in range(5) if peak(runs[3e-3, 0, s]) > 1e3}
+    assert stuck == passed == {0, 1, 2}
+    assert [round(peak(runs[3e-3, 0, s]), -2) for s in range(5)] == [1700, 3900, 3600, 200, 300]
+    warm = [peak(runs[1e-2, 100, s]) for s in range(5)]
+    assert 30 < min(warm) and max(warm) < 350
+    assert all(swept["post", 100, 1e-2, s]["final_loss"] > 2.5 for s in range(5))
+    assert peak(runs[1e-3, 0, 0]) < min(warm)
+
+
 def test_the_logging_tool_checks_its_command_line_before_any_work(capsys, monkeypatch):
     """tools/stability_logged.py: no --out, or the committed file without --overwrite, exits with
     status 2 and a usage message before any run, and leaves the committed file as it was."""
