@@ -306,7 +306,7 @@ def test_30_sampled_estimates_centre_on_the_whole_text(corpus, cpu_model):
     assert abs(others.mean() - whole) < 0.01
 
 
-def test_the_loss_rises_right_past_t_on_other_draws_of_windows(corpus, cpu_model):
+def test_positions_128_191_cost_more_than_64_127_on_other_draws(corpus, cpu_model):
     """Section 6.5: positions 128-191 cost more than 64-127 by over 0.1 nats, not only on the
     chapter's 64 windows (seed 11) but on three other draws (a reader's rerun found 0.15 to
     0.18; the point where a moving average first leaves the inside level varied from 132 to
