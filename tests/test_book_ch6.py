@@ -244,7 +244,7 @@ def _window_losses(lm, val_ids, seed):
 
 
 def test_a_samples_standard_error_predicts_the_scatter_of_30_samples(corpus, cpu_model):
-    """Appendix A.1: one sample's s / sqrt(128), averaged over seeds 1000-1029, is 0.017; the
+    """Appendix A.1: one sample's s / sqrt(128), averaged over seeds 1000-1029, is 0.018; the
     30 sampled means scatter by 0.021, within a factor 2 of that; the whole text is 1.698."""
     _, _, _, _, val_ids = corpus
     lm = cpu_model[0]
@@ -252,7 +252,7 @@ def test_a_samples_standard_error_predicts_the_scatter_of_30_samples(corpus, cpu
     samples = [_window_losses(lm, val_ids, s) for s in range(1000, 1030)]
     predicted = float(np.mean([float(w.std()) / math.sqrt(len(w)) for w in samples]))
     scatter = float(np.std([float(w.mean()) for w in samples], ddof=1))
-    assert (round(whole, 3), round(predicted, 3)) == (1.698, 0.017)
+    assert (round(whole, 3), round(predicted, 3)) == (1.698, 0.018)
     assert 0.5 < scatter / predicted < 2
 
 
