@@ -231,29 +231,29 @@ def test_open_loop_matches_the_package_under_bf16_autocast(corpus):
 # ---------------------------------------------------------------- statistics folded out of 6.5
 
 
-def test_whole_text_lies_2_3_standard_errors_above_the_sample(corpus, cpu_model):
-    """The sampled loss's error bar, and how unlikely its gap to the whole text is: a
-    two-sided p of 0.023 (normal approximation, windows taken as independent)."""
-    _, _, _, _, val_ids = corpus
-    lm = cpu_model[0]
-    whole = train.estimate_loss(lm, val_ids, n_batches=None, batch_size=16, seed=None)
-    g, T, per_window = torch.Generator().manual_seed(1234), lm.config.block_size, []
+def _window_losses(lm, val_ids, seed):
+    """Each window's mean loss in a sample of 8 batches of 16 windows drawn with ``seed``."""
+    g, T, per_window = torch.Generator().manual_seed(seed), lm.config.block_size, []
     with torch.no_grad():
         for _ in range(8):
             xs, ys = data.get_batch(val_ids, 16, T, generator=g)
             logits, _ = lm(xs)
             nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ys, reduction="none")
             per_window.append(nll.mean(1))
-    per_window = torch.cat(per_window).double()
-    se = float(per_window.std() / math.sqrt(len(per_window)))
-    z = (whole - float(per_window.mean())) / se
-    p = math.erfc(abs(z) / math.sqrt(2))
-    assert (round(whole, 3), round(float(per_window.mean()), 3), round(se, 3)) == (
-        1.698,
-        1.66,
-        0.017,
-    )
-    assert round(z, 2) == 2.28 and round(p, 3) == 0.023
+    return torch.cat(per_window).double()
+
+
+def test_a_samples_standard_error_predicts_the_scatter_of_30_samples(corpus, cpu_model):
+    """Appendix A.1: one sample's s / sqrt(128), averaged over seeds 1000-1029, is 0.018; the
+    30 sampled means scatter by 0.021, within a factor 2 of that; the whole text is 1.698."""
+    _, _, _, _, val_ids = corpus
+    lm = cpu_model[0]
+    whole = train.estimate_loss(lm, val_ids, n_batches=None, batch_size=16, seed=None)
+    samples = [_window_losses(lm, val_ids, s) for s in range(1000, 1030)]
+    predicted = float(np.mean([float(w.std()) / math.sqrt(len(w)) for w in samples]))
+    scatter = float(np.std([float(w.mean()) for w in samples], ddof=1))
+    assert (round(whole, 3), round(predicted, 3)) == (1.698, 0.018)
+    assert 0.5 < scatter / predicted < 2
 
 
 def _sampled_loss(lm, val_ids, seed):
@@ -295,14 +295,31 @@ def test_a_character_5_gram_writes_real_words_as_often_as_the_model(corpus):
     assert (round(min(shares), 2), round(max(shares), 2)) == (0.88, 0.96)
 
 
-def test_seed_1234_drew_an_easy_sample_among_30_others(corpus, cpu_model):
+def test_30_sampled_estimates_centre_on_the_whole_text(corpus, cpu_model):
     """Appendix A.1: over seeds 1000-1029 the sampled estimate averages 1.700 (SD 0.021, range
-    1.666 to 1.737), the whole text's value within 0.01, and seed 1234's 1.660 lies below all 30."""
+    1.666 to 1.737), the whole text's value within 0.01 (the sampler is unbiased)."""
     val_ids, lm = corpus[4], cpu_model[0]
     others = np.array([_sampled_loss(lm, val_ids, s) for s in range(1000, 1030)])
     assert (round(others.mean(), 3), round(others.std(ddof=1), 3)) == (1.7, 0.021)
     assert (round(others.min(), 3), round(others.max(), 3)) == (1.666, 1.737)
-    assert (others > _sampled_loss(lm, val_ids, 1234)).all()
+    whole = train.estimate_loss(lm, val_ids, n_batches=None, batch_size=16, seed=None)
+    assert abs(others.mean() - whole) < 0.01
+
+
+def test_positions_128_191_cost_more_than_64_127_on_other_draws(corpus, cpu_model):
+    """Section 6.5: positions 128-191 cost more than 64-127 by over 0.1 nats, not only on the
+    chapter's 64 windows (seed 11) but on three other draws (a reader's rerun found 0.15 to
+    0.18; the point where a moving average first leaves the inside level varied from 132 to
+    155, which is why the chapter quotes bands)."""
+    val_ids, lm = corpus[4], cpu_model[0]
+    for seed in (12, 13, 14):
+        x, y = data.get_batch(val_ids, 64, 512, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            logits, _ = lm(x)
+        per_pos = torch.nn.functional.cross_entropy(
+            logits.transpose(1, 2), y, reduction="none"
+        ).mean(0)
+        assert float(per_pos[128:192].mean() - per_pos[64:128].mean()) > 0.1, seed
 
 
 # ---------------------------------------------------------------- the model's diagram (6.1)
@@ -605,3 +622,32 @@ def test_a_full_context_does_not_close_the_gap_to_the_6_gram(corpus, cpu_model):
     assert round(float(kn6.mean()), 3) == 1.562
     diff = full.numpy() - kn6  # paired: the same characters
     assert diff.mean() > 3 * diff.std() / math.sqrt(len(diff))
+
+
+# ---------------------------------------------------------------- clipping over 20 seeds (6.4)
+
+
+def test_clipping_result_over_20_seeds_and_a_live_rerun_of_one(corpus):
+    """Section 6.4's stored result (tools/clip_seeds.py): without minus with clipping, on the
+    whole held-out text, +0.062 +- 0.021 nats over seeds 0-19, lower with clipping on 14; seeds
+    0-4 alone -0.04. Seed 3's two runs, retrained here, give the stored losses (float32
+    training: within 2e-3 on another CPU's kernels)."""
+    val_ids = corpus[4]
+    runs = data.load_result("06_clip_seeds")["runs"]
+    diff = np.array(
+        [runs[str(s)]["unclipped"]["whole_text_loss"] - runs[str(s)]["clipped"]["whole_text_loss"]
+         for s in range(20)]
+    )  # fmt: skip
+    se = diff.std(ddof=1) / math.sqrt(20)
+    assert (round(diff.mean(), 3), round(se, 3), int((diff > 0).sum())) == (0.062, 0.021, 14)
+    assert round(diff[:5].mean(), 2) == -0.04
+    torch.set_num_threads(1)
+    for name, clip in (("clipped", 1.0), ("unclipped", 0.0)):
+        cfg = train.get_preset(
+            "tiny", device="cpu", progress=False, precision="fp32", seed=3, grad_clip=clip
+        )
+        built = []
+        with tempfile.TemporaryDirectory() as tmp:
+            train.train(cfg, tmp, argv=[], setup_hook=built.append)
+        live = train.estimate_loss(built[0], val_ids, n_batches=None, batch_size=256, seed=None)
+        assert abs(live - runs["3"][name]["whole_text_loss"]) < 2e-3, name
