@@ -462,3 +462,22 @@ def test_log_loss_score_gradient_stays_large_on_rows_saturated_on_a_wrong_key():
     # a row saturated on a right key goes quiet instead
     quiet = (a.max(-1).values > 0.99) & winner_right & (right.sum(-1) == 1)
     assert quiet.any() and (closed[quiet].abs().sum(-1) < 0.1).all()
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_last_output_row_is_unmasked_either_way(fused):
+    # section 4.7's figure: the causal mask hides nothing from the last output, so its Jacobian
+    # blocks agree with and without the mask (moved from the chapter: true by construction)
+    import torch
+
+    from mini_transformer.attention import MultiHeadAttention
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(d_model=16, n_heads=1).eval()
+    mha.fused_attention = fused
+    x = torch.randn(1, 6, 16)
+
+    def last(**kw):
+        return torch.autograd.functional.jacobian(lambda inp: mha(inp, **kw)[0][0, -1], x)
+
+    assert torch.allclose(last(causal=True), last(), atol=1e-6)
