@@ -481,3 +481,20 @@ def test_last_output_row_is_unmasked_either_way(fused):
         return torch.autograd.functional.jacobian(lambda inp: mha(inp, **kw)[0][0, -1], x)
 
     assert torch.allclose(last(causal=True), last(), atol=1e-6)
+
+
+def test_score_gradient_is_bounded_by_the_jacobian_size():
+    # section 4.3, step 3: the gradient reaching a row's scores is J times the gradient reaching its
+    # weights (J symmetric), so at most ||J||_F times as large; autograd is the reference (float64)
+    import torch
+
+    gen = torch.Generator().manual_seed(12)
+    for spread in (0.3, 1.0, 32.0):  # scaled-like rows to saturated ones
+        s = (spread * torch.randn(200, 16, dtype=torch.float64, generator=gen)).requires_grad_()
+        g = torch.randn(200, 16, dtype=torch.float64, generator=gen)  # dL/da, one per row
+        (s.softmax(-1) * g).sum().backward()
+        a = s.detach().softmax(-1)
+        J = torch.diag_embed(a) - a[:, :, None] * a[:, None, :]
+        assert torch.allclose(s.grad, (J @ g[:, :, None])[:, :, 0], atol=1e-12, rtol=0)
+        bound = torch.linalg.matrix_norm(J) * g.norm(dim=-1)
+        assert (s.grad.norm(dim=-1) <= bound + 1e-15).all()
