@@ -462,3 +462,39 @@ def test_log_loss_score_gradient_stays_large_on_rows_saturated_on_a_wrong_key():
     # a row saturated on a right key goes quiet instead
     quiet = (a.max(-1).values > 0.99) & winner_right & (right.sum(-1) == 1)
     assert quiet.any() and (closed[quiet].abs().sum(-1) < 0.1).all()
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_last_output_row_is_unmasked_either_way(fused):
+    # section 4.7's figure: the causal mask hides nothing from the last output, so its Jacobian
+    # blocks agree with and without the mask (moved from the chapter: true by construction)
+    import torch
+
+    from mini_transformer.attention import MultiHeadAttention
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(d_model=16, n_heads=1).eval()
+    mha.fused_attention = fused
+    x = torch.randn(1, 6, 16)
+
+    def last(**kw):
+        return torch.autograd.functional.jacobian(lambda inp: mha(inp, **kw)[0][0, -1], x)
+
+    assert torch.allclose(last(causal=True), last(), atol=1e-6)
+
+
+def test_score_gradient_is_bounded_by_the_jacobian_size():
+    # section 4.3, step 3: the gradient reaching a row's scores is J times the gradient reaching its
+    # weights (J symmetric), so at most ||J||_F times as large; autograd is the reference (float64)
+    import torch
+
+    gen = torch.Generator().manual_seed(12)
+    for spread in (0.3, 1.0, 32.0):  # scaled-like rows to saturated ones
+        s = (spread * torch.randn(200, 16, dtype=torch.float64, generator=gen)).requires_grad_()
+        g = torch.randn(200, 16, dtype=torch.float64, generator=gen)  # dL/da, one per row
+        (s.softmax(-1) * g).sum().backward()
+        a = s.detach().softmax(-1)
+        J = torch.diag_embed(a) - a[:, :, None] * a[:, None, :]
+        assert torch.allclose(s.grad, (J @ g[:, :, None])[:, :, 0], atol=1e-12, rtol=0)
+        bound = torch.linalg.matrix_norm(J) * g.norm(dim=-1)
+        assert (s.grad.norm(dim=-1) <= bound + 1e-15).all()
