@@ -311,6 +311,13 @@ def test_section_2_6_numbers():
     assert max(got[:2]) < 1e-12
     assert [f"{v:.2f}" for v in got[2:]] == ["0.50", "0.91", "5.44"]
     assert f"{np.ptp(Pm @ W @ Pm.T):.2f}" == "7.19"
+    # the dropdown's scope: an entry inside the slowest pair (7) barely moves the spread within
+    # 24 positions; one linking pair 0 to pair 7 gives sin(m) cos(n w_7) ~ sin(m): spread ~1
+    W_slow, W_link = W_c.copy(), W_c.copy()
+    W_slow[14, 15] += 0.5
+    W_link[0, 15] += 0.5
+    got = [diagonal_spread(Pm @ M @ Pm.T) for M in (W_slow, W_link)]
+    assert f"{got[0]:.2f} {got[1]:.2f}" == "0.00 1.00" and got[0] > 1e-3
     B = nearest_block_form(W)
     assert round(100 * (B**2).sum() / (W**2).sum(), 1) == 4.4
     # the projection is orthogonal: W - B is orthogonal to every block-form matrix
@@ -348,6 +355,9 @@ def test_layer_norm_splits_and_its_position_term():
     assert [round(float(v), 3) for v in mu[:3]] == [0.5, 0.549, 0.51]
     assert f"{sigma.min():.2f} {sigma.max():.2f}" == "0.76 1.50"
     assert f"{diagonal_spread(S):.2f} {np.ptp(S):.2f}" == "5.79 7.16"
+    # the centring alone (sigma = 1), the chapter's 5.46: relativity fails without the divisor
+    C = np.eye(16) - np.ones((16, 16)) / 16
+    assert f"{diagonal_spread(Pm @ C @ W_c @ C @ Pm.T):.2f}" == "5.46"
     # 2.7's form: the centring is C = I - 11^T/d, and the term is PE_m^T (C W C) PE_n / s_m s_n
     C = np.eye(16) - np.ones((16, 16)) / 16
     assert np.allclose(S, Pm @ C @ W_c @ C @ Pm.T / np.outer(sigma, sigma), rtol=0, atol=1e-12)
