@@ -322,7 +322,7 @@ def test_accuracy_pins_no_encoding(res):
 
 def test_accuracy_pins_rope_and_alibi(res):
     """RoPE ahead of ALiBi up to 2L (section 3.7 says so); past 2L pins of the committed data only:
-    the chapter does not rank them there, since ALiBi had not converged."""
+    the chapter does not rank them there, since ALiBi's loss was still falling."""
     L = res["config"]["train_length"]
     longer = [T for T in res["eval_lengths"] if T > L]
     b = "accuracy_beyond"
@@ -556,7 +556,7 @@ def test_lab_attention_tool_refuses_bad_seeds_before_any_work(tmp_path):
 
 
 def test_attention_probe_pins_over_three_seeds(probe):
-    # section 3.7 and the Summary, over the 12 heads of 3 seeds, in the layer that reads the key
+    # section 3.7 and the Summary, over the 4 heads x 3 seeds, in the layer that reads the key
     # three back: learned (layer 1) 0.74-0.88 within L, 0.02 past it; sinusoidal (layer 2)
     # 0.85-0.98 within, 0.06-0.14 past; RoPE keeps reading it past L
     L = probe["train_length"]
