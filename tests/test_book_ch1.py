@@ -83,6 +83,9 @@ def test_uniform_causal_attention_to_a_start_marker_is_one_over_t_plus_one(T):
     )[:, 0]
     t = torch.arange(T, dtype=torch.float64)
     assert torch.allclose(out, 1 / (t + 1), rtol=0, atol=1e-15)
+    # its steps shrink as 1/((t+1)(t+2)): unequal steps (moved from 1.1's BOS cell)
+    gap_next = 1 / ((t[:-1] + 1) * (t[:-1] + 2))
+    assert torch.allclose(-torch.diff(out), gap_next, rtol=0, atol=1e-15)
 
 
 def test_committed_lab_no_encoding_pins():
