@@ -16,20 +16,16 @@ Run (about 2 min on 1 thread of a loaded 2-core machine)::
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from sweep_cli import command_line, run_sweep_cli
+from sweep_cli import command_line, provenance, run_sweep_cli
 
 from mini_transformer import data, train
 from mini_transformer.cli import positive_int
 from mini_transformer.hardware import where_it_ran
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def tiny_run(seed: int, grad_clip: float, val_ids) -> dict:
@@ -55,19 +51,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
 
     def sweep(save) -> dict:
-        git = ["git", "-C", str(ROOT)]
-        commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(
-            [*git, "status", "--porcelain", "-uno"], capture_output=True, text=True
+        result = provenance(
+            preset="tiny, precision fp32, device cpu; grad_clip 1 (clipped) or 0 (not)",
+            where_it_ran=where_it_ran("cpu"),
+            runs={},
         )
-        result = {
-            "commit": commit.stdout.strip() + ("+uncommitted" if dirty.stdout.strip() else ""),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "load_average_1min_before": os.getloadavg()[0],
-            "preset": "tiny, precision fp32, device cpu; grad_clip 1 (clipped) or 0 (not)",
-            "where_it_ran": where_it_ran("cpu"),
-            "runs": {},
-        }
         tok = data.CharTokenizer.from_corpus()
         val_ids = tok.encode(data.load_corpus("val"))
         t0 = time.perf_counter()

@@ -14,21 +14,16 @@ Run (about 15 min on 1 thread of a loaded 2-core machine)::
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import subprocess
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from sweep_cli import command_line, run_sweep_cli
+from sweep_cli import command_line, provenance, run_sweep_cli
 
 from mini_transformer import data, train
 from mini_transformer.cli import positive_int
 from mini_transformer.hardware import where_it_ran
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @torch.no_grad()
@@ -52,20 +47,12 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
 
     def sweep(save) -> dict:
-        git = ["git", "-C", str(ROOT)]
-        commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(
-            [*git, "status", "--porcelain", "-uno"], capture_output=True, text=True
+        result = provenance(
+            checkpoint="gpu (mini_transformer/assets/shakespeare_char_gpu.pt)",
+            precision="float32 (no autocast), weights as stored (float16) cast to float32",
+            where_it_ran=where_it_ran("cpu"),
+            runs={},
         )
-        result = {
-            "commit": commit.stdout.strip() + ("+uncommitted" if dirty.stdout.strip() else ""),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "load_average_1min_before": os.getloadavg()[0],
-            "checkpoint": "gpu (mini_transformer/assets/shakespeare_char_gpu.pt)",
-            "precision": "float32 (no autocast), weights as stored (float16) cast to float32",
-            "where_it_ran": where_it_ran("cpu"),
-            "runs": {},
-        }
         model, tok, _ = train.load_model(train.PRETRAINED["gpu"])
         ids = tok.encode(data.load_corpus("val"))
         t0 = time.perf_counter()

@@ -6,8 +6,11 @@ keeps what it finished."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
 import shlex
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +32,20 @@ def probability(text: str) -> float:
 def write_json(obj: dict, path: str | Path) -> Path:
     """``obj`` as indented strict JSON (NaN and infinities as ``null``), written atomically."""
     return atomic_write(path, json.dumps(json_safe(obj), indent=1, allow_nan=False) + "\n")
+
+
+def provenance(**extra) -> dict:
+    """The header of a committed result: the commit the code came from (marked
+    ``+uncommitted`` if tracked files differ from it), the UTC date, the 1-minute load average
+    before the run (a busy machine slows timed runs), then ``extra`` in its order."""
+    git = ["git", "-C", str(Path(__file__).resolve().parent)]
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run([*git, "status", "--porcelain", "-uno"], capture_output=True, text=True)
+    return {
+        "commit": commit.stdout.strip() + ("+uncommitted" if dirty.stdout.strip() else ""),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "load_average_1min_before": os.getloadavg()[0],
+    } | extra
 
 
 def command_line(prog: str, argv: list[str] | None) -> str:
