@@ -669,13 +669,12 @@ def test_exercise_5_explanation_numbers():
     assert np.linalg.norm(pe[19] - pe[0]) < math.hypot(fast, slow) < 0.2
 
 
-def test_a_w_fitted_after_centring_is_nearly_relative_and_the_division_breaks_it():
-    # 2.7: the chapter fits W by scipy's generalised eigh; here the same problem is whitened by
-    # a Cholesky factor and solved with numpy's eigh (a different route to the same W)
-    X, _, _, Pm = chapter_tables()
-    T, d = Pm.shape
-    sigma = (X + Pm).std(1)
-    A = Pm - Pm.mean(1, keepdims=True)  # rows C PE_m
+def fit_relative_w(A):
+    """The W whose A W A^T changes least along the diagonals for its size (1e-6 ridge).
+
+    The chapter solves it with scipy's generalised eigh; here the problem is whitened by a
+    Cholesky factor and solved with numpy's eigh (a different route to the same W)."""
+    T, d = A.shape
     E = np.array([np.kron(A[m], A[n]) for m in range(T) for n in range(T)])
     D = np.array(
         [
@@ -686,12 +685,34 @@ def test_a_w_fitted_after_centring_is_nearly_relative_and_the_division_breaks_it
     )
     L = np.linalg.cholesky(D.T @ D + 1e-6 * np.eye(d * d))
     Li = np.linalg.inv(L)
-    vals, vecs = np.linalg.eigh(Li @ E.T @ E @ Li.T)
-    W = np.linalg.solve(L.T, vecs[:, -1]).reshape(d, d)
-    rel = [diagonal_spread(M @ W @ M.T) / np.ptp(M @ W @ M.T) for M in (A, A / sigma[:, None])]
+    vecs = np.linalg.eigh(Li @ E.T @ E @ Li.T)[1]
+    return np.linalg.solve(L.T, vecs[:, -1]).reshape(d, d)
+
+
+def spread_over_span(A, W):
+    S = A @ W @ A.T
+    return diagonal_spread(S) / np.ptp(S)
+
+
+def test_a_w_fitted_after_centring_is_nearly_relative_and_the_division_breaks_it():
+    # 2.7: fitted to the centred encodings, then divided by sigma_m
+    X, _, _, Pm = chapter_tables()
+    A = Pm - Pm.mean(1, keepdims=True)  # rows C PE_m
+    divided = A / (X + Pm).std(1)[:, None]
+    W = fit_relative_w(A)
+    rel = [spread_over_span(A, W), spread_over_span(divided, W)]
     assert f"{rel[0]:.0e} {rel[1]:.2f}" == "4e-05 0.96"
     # the fit is not the trivial numerator 0: the table has a span
     assert np.ptp(A @ W @ A.T) > 1e-3 * np.linalg.norm(W)
+    # A.5: fitted after the division instead, to this sentence; then three other sentences
+    W_after = fit_relative_w(divided)
+    others = [
+        A / (np.random.default_rng(s).normal(size=Pm.shape) + Pm).std(1)[:, None]
+        for s in (100, 101, 102)
+    ]
+    rel_o = [spread_over_span(M, W_after) for M in others]
+    got = f"{spread_over_span(divided, W_after):.2f} {min(rel_o):.2f} {max(rel_o):.2f}"
+    assert got == "0.09 0.12 0.29"
 
 
 def test_section_2_8_scale_and_bfloat16_near_position_0():
