@@ -667,3 +667,69 @@ def test_exercise_5_explanation_numbers():
     pe = P.sinusoidal_encoding(20, 4, base=30000)
     # the chord is a little shorter than the angles' hypot: the true distance is also < 0.2
     assert np.linalg.norm(pe[19] - pe[0]) < math.hypot(fast, slow) < 0.2
+
+
+def fit_relative_w(A):
+    """The W whose A W A^T changes least along the diagonals for its size (1e-6 ridge).
+
+    The chapter solves it with scipy's generalised eigh; here the problem is whitened by a
+    Cholesky factor and solved with numpy's eigh (a different route to the same W)."""
+    T, d = A.shape
+    E = np.array([np.kron(A[m], A[n]) for m in range(T) for n in range(T)])
+    D = np.array(
+        [
+            np.kron(A[m], A[n]) - np.kron(A[m + 1], A[n + 1])
+            for m in range(T - 1)
+            for n in range(T - 1)
+        ]
+    )
+    L = np.linalg.cholesky(D.T @ D + 1e-6 * np.eye(d * d))
+    Li = np.linalg.inv(L)
+    vecs = np.linalg.eigh(Li @ E.T @ E @ Li.T)[1]
+    return np.linalg.solve(L.T, vecs[:, -1]).reshape(d, d)
+
+
+def spread_over_span(A, W):
+    S = A @ W @ A.T
+    return diagonal_spread(S) / np.ptp(S)
+
+
+def test_a_w_fitted_after_centring_is_nearly_relative_and_the_division_breaks_it():
+    # 2.7: fitted to the centred encodings, then divided by sigma_m
+    X, _, _, Pm = chapter_tables()
+    A = Pm - Pm.mean(1, keepdims=True)  # rows C PE_m
+    divided = A / (X + Pm).std(1)[:, None]
+    W = fit_relative_w(A)
+    rel = [spread_over_span(A, W), spread_over_span(divided, W)]
+    assert f"{rel[0]:.0e} {rel[1]:.2f}" == "4e-05 0.96"
+    # the fit is not the trivial numerator 0: the table has a span
+    assert np.ptp(A @ W @ A.T) > 1e-3 * np.linalg.norm(W)
+    # A.5: fitted after the division instead, to this sentence; then three other sentences
+    W_after = fit_relative_w(divided)
+    others = [
+        A / (np.random.default_rng(s).normal(size=Pm.shape) + Pm).std(1)[:, None]
+        for s in (100, 101, 102)
+    ]
+    rel_o = [spread_over_span(M, W_after) for M in others]
+    got = f"{spread_over_span(divided, W_after):.2f} {min(rel_o):.2f} {max(rel_o):.2f}"
+    assert got == "0.09 0.12 0.29"
+
+
+def test_section_2_8_scale_and_bfloat16_near_position_0():
+    # 2.8: f(1) at d_model = 128 is the scale of the spreads; bfloat16 storage spreads the dot
+    # product about as much at positions 0 to 2,000 as far out
+    assert f"{f(1, 128):.2f}" == "62.09"
+    pe = torch.from_numpy(P.sinusoidal_encoding(2_001, 128))
+    E = pe.to(torch.bfloat16).double().numpy()
+    assert [f"{np.ptp((E[k:] * E[:-k]).sum(1)):.3f}" for k in (1, 10)] == ["0.087", "0.079"]
+
+
+def test_random_w_spread_over_span_over_ten_more_seeds():
+    # A.4: section 2.6's draw (0.76) is typical of ten more (0.68 to 0.93)
+    _, W, _, Pm = chapter_tables()
+    rel = [diagonal_spread(Pm @ W @ Pm.T) / np.ptp(Pm @ W @ Pm.T)]
+    for seed in range(100, 110):
+        gen = np.random.default_rng(seed)
+        Wr = gen.normal(size=(16, 16)) @ gen.normal(size=(16, 16)).T / 16
+        rel.append(diagonal_spread(Pm @ Wr @ Pm.T) / np.ptp(Pm @ Wr @ Pm.T))
+    assert f"{rel[0]:.2f} {min(rel[1:]):.2f} {max(rel[1:]):.2f}" == "0.76 0.68 0.93"
