@@ -498,3 +498,26 @@ def test_score_gradient_is_bounded_by_the_jacobian_size():
         assert torch.allclose(s.grad, (J @ g[:, :, None])[:, :, 0], atol=1e-12, rtol=0)
         bound = torch.linalg.matrix_norm(J) * g.norm(dim=-1)
         assert (s.grad.norm(dim=-1) <= bound + 1e-15).all()
+
+
+def test_the_4w_start_is_less_saturated_than_unit_variance_rows():
+    # section 4.11: the start 4W (the unscaled model's own start, d_k = 256) has mean largest
+    # weight about 0.79, below the 0.92 of section 4.3's unit-variance rows at d_k = 256.
+    # Independent of the chapter's cells: other seeds and batches; unit-variance rows drawn here.
+    import torch
+
+    from mini_transformer.scoring import ScoreModel, retrieval_batch
+
+    d_k, means = 256, []
+    batch = retrieval_batch(torch.Generator().manual_seed(123), batch_size=256)
+    for seed in range(20, 25):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            a = ScoreModel("unscaled", d_k)(batch[0], batch[1]).softmax(-1)
+        means.append(a.amax(-1).mean().item())
+    gen = torch.Generator().manual_seed(5)
+    q, k = torch.randn(2000, 1, d_k, generator=gen), torch.randn(2000, 16, d_k, generator=gen)
+    unit = (q @ k.transpose(1, 2)).softmax(-1).amax(-1).mean().item()
+    assert 0.9 < unit < 0.95  # section 4.3's 0.925
+    assert all(0.7 < m < 0.86 for m in means)  # saturated-looking, yet clearly below unit variance
+    assert max(means) < unit - 0.05
