@@ -510,13 +510,13 @@ def test_float32_drift_is_linear_and_bfloat16_is_the_yardstick():
 
 
 def test_rope_drawing_score():
-    # section 2.9's drawing: one pair (d_model = 2), q = (1, 0), key = (-0.2, 0.95), offset 2
+    # section 2.9's drawing: one pair (d_model = 2), q = (1, 0), key = (-0.2, 0.95), offset 1
     q, key = np.array([1.0, 0.0]), np.array([-0.2, 0.95])
     scores = [
-        (P.rotation_matrix(m, 2) @ q) @ (P.rotation_matrix(n, 2) @ key) for m, n in [(1, 3), (6, 8)]
+        (P.rotation_matrix(m, 2) @ q) @ (P.rotation_matrix(n, 2) @ key) for m, n in [(1, 2), (2, 3)]
     ]
-    assert math.isclose(scores[0], -0.2 * math.cos(2) + 0.95 * math.sin(2), rel_tol=1e-12)
-    assert f"{scores[0]:.4f}" == f"{scores[1]:.4f}" == "0.9471"
+    assert math.isclose(scores[0], -0.2 * math.cos(1) + 0.95 * math.sin(1), rel_tol=1e-12)
+    assert f"{scores[0]:.4f}" == f"{scores[1]:.4f}" == "0.6913"
 
 
 def test_float32_table_error_is_half_an_ulp():
