@@ -510,13 +510,13 @@ def test_float32_drift_is_linear_and_bfloat16_is_the_yardstick():
 
 
 def test_rope_drawing_score():
-    # section 2.9's drawing: one pair (d_model = 2), q = (1, 0), key = (-0.2, 0.95), offset 2
+    # section 2.9's drawing: one pair (d_model = 2), q = (1, 0), key = (-0.2, 0.95), offset 1
     q, key = np.array([1.0, 0.0]), np.array([-0.2, 0.95])
     scores = [
-        (P.rotation_matrix(m, 2) @ q) @ (P.rotation_matrix(n, 2) @ key) for m, n in [(1, 3), (6, 8)]
+        (P.rotation_matrix(m, 2) @ q) @ (P.rotation_matrix(n, 2) @ key) for m, n in [(1, 2), (2, 3)]
     ]
-    assert math.isclose(scores[0], -0.2 * math.cos(2) + 0.95 * math.sin(2), rel_tol=1e-12)
-    assert f"{scores[0]:.4f}" == f"{scores[1]:.4f}" == "0.9471"
+    assert math.isclose(scores[0], -0.2 * math.cos(1) + 0.95 * math.sin(1), rel_tol=1e-12)
+    assert f"{scores[0]:.4f}" == f"{scores[1]:.4f}" == "0.6913"
 
 
 def test_float32_table_error_is_half_an_ulp():
@@ -619,6 +619,11 @@ def test_content_position_terms_follow_absolute_position():
     assert (
         f"{diagonal_spread(cp):.2f} {diagonal_spread(S):.2f} {np.ptp(S):.2f}" == "5.98 13.30 13.77"
     )
+    # softmax ignores the position-content term here (one value per query row); what is left
+    # has exactly the content-position term's spread (the rest is constant or relative)
+    pc = Pm @ W_c @ Xs.T
+    assert np.ptp(pc, axis=1).max() < 1e-12
+    assert math.isclose(diagonal_spread(S - pc), diagonal_spread(cp), rel_tol=1e-9)
     # the content-position table is constant down each column: it depends on n, not n - m
     assert np.ptp(cp, axis=0).max() < 1e-12 and np.ptp(cp[0]) > 1
 
@@ -695,24 +700,28 @@ def spread_over_span(A, W):
 
 
 def test_a_w_fitted_after_centring_is_nearly_relative_and_the_division_breaks_it():
-    # 2.7: fitted to the centred encodings, then divided by sigma_m
+    # A.5 (quoted in 2.7): the fit on uncentred encodings (its floor), on the centred rows,
+    # and refitted after the division, then 20 other sentences
     X, _, _, Pm = chapter_tables()
     A = Pm - Pm.mean(1, keepdims=True)  # rows C PE_m
     divided = A / (X + Pm).std(1)[:, None]
     W = fit_relative_w(A)
-    rel = [spread_over_span(A, W), spread_over_span(divided, W)]
-    assert f"{rel[0]:.0e} {rel[1]:.2f}" == "4e-05 0.96"
+    rel = [spread_over_span(Pm, fit_relative_w(Pm)), spread_over_span(A, W)]
+    assert f"{rel[0]:.0e} {rel[1]:.0e}" == "1e-04 4e-05"
     # the fit is not the trivial numerator 0: the table has a span
     assert np.ptp(A @ W @ A.T) > 1e-3 * np.linalg.norm(W)
-    # A.5: fitted after the division instead, to this sentence; then three other sentences
+    # a W fitted before the division, reused after it (the old, unfair comparison): far off
+    assert spread_over_span(divided, W) > 0.5
     W_after = fit_relative_w(divided)
     others = [
         A / (np.random.default_rng(s).normal(size=Pm.shape) + Pm).std(1)[:, None]
-        for s in (100, 101, 102)
+        for s in range(100, 120)
     ]
     rel_o = [spread_over_span(M, W_after) for M in others]
-    got = f"{spread_over_span(divided, W_after):.2f} {min(rel_o):.2f} {max(rel_o):.2f}"
-    assert got == "0.09 0.12 0.29"
+    rel_in = spread_over_span(divided, W_after)
+    got = f"{rel_in:.2f} {np.median(rel_o):.2f} {min(rel_o):.2f} {max(rel_o):.2f}"
+    assert got == "0.09 0.20 0.08 0.49"
+    assert rel_in < np.median(rel_o)
 
 
 def test_section_2_8_scale_and_bfloat16_near_position_0():
