@@ -700,7 +700,7 @@ def spread_over_span(A, W):
 
 
 def test_a_w_fitted_after_centring_is_nearly_relative_and_the_division_breaks_it():
-    # A.5 (quoted in 2.7): the fit on uncentred encodings (its floor), on the centred rows,
+    # 2.7: the fit on uncentred encodings (the ridge's residual), on the centred rows,
     # and refitted after the division, then 20 other sentences
     X, _, _, Pm = chapter_tables()
     A = Pm - Pm.mean(1, keepdims=True)  # rows C PE_m
@@ -742,3 +742,30 @@ def test_random_w_spread_over_span_over_ten_more_seeds():
         Wr = gen.normal(size=(16, 16)) @ gen.normal(size=(16, 16)).T / 16
         rel.append(diagonal_spread(Pm @ Wr @ Pm.T) / np.ptp(Pm @ Wr @ Pm.T))
     assert f"{rel[0]:.2f} {min(rel[1:]):.2f} {max(rel[1:]):.2f}" == "0.76 0.68 0.93"
+
+
+def test_section_2_7_sigma_moves_with_position_without_tokens():
+    # 2.7's X = 0 control: sigma_m^2 = 1/2 - mu_m^2, and a W fitted to LN(PE) alone is far off
+    X, _, W_c, Pm = chapter_tables()
+    mu, sigma0 = Pm.mean(1), Pm.std(1)
+    assert np.allclose(sigma0**2, 0.5 - mu**2, rtol=0, atol=1e-12)
+    assert f"{sigma0.min():.2f} {sigma0.max():.2f} {mu.min():.2f} {mu.max():.2f}" == (
+        "0.45 0.65 0.27 0.55"
+    )
+    sigma = (X + Pm).std(1)
+    assert f"{sigma.min():.2f} {sigma.max():.2f}" == "0.76 1.50"
+    alone = (Pm - mu[:, None]) / sigma0[:, None]
+    assert f"{spread_over_span(alone, fit_relative_w(alone)):.2f}" == "0.49"
+    # the strawman, moved here from 2.7: section 2.6's block form, chosen before the norm,
+    # is far from relative after centring
+    A = Pm - mu[:, None]
+    assert f"{diagonal_spread(A @ W_c @ A.T):.2f}" == "5.46"
+
+
+def test_odd_width_norm_stops_below_two():
+    # 2.5: at d_model = 7 the lone sine is the slowest column; by position 1,999 its angle is
+    # 0.745 rad, so the norm reaches sqrt(3 + sin(0.745)^2) = 1.8601, not 2
+    angle = 1999 * P.sinusoidal_frequencies(7)[-1]
+    assert f"{angle:.3f}" == "0.745"
+    odd = np.linalg.norm(P.sinusoidal_encoding(2000, 7), axis=1)
+    assert math.isclose(odd.max(), math.sqrt(3 + math.sin(angle) ** 2), rel_tol=1e-12)
