@@ -503,3 +503,18 @@ def test_the_by_construction_facts_of_sections_5_2_and_5_6():
         for blk in model.blocks:
             h = blk(h)
             assert torch.allclose(h.norm(dim=-1), torch.full(h.shape[:2], 8.0), atol=1e-3)
+
+
+def test_the_a2_step_20_ratios_sit_in_their_decades(logged):
+    """A.2's first printed line, pinned (committed data, decade lines chosen after seeing it, so a
+    pin, not a test of a claim): layer 6 / layer 1 at step 20 is below 100 at 1e-3, between 100
+    and 1e4 at 3e-3 in all five seeds, and above 1e4 at 1e-2 (seeds 1 to 4 here; the chapter's
+    live seed 0 prints 1.5e5)."""
+    runs = {(r["lr"], r["warmup_steps"], r["seed"]): r for r in logged["runs"]}
+
+    def at_20(r):
+        return r["grad_layer6"][20] / r["grad_layer1"][20]
+
+    assert at_20(runs[1e-3, 0, 0]) < 100
+    assert all(100 < at_20(runs[3e-3, 0, s]) < 1e4 for s in range(5))
+    assert all(at_20(runs[1e-2, 0, s]) > 1e4 for s in range(1, 5))
