@@ -401,7 +401,7 @@ def test_losing_keys_gradient_formula_with_respect_to_raw_scores():
 
 
 def test_concentration_holds_at_the_books_start_score_spread():
-    # section 4.3: at score std 11.56 (Appendix A.1's unscaled models' start at d_k = 1024, not
+    # Appendix A.4: at score std 11.56 (Appendix A.1's unscaled models' start at d_k = 1024, not
     # the unit-variance 32), rows still saturate and the top 10% of rows carry far more than
     # scaled rows' share of the gradient to q, but the median row's ||da/dq||_F has not vanished.
     # Autograd is the reference for every per-row gradient (one backward pass per key j); another
