@@ -406,6 +406,11 @@ def _offset_dot_spread(pe):
     return max(np.ptp((pe[k:] * pe[:-k]).sum(axis=1)) for k in range(1, len(pe)))
 
 
+def _nearest_pair(pe):
+    # the closest two different rows, by brute force over all pairs
+    return min(np.linalg.norm(pe[i] - pe[j]) for i in range(len(pe)) for j in range(i))
+
+
 def _score(encode):
     pe_s, pe_l = encode(SHORT), encode(LONG)
     a, b = positional.encoding_properties(pe_s), positional.encoding_properties(pe_l)
@@ -419,7 +424,9 @@ def _score(encode):
     except ValueError:
         far_max = None
     return {
-        "unique": a["unique"] and b["unique"],
+        "unique": a["unique"]
+        and b["unique"]
+        and _nearest_pair(pe_l) >= 0.5 * b["neighbour_distance_min"],
         "bounded": None if far_max is None else far_max <= 1.5 * a["max_abs"],
         "equal norm": max(a["norm_spread"], b["norm_spread"]) < TOL,
         "equal step": max(a["neighbour_distance_spread"], b["neighbour_distance_spread"]) < TOL,
@@ -1239,3 +1246,11 @@ def test_the_former_exercise_5_solution_passes_its_checker_and_its_mean_loss_is_
     assert abs(loss[n_needed // 10] - predicted[n_needed // 10]) < 0.015
     assert 0.2 < above < 0.8
     assert draws[n_needed].std(ddof=1) > 0.002
+
+
+def test_one_circle_fails_uniqueness_once_it_asks_for_a_margin():
+    # section 1.9: at N = 100 one circle's codes 44 apart come within 0.018 against a 0.959 step,
+    # so the margin rule fails it; besides, it has 2 channels, not D
+    scores, _ = _score(lambda n: positional.sinusoidal_encoding(n, 2))
+    failed = {r for r, ok in scores.items() if ok is not None and not ok}
+    assert failed == {"unique", "d_model dims"}
