@@ -127,7 +127,7 @@ def test_scalar_readout_does_not_depend_on_the_chapters_numbers():
 @pytest.mark.parametrize(
     ("answer", "words"),
     [
-        (44, "the first return within 0.1 (section 1.6's 0.018 apart), not within 0.01"),  # not only 0.05
+        (44, "the first return within 0.1 or 0.05 (section 1.6's 0.018 apart), not 0.01"),
         (355, "355 = 113 pi is half a turn"),  # was "too large" and nothing else
         (22, "only the sine"),
         (25, "only the cosine"),
