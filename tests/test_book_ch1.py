@@ -1244,3 +1244,14 @@ def test_one_circle_fails_uniqueness_once_it_asks_for_a_margin():
     scores, _ = _score(lambda n: positional.sinusoidal_encoding(n, 2))
     failed = {r for r, ok in scores.items() if ok is not None and not ok}
     assert failed == {"unique", "d_model dims"}
+
+
+def test_sinusoid_keeps_a_third_of_the_energy_next_to_std1_tokens():
+    # moved from section 1.7's cell (s7h1): ||pe||^2 = d/2 against E||e||^2 = d, so the
+    # sinusoid's share of the total energy is a third at every d_model (500 random tokens)
+    gen = np.random.default_rng(4)
+    for d in (4, 16, 64, 256, 1024):
+        e = gen.standard_normal((500, 1, d))
+        pe = positional.sinusoidal_encoding(10, d)
+        share = 500 * (pe**2).sum() / ((e + pe) ** 2).sum()
+        assert abs(share - 1 / 3) < 0.01, d
