@@ -38,6 +38,13 @@ long at initialisation) is one run::
 
     python tools/extrapolation_lab.py --steps 10000 --schemes sinusoidal --embed-scale 36 \\
         --eval-lengths 32 48 64 128 256 --out mini_transformer/results/03_scale_control.json
+
+Chapter 3's longer ALiBi run (``results/03_alibi_long.json``: seed 0 at three times the steps;
+5.6 CPU-minutes, 16 minutes wall beside other jobs on 2 cores) is one run, written to a scratch
+folder and copied (the file stores the command as run)::
+
+    python tools/extrapolation_lab.py --steps 30000 --seeds 0 --schemes alibi \\
+        --eval-lengths 32 48 64 128 256 --out mini_transformer/results/03_alibi_long.json
 """
 
 from __future__ import annotations
