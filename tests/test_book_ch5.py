@@ -518,3 +518,35 @@ def test_the_a2_step_20_ratios_sit_in_their_decades(logged):
     assert at_20(runs[1e-3, 0, 0]) < 100
     assert all(100 < at_20(runs[3e-3, 0, s]) < 1e4 for s in range(5))
     assert all(at_20(runs[1e-2, 0, s]) > 1e4 for s in range(1, 5))
+
+
+def test_restarting_adams_m_mid_run_leaves_it_without_bias_correction():
+    """Section 5.9's fold: zeroing ``exp_avg`` while PyTorch's shared ``step`` counter runs on
+    ramps m-hat as 1 - 0.9^k (a hidden warm-up), where Adam-2k proper would step in full at once.
+
+    One weight, loss = w (gradient 1 at every step): 50 steps at rate 0 fill m and v, then m is
+    zeroed and k steps at rate 1 follow. The reference is Adam's update written out by hand.
+    """
+    w = nn.Parameter(torch.zeros((), dtype=torch.float64))
+    b1, b2, eps = 0.9, 0.98, 1e-9
+    opt = torch.optim.Adam([w], lr=0.0, betas=(b1, b2), eps=eps)
+    for _ in range(50):
+        opt.zero_grad()
+        w.backward()
+        opt.step()
+    assert w.item() == 0.0  # rate 0: the averages filled, the weight not moved
+    opt.state[w]["exp_avg"].zero_()
+    for group in opt.param_groups:
+        group["lr"] = 1.0
+    steps = []
+    for k in range(1, 21):
+        before = w.item()
+        opt.zero_grad()
+        w.backward()
+        opt.step()
+        steps.append(before - w.item())
+        t = 50 + k  # PyTorch's counter: both corrections read it
+        m_hat = (1 - b1**k) / (1 - b1**t)  # m restarted k steps ago, corrected as if t steps old
+        v_hat = (1 - b2**t) / (1 - b2**t)  # v: every one of the t gradients was 1
+        assert steps[-1] == pytest.approx(m_hat / (math.sqrt(v_hat) + eps), rel=1e-9)
+    assert steps[0] < 0.11 and steps[9] < 0.66 < steps[19] < 0.9  # 1 - 0.9^k: ~10-20 steps
