@@ -863,3 +863,11 @@ def test_memn2n_query_fractions_below_the_smallest_in_training(res):
     assert smallest == 1 / 8
     below = {T: sum(j / T < smallest for j in range(c + 1, L + 1)) for T in (48, 64, 128, 256)}
     assert below == {48: 2, 64: 4, 128: 12, 256: 28} and L - c == 29
+
+
+def test_pos_over_N_collides_one_word_later_than_memn2n():
+    # (formerly appendix A.4's aside) chapter 1's pos/N is one step behind MemN2N's j/J: for
+    # word 4 of 12 and word 5 of 15 it differs (3/12 vs 4/15), and collides on the next words
+    by_n12 = P.normalized_index_encoding(12)[:, 0]
+    by_n15 = P.normalized_index_encoding(15)[:, 0]
+    assert by_n12[3] != by_n15[4] and by_n12[4] == by_n15[5]
