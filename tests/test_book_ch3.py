@@ -824,3 +824,50 @@ def test_alibi_long_run_is_the_sweeps_recipe_at_three_times_the_steps(res):
     assert round(a["final_loss"][0], 3) == 0.009 and a["accuracy"]["32"]["per_seed"][0] > 0.99
     rope_8L = _per_seed(res, "rope", 8 * res["config"]["train_length"], "accuracy_beyond")
     assert a["accuracy_beyond"]["256"]["per_seed"][0] > rope_8L.max()  # ahead of every RoPE seed
+
+
+def _even_weight_reader_loop(T, L, n, seed, vocab=16, offset=3):
+    """The expert's reference, one position at a time: predict the most frequent token of
+    x[:t + 1] (ties share the credit); returns the accuracy on t < L and on t >= L."""
+    rng = np.random.default_rng(seed)
+    hits = {True: [], False: []}
+    for _ in range(n):
+        x = rng.integers(0, vocab, T)
+        for t in range(offset, T):
+            c = np.bincount(x[: t + 1], minlength=vocab)
+            top = np.flatnonzero(c == c.max())
+            hits[t >= L].append((x[t - offset] in top) / len(top))
+    return np.mean(hits[False]), (np.mean(hits[True]) if hits[True] else None)
+
+
+def test_even_weight_reader_floor_by_a_plain_loop(res):
+    # section 3.6 prints 0.20 (t < L) and 0.133 at 2L / 0.106 at 8L (t >= L) from a vectorised
+    # reader on 2000 sequences; this loop uses other sequences (standard error about 0.004)
+    L = res["config"]["train_length"]
+    inside, at_2L = _even_weight_reader_loop(2 * L, L, n=600, seed=11)
+    _, at_8L = _even_weight_reader_loop(8 * L, L, n=150, seed=12)
+    assert abs(inside - 0.20) < 0.015 and abs(at_2L - 0.133) < 0.012 and abs(at_8L - 0.106) < 0.015
+    # the prose: learned and sinusoidal sit 0.015 to 0.026 below it; no encoding above it
+    for s in ("learned", "sinusoidal"):
+        for T, floor in ((2 * L, at_2L), (8 * L, at_8L)):
+            assert 0.0 < floor - _mean(res, s, T, "accuracy_beyond") < 0.045, (s, T)
+    assert _mean(res, "none", 2 * L, "accuracy_beyond") > at_2L + 0.03
+
+
+def test_memn2n_query_fractions_below_the_smallest_in_training(res):
+    # section 3.7: scored training queries (t >= 3, so j >= 4; J from L/2 to L) never had j/J
+    # below 4/L = 1/8; at length T, the scored queries t < L with j/T below it, by enumeration
+    cfg = res["config"]
+    L, lo, c = cfg["train_length"], cfg["min_train_length"], cfg["offset"]
+    smallest = min(j / J for J in range(lo, L + 1) for j in range(c + 1, J + 1))
+    assert smallest == 1 / 8
+    below = {T: sum(j / T < smallest for j in range(c + 1, L + 1)) for T in (48, 64, 128, 256)}
+    assert below == {48: 2, 64: 4, 128: 12, 256: 28} and L - c == 29
+
+
+def test_pos_over_N_collides_one_word_later_than_memn2n():
+    # (formerly appendix A.4's aside) chapter 1's pos/N is one step behind MemN2N's j/J: for
+    # word 4 of 12 and word 5 of 15 it differs (3/12 vs 4/15), and collides on the next words
+    by_n12 = P.normalized_index_encoding(12)[:, 0]
+    by_n15 = P.normalized_index_encoding(15)[:, 0]
+    assert by_n12[3] != by_n15[4] and by_n12[4] == by_n15[5]
