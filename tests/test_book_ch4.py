@@ -163,16 +163,20 @@ def test_at_each_better_rate_unscaled_overlaps_scaled_at_1024(scoring):
     lo, hi = scoring["lo"], scoring["hi"]
     assert lo["unscaled", 1024, best("unscaled", 1024)] < hi["scaled", 1024, best("scaled", 1024)]
     assert best("scaled", 1024) == 1e-2
-    # section 4.11: "with each score at its better rate of the two, unscaled's and scaled's seed
-    # ranges overlap or lie at most 0.005 nats apart at every d_k": unscaled's best seed is worse
-    # than scaled's worst at d_k = 16 and 256 (by 0.005 and 0.002 nats), the ranges overlap at 4,
-    # 64 and 1024
-    gap = {
-        d: lo["unscaled", d, best("unscaled", d)] - hi["scaled", d, best("scaled", d)]
-        for d in scoring["d_ks"]
+    # Appendix A.1's Details: "with each score at its better rate of the two, the median loss ratio
+    # unscaled / scaled was 1.0, 1.2, 0.86, 3.5 and 6.3 at d_k = 4, 16, 64, 256 and 1024 ... every
+    # unscaled seed lay above every scaled one at 16 and 256". Ratios of medians, not gaps in nats:
+    # the losses span three orders of magnitude (the s24 expert's item 2)
+    d_ks = scoring["d_ks"]
+    ratio = {
+        d: losses("unscaled", d, best("unscaled", d))[1] / losses("scaled", d, best("scaled", d))[1]
+        for d in d_ks
     }
-    assert [d for d in scoring["d_ks"] if gap[d] > 0] == [16, 256]
-    assert (round(gap[16], 3), round(gap[256], 3)) == (0.005, 0.002)
+    assert [round(ratio[d], 2 if ratio[d] < 1 else 1) for d in d_ks] == [1.0, 1.2, 0.86, 3.5, 6.3]
+    gap = {
+        d: lo["unscaled", d, best("unscaled", d)] - hi["scaled", d, best("scaled", d)] for d in d_ks
+    }
+    assert [d for d in d_ks if gap[d] > 0] == [16, 256]
 
 
 def test_small_lr_unscaled_lowest_loss_but_not_always_best_accuracy(scoring):
@@ -525,8 +529,8 @@ def test_the_4w_start_is_less_saturated_than_unit_variance_rows():
 
 
 def test_section_4_11_better_rate_is_10_to_the_minus_2_for_scaled_only(scoring):
-    # section 4.11: "one rate, 1e-2, that was scaled attention's better one at every d_k
-    # (unscaled's changed with d_k)", by median loss as the chapter's cell picks it
+    # Appendix A.1's Details (moved from section 4.11): "one rate, 1e-2, that was its better one at
+    # every d_k (unscaled's changed with d_k)", by median loss as the chapter's cell picks it
     runs = scoring["runs"]
 
     def median(kind, d, lr):
@@ -541,8 +545,9 @@ def test_section_4_11_better_rate_is_10_to_the_minus_2_for_scaled_only(scoring):
 
 
 def test_two_sided_sign_test_band_for_nine_starts():
-    # section 4.11's assert 2 <= better4 <= 7: for 9 starts, a two-sided sign test at 5% rejects
-    # "no difference" exactly at 0, 1, 8 and 9 wins; and 6 or more of 9 has probability ~ 1/4
+    # section 4.11's reading of its grid: the start 4W lower on 1 of 9 starts at 1e-3 ("higher
+    # on 8 of 9") is a detected effect, lower on 6 of 9 at 1e-2 is not ("no cost detected"): for
+    # 9 starts, a two-sided sign test at 5% rejects "no difference" exactly at 0, 1, 8 and 9 wins
     from math import comb
 
     def two_sided(k, n=9):
@@ -550,4 +555,5 @@ def test_two_sided_sign_test_band_for_nine_starts():
         return min(1.0, 2 * tail)
 
     assert [k for k in range(10) if two_sided(k) >= 0.05] == list(range(2, 8))
-    assert round(sum(comb(9, i) for i in range(6, 10)) / 2**9, 2) == 0.25  # "about a quarter"
+    # 6 or more of 9 by chance: about a quarter
+    assert round(sum(comb(9, i) for i in range(6, 10)) / 2**9, 2) == 0.25
