@@ -1255,3 +1255,104 @@ def test_sinusoid_keeps_a_third_of_the_energy_next_to_std1_tokens():
         pe = positional.sinusoidal_encoding(10, d)
         share = 500 * (pe**2).sum() / ((e + pe) ** 2).sum()
         assert abs(share - 1 / 3) < 0.01, d
+
+
+# --- 1.6 attention can aim at a code (s7i1) -----------------------------------------------
+
+
+def _package_weights(q, K, mask=None):
+    # the package's softmax(q K^T / sqrt(d_k)) rows, as weights (not a NumPy re-implementation)
+    Q, K = torch.as_tensor(q, dtype=torch.float64), torch.as_tensor(K, dtype=torch.float64)
+    eye = torch.eye(K.shape[0], dtype=torch.float64)  # V = I returns the weights themselves
+    return attention.scaled_dot_product_attention(Q, K, eye, mask=mask).numpy()
+
+
+def test_one_fixed_rotation_turns_each_sinusoid_code_into_the_previous_one():
+    # section 1.6: "for the sinusoid one fixed rotation makes [p_(i-1)] from p_i at every i"
+    d, n = 16, 40
+    pe = positional.sinusoidal_encoding(n, d)
+    omega = 10000.0 ** (-np.arange(0, d, 2) / d)
+    back = np.zeros((d, d))
+    for k, w in enumerate(omega):  # (sin a, cos a) -> (sin(a - w), cos(a - w)) in pair k
+        back[2 * k : 2 * k + 2, 2 * k : 2 * k + 2] = [
+            [np.cos(w), -np.sin(w)],
+            [np.sin(w), np.cos(w)],
+        ]
+    assert np.allclose(back @ back.T, np.eye(d), atol=1e-12)  # orthogonal
+    assert np.allclose(pe[1:] @ back.T, pe[:-1], atol=1e-12)
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_a_sinusoid_query_puts_nearly_all_weight_on_the_previous_position(mask):
+    # section 1.6: beta = 16 gives key i - 1 at least 0.999 of the weight at every i (N = 40,
+    # d_model = 16); the package's scaled_dot_product_attention divides by sqrt(d_k) = 4, so
+    # the query is scaled by 4 beta to give the scores beta p_(i-1) . p_j
+    n, d, beta = 40, 16, 16.0
+    pe = positional.sinusoidal_encoding(n, d)
+    q = 4 * beta * pe[:-1]  # queries for i = 1..39: p_(i-1)
+    m = attention.causal_mask(n)[1:] if mask else None  # rows i = 1..39
+    w = _package_weights(q, pe, m)  # (39, 40)
+    assert w[np.arange(n - 1), np.arange(n - 1)].min() > 0.999
+
+
+def test_with_unequal_norms_a_louder_code_outscores_the_one_the_query_aims_at():
+    # requirement 3's reason: at equal norms p_(i-1) . p_j peaks at j = i - 1; make p_i louder
+    # by 1.5 and the same query scores it higher
+    pe = positional.sinusoidal_encoding(40, 16)
+    louder = pe.copy()
+    louder[20] *= 1.5
+    scores = pe[19] @ pe.T
+    assert scores.argmax() == 19
+    assert (pe[19] @ louder.T).argmax() == 20
+
+
+@pytest.mark.parametrize("code", ["pos/N", "index"])
+def test_a_one_channel_code_puts_at_most_the_geometric_bound_on_the_previous_position(code):
+    # section 1.6: weights exp(beta p_j) change geometrically with j for a code linear in j, so
+    # the weight on key i - 1 (keys 0..i) is r (1 - r) / (1 - r^(i+1)), r = exp(-beta * step):
+    # at most 1/3 for any i >= 2 and about 1/4 for i = 20 ("at most 0.25 on position 19")
+    n = 40
+    p = positional.normalized_index_encoding(n) if code == "pos/N" else positional.index_encoding(n)
+    step = p[1, 0] - p[0, 0]
+    slopes = np.linspace(-60, 60, 2401) / step  # covers r from e^-60 to e^60
+    r = np.linspace(1e-4, 1 - 1e-4, 20_000)
+    for i in (2, 5, 20, 39):
+        mask = attention.causal_mask(n)[i : i + 1].expand(len(slopes), n)
+        w = _package_weights(slopes[:, None], np.broadcast_to(p, (n, 1)).copy(), mask)
+        best = w[:, i - 1].max()
+        bound = (r * (1 - r) / (1 - r ** (i + 1))).max()
+        assert best <= bound + 1e-6, (code, i)
+        assert best >= bound - 5e-3, (code, i)  # the slope grid reaches the bound
+        assert best <= 1 / 3 + 1e-9 and (i < 20 or best < 0.2501), (code, i)
+
+
+@pytest.mark.parametrize("N", [10, 100])
+def test_held_at_one_varying_energy_the_codes_hits_barely_move_with_d_model(N):
+    # section 1.8: the matched curves rise with d_model because the sinusoid's varying energy
+    # does; held at its d_model = 64 value, each code's hits change by at most 0.128 from 16 to
+    # 1024 in the chapter's draw (0.143 in this one): far below the matched rise of 0.5 or more.
+    gen = np.random.default_rng(2024)
+    p = positional.normalized_index_encoding(N)[:, 0]
+
+    def varying(c):
+        return np.mean(((c - c.mean(0)) ** 2).sum(axis=1))
+
+    def hits(c, d):
+        e = gen.standard_normal((5000 // N, N, d))
+        score = (e + c) @ c.T - 0.5 * (c**2).sum(axis=1)
+        return np.mean(score.argmax(axis=-1) == np.arange(N))
+
+    target = varying(positional.sinusoidal_encoding(N, 64))
+    held, matched = {}, {}
+    for d in (16, 1024):
+        sin = positional.sinusoidal_encoding(N, d)
+        table = gen.standard_normal((N, d))
+        line = np.zeros((N, d))
+        line[:, 0] = p - p.mean()
+        for name, c in (("sinusoid", sin), ("random", table), ("line", line)):
+            c = c - c.mean(0)
+            held[name, d] = hits(c * np.sqrt(target / varying(c)), d)
+            matched[name, d] = hits(c * np.sqrt(varying(sin) / varying(c)), d)
+    for name in ("sinusoid", "random", "line"):
+        assert abs(held[name, 1024] - held[name, 16]) < 0.2, (name, held)
+    assert max(matched[nm, 1024] - matched[nm, 16] for nm in ("sinusoid", "random", "line")) > 0.5
