@@ -561,6 +561,9 @@ def test_the_sign_test_p_values_of_section_5_7():
 
     assert binomtest(15, 16, 0.5, alternative="greater").pvalue == pytest.approx(0.00026, abs=5e-6)
     assert binomtest(10, 16, 0.5, alternative="greater").pvalue == pytest.approx(0.23, abs=5e-3)
-    band = [k for k in range(17) if min(binomtest(k, 16, 0.5, alternative=a).pvalue
-                                        for a in ("greater", "less")) > 0.1]
+    band = [
+        k
+        for k in range(17)
+        if min(binomtest(k, 16, 0.5, alternative=a).pvalue for a in ("greater", "less")) > 0.1
+    ]
     assert band == list(range(5, 12))
