@@ -521,7 +521,7 @@ def test_the_a2_step_20_ratios_sit_in_their_decades(logged):
 
 
 def test_restarting_adams_m_mid_run_leaves_it_without_bias_correction():
-    """Section 5.9's fold: zeroing ``exp_avg`` while PyTorch's shared ``step`` counter runs on
+    """Appendix A.8's fold: zeroing ``exp_avg`` while PyTorch's shared ``step`` counter runs on
     ramps m-hat as 1 - 0.9^k (a hidden warm-up), where Adam-2k proper would step in full at once.
 
     One weight, loss = w (gradient 1 at every step): 50 steps at rate 0 fill m and v, then m is
@@ -550,3 +550,20 @@ def test_restarting_adams_m_mid_run_leaves_it_without_bias_correction():
         v_hat = (1 - b2**t) / (1 - b2**t)  # v: every one of the t gradients was 1
         assert steps[-1] == pytest.approx(m_hat / (math.sqrt(v_hat) + eps), rel=1e-9)
     assert steps[0] < 0.11 and steps[9] < 0.66 < steps[19] < 0.9  # 1 - 0.9^k: ~10-20 steps
+
+
+def test_the_sign_test_p_values_of_section_5_7():
+    """Section 5.7's path quotes one-sided sign-test p-values: at least 15 of 16 seeds rising has
+    p = 0.00026, at least 10 of 16 p = 0.23. The chapter sums binomial coefficients by hand; the
+    reference here is scipy's binomial test. The 5-to-11 band the chapter calls "no clear
+    direction" is where both one-sided p-values stay above 0.1."""
+    from scipy.stats import binomtest
+
+    assert binomtest(15, 16, 0.5, alternative="greater").pvalue == pytest.approx(0.00026, abs=5e-6)
+    assert binomtest(10, 16, 0.5, alternative="greater").pvalue == pytest.approx(0.23, abs=5e-3)
+    band = [
+        k
+        for k in range(17)
+        if min(binomtest(k, 16, 0.5, alternative=a).pvalue for a in ("greater", "less")) > 0.1
+    ]
+    assert band == list(range(5, 12))
