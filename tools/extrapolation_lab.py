@@ -45,6 +45,13 @@ folder and copied (the file stores the command as run)::
 
     python tools/extrapolation_lab.py --steps 30000 --seeds 0 --schemes alibi \\
         --eval-lengths 32 48 64 128 256 --out mini_transformer/results/03_alibi_long.json
+
+Chapter 3's second input-scale control (``results/03_pos_scale.json``: the sinusoidal encoding
+times 8/36, tokens kept times 8, so that the two rows are equally long at initialisation without
+faster token updates) is one run, written to a scratch folder and copied::
+
+    python tools/extrapolation_lab.py --steps 10000 --schemes sinusoidal --pos-scale 0.2222 \\
+        --eval-lengths 32 48 64 128 256 --out mini_transformer/results/03_pos_scale.json
 """
 
 from __future__ import annotations
