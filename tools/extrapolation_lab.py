@@ -45,6 +45,13 @@ folder and copied (the file stores the command as run)::
 
     python tools/extrapolation_lab.py --steps 30000 --seeds 0 --schemes alibi \\
         --eval-lengths 32 48 64 128 256 --out mini_transformer/results/03_alibi_long.json
+
+Chapter 3's second input-scale control (``results/03_pos_scale.json``: the sinusoidal encoding
+times 8/36, tokens kept times 8, so that the two rows are equally long at initialisation without
+faster token updates) is one run, written to a scratch folder and copied::
+
+    python tools/extrapolation_lab.py --steps 10000 --schemes sinusoidal --pos-scale 0.2222 \\
+        --eval-lengths 32 48 64 128 256 --out mini_transformer/results/03_pos_scale.json
 """
 
 from __future__ import annotations
@@ -116,6 +123,9 @@ def _train_and_evaluate(scheme: str, cfg: LabConfig, seed: int) -> tuple[dict, d
     scale = cfg.extra.get("sinusoidal_embed_scale")
     if scheme == "sinusoidal" and scale is not None:  # the input-scale control (--embed-scale)
         model.embed_scale = scale
+    pos_scale = cfg.extra.get("sinusoidal_pos_scale")
+    if scheme == "sinusoidal" and pos_scale is not None:  # the other control (--pos-scale)
+        model.pos_emb.pe.mul_(pos_scale)
     w_init = lab.learned_position_weight(model) if scheme == "learned" else None
     losses = lab.train_model(model, cfg, seed)
     seconds = time.perf_counter() - t0
@@ -342,6 +352,14 @@ def parser() -> argparse.ArgumentParser:
         help="multiply the sinusoidal model's token embeddings by S instead of sqrt(d_model) "
         "(a control: S = 36 makes token and encoding rows equally long at initialisation)",
     )
+    p.add_argument(
+        "--pos-scale",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="multiply the sinusoidal encoding by S (a control: S = 8/36 makes encoding rows as "
+        "long as the sqrt(d_model)-scaled token rows at initialisation)",
+    )
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads (1 = bit-stable)")
     p.add_argument(
         "--merge",
@@ -392,7 +410,8 @@ def _config(args: argparse.Namespace) -> LabConfig:
         eval_samples=args.eval_samples,
         scheme_lr=dict(args.scheme_lr),
         eval_lengths=args.eval_lengths,
-        extra={} if args.embed_scale is None else {"sinusoidal_embed_scale": args.embed_scale},
+        extra=({} if args.embed_scale is None else {"sinusoidal_embed_scale": args.embed_scale})
+        | ({} if args.pos_scale is None else {"sinusoidal_pos_scale": args.pos_scale}),
     )
 
 
