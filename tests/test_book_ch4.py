@@ -545,9 +545,10 @@ def test_section_4_11_better_rate_is_10_to_the_minus_2_for_scaled_only(scoring):
 
 
 def test_two_sided_sign_test_band_for_nine_starts():
-    # section 4.11's reading of its grid: the start 4W lower on 1 of 9 starts at 1e-3 ("higher
-    # on 8 of 9") is a detected effect, lower on 6 of 9 at 1e-2 is not ("no cost detected"): for
-    # 9 starts, a two-sided sign test at 5% rejects "no difference" exactly at 0, 1, 8 and 9 wins
+    # section 4.11's reading of its grid: the start 4W lower on 1 of 9 starts at 1e-3 is a detected
+    # cost, lower on 6 of 9 at 1e-2 is not ("no cost detected"); each at its best rate, unscaled
+    # lower on 6 of 9 starts is "neither wins" (the cell asserts 2 <= k <= 7): for 9 starts, a
+    # two-sided sign test at 5% rejects "no difference" exactly at 0, 1, 8 and 9 wins
     from math import comb
 
     def two_sided(k, n=9):
@@ -555,5 +556,42 @@ def test_two_sided_sign_test_band_for_nine_starts():
         return min(1.0, 2 * tail)
 
     assert [k for k in range(10) if two_sided(k) >= 0.05] == list(range(2, 8))
-    # 6 or more of 9 by chance: about a quarter
+    # 6 or more of 9 by chance: about a quarter; a split at least as uneven either way ("a split
+    # at least this uneven, which chance gives half the time"): about a half
     assert round(sum(comb(9, i) for i in range(6, 10)) / 2**9, 2) == 0.25
+    assert round(two_sided(6), 1) == 0.5
+
+
+def test_section_4_11_identity_is_exact_with_eps_times_c():
+    # section 4.11, step 3: "(and eps / c)". Unscaled from W at rate eta with Adam's eps * c is
+    # scaled from c W at rate c * eta with eps, bit for bit (c = 4, a power of 2: every rescaling
+    # is exact), so the grid's unscaled runs differ from the 4W runs only through eps
+    import torch
+    import torch.nn.functional as F
+
+    from mini_transformer.scoring import ScoreModel, retrieval_batch
+
+    d_k, c, eta = 256, 4.0, 2.5e-3
+
+    def run(kind, lr, start, eps):
+        torch.manual_seed(0)
+        model = ScoreModel(kind, d_k)
+        model.load_state_dict(start)
+        opt = torch.optim.Adam(model.parameters(), lr=lr, eps=eps)
+        batches = torch.Generator().manual_seed(7)
+        for _ in range(30):
+            query, keys, values, target = retrieval_batch(batches)
+            out = (model(query, keys).softmax(-1) @ values)[:, 0]
+            opt.zero_grad()
+            F.nll_loss(torch.log(out + 1e-9), target).backward()
+            opt.step()
+        return model.state_dict()
+
+    torch.manual_seed(3)
+    W = ScoreModel("scaled", d_k).state_dict()
+    unscaled = run("unscaled", eta, W, eps=c * 1e-8)
+    scaled = run("scaled", c * eta, {n: c * w for n, w in W.items()}, eps=1e-8)
+    assert all(torch.equal(c * unscaled[n], scaled[n]) for n in W)
+    # and with the same eps in both the runs are not bit-identical: eps is the one unscaled term
+    default = run("unscaled", eta, W, eps=1e-8)
+    assert not all(torch.equal(c * default[n], scaled[n]) for n in W)
