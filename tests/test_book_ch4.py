@@ -595,3 +595,34 @@ def test_section_4_11_identity_is_exact_with_eps_times_c():
     # and with the same eps in both the runs are not bit-identical: eps is the one unscaled term
     default = run("unscaled", eta, W, eps=1e-8)
     assert not all(torch.equal(c * default[n], scaled[n]) for n in W)
+
+
+def test_fused_path_never_hands_the_kernel_a_fully_masked_row(monkeypatch):
+    # section 4.5: the package does not rely on the kernel's own zeros (torch >= 2.5). It unmasks
+    # a fully masked row before the kernel and zeroes it after. Record the mask the kernel gets,
+    # and emulate an older kernel that returns NaN on such rows: the layer must still output
+    # out_proj's bias there. Fails if the package's unmask-then-zero step is removed.
+    import torch
+    import torch.nn.functional as F
+
+    from mini_transformer.attention import MultiHeadAttention
+
+    kernel, seen = F.scaled_dot_product_attention, []
+
+    def old_kernel(q, k, v, attn_mask=None, **kw):
+        seen.append(attn_mask)
+        out = kernel(q, k, v, attn_mask=attn_mask, **kw)
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            out = out.masked_fill(~attn_mask.any(-1, keepdim=True), float("nan"))
+        return out
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", old_kernel)
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, n_heads=1).eval()
+    mha.fused_attention = True
+    mask = torch.ones(1, 1, 4, 4, dtype=torch.bool)
+    mask[..., 2, :] = False  # query 2 may read no key
+    out = mha(torch.randn(1, 4, 8), mask=mask)[0]
+    assert seen and all(m.any(-1).all() for m in seen if m is not None)
+    assert torch.equal(out[0, 2], mha.out_proj.bias)
+    assert torch.isfinite(out).all()
