@@ -688,4 +688,4 @@ def test_the_residual_scaling_makes_the_summed_writes_about_one_projections_vari
             block.attn.out_proj.weight.mul_(math.sqrt(2 * L))
             block.ffn.linear2.weight.mul_(math.sqrt(2 * L))
     ratio = scaled / summed_writes_variance()
-    assert 0.15 < ratio < 0.4, ratio   # predicted 1 / (2L) = 0.25
+    assert 0.15 < ratio < 0.4, ratio  # predicted 1 / (2L) = 0.25
