@@ -660,3 +660,32 @@ def test_clipping_result_over_20_seeds_and_a_live_rerun_of_one(corpus):
             train.train(cfg, tmp, argv=[], setup_hook=built.append)
         live = train.estimate_loss(built[0], val_ids, n_batches=None, batch_size=256, seed=None)
         assert abs(live - runs["3"][name]["whole_text_loss"]) < 2e-3, name
+
+
+def test_the_residual_scaling_makes_the_summed_writes_about_one_projections_variance(corpus):
+    """Section 6.1's initialisation dropdown: scaling the 2L residual writes by 1/sqrt(2L) should
+    cut the variance of their sum (the stream after the last block minus the embedding) by about
+    1/(2L) = 0.25 for L = 2 if the writes are uncorrelated with equal variance. Measured on the
+    seed-0 untrained ``cpu`` model against the same model with those weights multiplied back by
+    sqrt(2L) (the unscaled initialisation), on 8 windows of 128 training characters."""
+    torch.manual_seed(0)
+    model = TransformerLM(train.get_preset("cpu").model).eval()
+    L = model.config.n_layers
+    g = torch.Generator().manual_seed(0)
+    xs, _ = data.get_batch(corpus[3], 8, model.config.block_size, g)
+
+    @torch.no_grad()
+    def summed_writes_variance():
+        emb = model.tok_emb(xs)
+        x = emb
+        for block in model.blocks:
+            x = block(x)
+        return float((x - emb).var())
+
+    scaled = summed_writes_variance()
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.out_proj.weight.mul_(math.sqrt(2 * L))
+            block.ffn.linear2.weight.mul_(math.sqrt(2 * L))
+    ratio = scaled / summed_writes_variance()
+    assert 0.15 < ratio < 0.4, ratio  # predicted 1 / (2L) = 0.25
