@@ -902,3 +902,40 @@ def test_section_2_7_search_by_another_route_and_ridge():
     for T in (24, 512):
         for A in x0_tables(T):
             assert abs(search_share(A, ridge=1e-10) - search_share(A)) < 0.02
+
+
+def test_section_2_7_centred_spread_is_that_of_d_mu_mu():
+    # moved from 2.7's cell: with W_QK = I, X = 0, the centred term f(n - m) - d mu_m mu_n has
+    # exactly the diagonal spread of d mu_m mu_n (the f part is relative)
+    Pm = P.sinusoidal_encoding(24, 16)
+    C = np.eye(16) - np.ones((16, 16)) / 16
+    mu = Pm.mean(1)
+    assert math.isclose(
+        diagonal_spread(Pm @ C @ C @ Pm.T), diagonal_spread(16 * np.outer(mu, mu)), rel_tol=1e-9
+    )
+    assert f"{diagonal_spread(Pm @ C @ C @ Pm.T):.2f}" == "3.62"
+
+
+def test_appendix_a7_bound_after_the_division_is_the_lowest_over_every_w():
+    # A.7's bound at 512 positions, X = 0: every fitted W (uncentred, centred, divided, keys
+    # alone) and ten random W on the table divided on both sides; the keys-alone W gives 0.274,
+    # far below the W fitted to that table (0.80) and every random W (from 0.70)
+    from scipy.linalg import eigh
+
+    pe, centred, divided = x0_tables(512)
+
+    def fit(A, B=None):
+        E, S = factored_forms(A, B)
+        return eigh(E, S + 1e-11 * (512 / 24) ** 2 * np.eye(256))[1][:, -1].reshape(16, 16)
+
+    def share(W):
+        table = divided @ W @ divided.T
+        return diagonal_spread(table) / np.ptp(table)
+
+    fitted = [share(fit(A)) for A in (pe, centred, divided)] + [share(fit(centred, divided))]
+    rnd = []
+    for seed in range(100, 110):
+        gen = np.random.default_rng(seed)
+        rnd.append(share(gen.normal(size=(16, 16)) @ gen.normal(size=(16, 16)).T / 16))
+    assert f"{min(fitted + rnd):.3f}" == "0.274" and min(fitted + rnd) == fitted[3]
+    assert f"{fitted[2]:.2f}" == "0.80" and min(rnd) > 0.69
