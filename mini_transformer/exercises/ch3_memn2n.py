@@ -159,8 +159,8 @@ exercise(
         "l_kj = (1 - k/d) + (j/J)(2k/d - 1). With J = T every fraction j/J changes when T grows "
         "from 8 to 9 (1/8 -> 1/9, ..., 8/8 -> 8/9), so all 8 factors change, in every dimension "
         "but k = d/2, where 2k/d - 1 = 0 keeps 1/2. The input at position t depends on how many "
-        "tokens follow it: MemN2N with J = T is not prefix-stable, so generation must recompute "
-        "every earlier position at each new token."
+        "tokens follow it: MemN2N with J = T is not prefix-stable, so generation must fix J in "
+        "advance or recompute every earlier position at each new token."
     ),
 )
 def _memn2n_append() -> tuple[int, int]:
