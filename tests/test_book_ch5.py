@@ -20,7 +20,7 @@ from torch import nn
 
 from mini_transformer import data, train
 from mini_transformer import stability as S
-from mini_transformer.core import Schedule
+from mini_transformer.core import Schedule, train_step
 
 PLATEAU = 2.75  # the chapter's line: a logged training loss below it has left ln 16 = 2.77
 
@@ -567,3 +567,29 @@ def test_the_sign_test_p_values_of_section_5_7():
         if min(binomtest(k, 16, 0.5, alternative=a).pvalue for a in ("greater", "less")) > 0.1
     ]
     assert band == list(range(5, 12))
+
+
+def test_seeds_1_to_4_keep_their_step_2_update_direction():
+    """Appendix A.3: without warm-up at 1e-2, Post-LN's layer 1 update keeps its step-2 direction
+    (cosine above 0.99 at every step 2 to 59) in seeds 1 to 4, as seed 0 does in section 5.9.
+
+    A layer that still learned would turn (Pre-LN's layer 1: cosine with its first update -0.02
+    at step 59); a slow drift would also fail this bound, where the chapter's A.3 assert on the
+    cosine with the step-0 update (above 0.75) could not tell the two apart."""
+    cfg = S.StabilityConfig()
+    for seed in (1, 2, 3, 4):
+        torch.manual_seed(seed)
+        model = S.xiong_lm(cfg, "post")
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2, betas=(0.9, 0.98), eps=1e-9)
+        batches = torch.Generator().manual_seed(1_000 + seed)  # as S.train_run
+        w = model.blocks[0].ffn.linear2.weight  # W^{2,1}
+        cosines, third = [], None
+        for step in range(60):
+            before = w.detach().clone()
+            train_step(model, opt, *S.copy_task_batch(cfg, batches), 1e-2)
+            delta = (w.detach() - before).flatten()
+            if step == 2:
+                third = delta
+            if step >= 2:
+                cosines.append(float(delta @ third / (delta.norm() * third.norm())))
+        assert min(cosines) > 0.99, (seed, min(cosines))
