@@ -887,3 +887,12 @@ def test_pos_scale_control_is_the_sweeps_sinusoid_with_the_encoding_scaled_down(
         [down["results"]["sinusoidal"]["accuracy_beyond"][str(T)]["per_seed"] for T in (48, 256)]
     )
     assert beyond.max() < 0.16 and beyond[1].max() < 0.07  # the prose: no seed extrapolates
+
+
+def test_plain_sum_of_word_vectors_ignores_order():
+    # section 3.3's contrast (moved from the notebook: it holds by construction): without
+    # MemN2N's weights, "handful of chocolate" and "chocolate of handful" sum to the same vector
+    words = np.random.default_rng(3).standard_normal((3, 8))
+    assert np.allclose(words[[0, 1, 2]].sum(axis=0), words[[2, 1, 0]].sum(axis=0), atol=1e-12)
+    l3 = P.memn2n_encoding(3, 8)
+    assert not np.allclose((l3 * words).sum(axis=0), (l3 * words[[2, 1, 0]]).sum(axis=0))
