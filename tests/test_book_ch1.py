@@ -1402,3 +1402,31 @@ def test_eight_circles_at_random_speeds_pass_every_requirement_as_the_sinusoid_d
 
         s, _ = _score(circles)
         assert all(s[r] for r in s if r != "d_model dims") and s["d_model dims"], seed
+
+
+def test_the_confusion_sum_of_section_1_8s_codes_orders_their_hits_in_every_cell():
+    """Moved from Appendix A.3 (session 8): the *confusion sum*, sum over the wrong codes of
+    Phi(-distance / 2) averaged over positions, a union bound on the chance of a mistake, ranks
+    section 1.8's four codes as the oracle's hits do, strictly, in all 10 cells of its run."""
+    gen = np.random.default_rng(5)  # the chapter's generator and order of draws (noise, table)
+    names = ("scalar", "centred", "random", "sinusoid")
+    for N, d in [(N, d) for N in (10, 100) for d in (4, 16, 64, 256, 1024)]:
+        e = gen.standard_normal((5000 // N, N, d))
+        scalar = np.zeros((N, d))
+        scalar[:, 0] = positional.normalized_index_encoding(N)[:, 0]
+        codes = {
+            "scalar": scalar,
+            "centred": _centred(N, d),
+            "random": _random_table(gen.standard_normal((N, d)), N, d),
+            "sinusoid": positional.sinusoidal_encoding(N, d),
+        }
+        confusion, hits_of = {}, {}
+        for name, pe in codes.items():
+            dist = (pe**2).sum(axis=1) - 2 * np.einsum("tnd,md->tnm", e + pe, pe)
+            hits_of[name] = float(np.mean(dist.argmin(axis=-1) == np.arange(N)))
+            gaps = np.linalg.norm(pe[:, None] - pe[None, :], axis=-1)[~np.eye(N, dtype=bool)]
+            tails = [0.5 * math.erfc(g / 2 / math.sqrt(2)) for g in gaps]  # Phi(-g / 2)
+            confusion[name] = np.mean(tails) * (N - 1)
+        by_sum = sorted(names, key=lambda nm, c=confusion: -c[nm])  # the largest sum first
+        hits = [hits_of[nm] for nm in by_sum]
+        assert all(a < b for a, b in itertools.pairwise(hits)), (N, d, by_sum, hits)
