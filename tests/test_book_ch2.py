@@ -40,6 +40,8 @@ def test_inline_encoding_is_the_package_bit_for_bit():
 
 def test_wavelengths_at_d_model_128():
     lam = 2 * np.pi / P.sinusoidal_frequencies(128)
+    # pair 0 has exponent 0, so wavelength 2 pi at every base (moved from section 2.2's cell)
+    assert math.isclose(lam[0], 2 * np.pi)
     assert round(float(lam[-1])) == 54_410 and round(2 * np.pi * 10000) == 62_832
     # section 2.2's formula for the slowest pair, 2 pi 10000^((d - 2)/d) (moved from the chapter)
     assert math.isclose(lam[-1], 2 * np.pi * 10000 ** (126 / 128), rel_tol=1e-12)
@@ -939,3 +941,89 @@ def test_appendix_a7_bound_after_the_division_is_the_lowest_over_every_w():
         rnd.append(share(gen.normal(size=(16, 16)) @ gen.normal(size=(16, 16)).T / 16))
     assert f"{min(fitted + rnd):.3f}" == "0.274" and min(fitted + rnd) == fitted[3]
     assert f"{fitted[2]:.2f}" == "0.80" and min(rnd) > 0.69
+
+
+# --- A.7's controls, moved out of the chapter (the chapter keeps the centred shares) -------
+
+
+def fit_tables(tables, key_tables=None, ridge=1e-11):
+    """The W maximising the summed E / S over several tables (queries A, keys B), as A.7."""
+    from scipy.linalg import eigh
+
+    key_tables = key_tables or tables
+    forms = [factored_forms(A, B) for A, B in zip(tables, key_tables, strict=True)]
+    E, S = sum(f[0] for f in forms), sum(f[1] for f in forms)
+    d, scale = tables[0].shape[1], (len(tables[0]) / 24) ** 2
+    return eigh(E, S + ridge * scale * np.eye(d * d))[1][:, -1].reshape(d, d)
+
+
+def share_of(A, W, B=None):
+    table = A @ W @ (A if B is None else B).T
+    return diagonal_spread(table) / np.ptp(table)
+
+
+def normed(pe, seed):
+    """PE's part of LayerNorm with a new random token at each position (A.7's tokens)."""
+    centring = np.eye(pe.shape[1]) - 1 / pe.shape[1]
+    tokens = np.random.default_rng(seed).normal(size=pe.shape)
+    return pe @ centring / (tokens + pe).std(1)[:, None]
+
+
+def test_appendix_a7_divided_keys_alone_and_the_bound():
+    # formerly A.7's visible checks: after the division (X = 0) the fitted W leaves 0.02 at 24
+    # positions and sits inside ten random W's range at 512; keys alone is below the divided
+    # table at 24 and breaks by 2,048; the lowest over every W beats every random W at 512
+    sh, rnd = {}, []
+    for T in (24, 512, 2048):
+        _, centred, divided = x0_tables(T)
+        sh[T, "keys alone"] = search_share(centred, divided)
+        if T <= 512:
+            sh[T, "divided"] = search_share(divided)
+    divided512 = x0_tables(512)[2]
+    for seed in range(100, 110):
+        gen = np.random.default_rng(seed)
+        W = gen.normal(size=(16, 16)) @ gen.normal(size=(16, 16)).T / 16
+        rnd.append(share_of(divided512, W))
+    _, centred512, _ = x0_tables(512)
+    bound = min(*rnd, share_of(divided512, fit_tables([centred512], [divided512])))
+    assert 1e-4 < sh[24, "divided"] < 0.1
+    assert min(rnd) < sh[512, "divided"] < max(rnd)
+    assert sh[512, "keys alone"] < 0.1 < 0.5 < sh[2048, "keys alone"]
+    assert sh[24, "keys alone"] < sh[24, "divided"]
+    assert bound < 0.5 * min(rnd)  # a fitted W beats every random one
+
+
+def test_appendix_a7_tokens_48_positions_and_row_constants():
+    # formerly A.7's controls: random tokens (one W fitted to 40 sentences, median over 20
+    # others), the 48-position point between 24's and 512's (both sides checked), and the
+    # share with each row's least-squares constant taken out barely moving
+    q_tok = {}
+    for T in (512, 2048):
+        pe = P.sinusoidal_encoding(T, 16)
+        C = np.eye(16) - 1 / 16
+        W = fit_tables([pe @ C] * 40, [normed(pe, s) for s in range(200, 240)], ridge=4e-10)
+        q_tok[T] = np.median([share_of(pe @ C, W, normed(pe, s)) for s in range(100, 120)])
+    assert q_tok[512] < q_tok[2048]
+    tok_share, W_tok = {}, {}
+    for T in (24, 512):
+        pe = P.sinusoidal_encoding(T, 16)
+        W_tok[T] = fit_tables([normed(pe, s) for s in range(200, 240)])
+        tok_share[T] = np.median([share_of(normed(pe, s), W_tok[T]) for s in range(100, 120)])
+    assert tok_share[24] < 0.2 < tok_share[512]
+    div = {T: search_share(x0_tables(T)[2]) for T in (24, 48, 512)}
+    assert div[24] < div[48] < div[512]
+
+    def without_row_constants(S):
+        T_, U_ = S.shape
+        offsets = (np.arange(U_)[None, :] - np.arange(T_)[:, None]).ravel() + T_ - 1
+        design = np.hstack([np.eye(T_ + U_ - 1)[offsets], np.repeat(np.eye(T_), U_, 0)[:, 1:]])
+        coef = np.linalg.lstsq(design, S.ravel(), rcond=None)[0]
+        return S - np.concatenate([[0.0], coef[T_ + U_ - 1 :]])[:, None]
+
+    def share_free(A, W):
+        return diagonal_spread(without_row_constants(A @ W @ A.T)) / np.ptp(A @ W @ A.T)
+
+    alone24, pe24 = x0_tables(24)[2], P.sinusoidal_encoding(24, 16)
+    free_x0 = share_free(alone24, fit_tables([alone24]))
+    free_tok = np.median([share_free(normed(pe24, s), W_tok[24]) for s in range(100, 120)])
+    assert abs(free_x0 - div[24]) < 0.01 and abs(free_tok - tok_share[24]) < 0.01
