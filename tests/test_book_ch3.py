@@ -227,8 +227,9 @@ def test_learned_table_has_a_row_for_every_evaluation_length(res):
 
 
 def test_live_slice_is_the_sweep_at_a_fiftieth_of_its_steps(res):
-    # section 3.6's live slice: the lab's defaults (the sweep's set-up) but 200 steps and half
-    # the evaluation sequences; moved from a hidden cell of the chapter
+    # the live slice (once a hidden cell of section 3.6, now run by
+    # test_live_first_layer_attention_on_the_key_three_back): the lab's defaults (the sweep's
+    # set-up) but 200 steps and half the evaluation sequences
     from mini_transformer import lab
 
     live = lab.LabConfig(steps=200, eval_samples=128)
