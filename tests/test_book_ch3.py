@@ -227,8 +227,9 @@ def test_learned_table_has_a_row_for_every_evaluation_length(res):
 
 
 def test_live_slice_is_the_sweep_at_a_fiftieth_of_its_steps(res):
-    # section 3.6's live slice: the lab's defaults (the sweep's set-up) but 200 steps and half
-    # the evaluation sequences; moved from a hidden cell of the chapter
+    # the live slice (once a hidden cell of section 3.6, now run by
+    # test_live_first_layer_attention_on_the_key_three_back): the lab's defaults (the sweep's
+    # set-up) but 200 steps and half the evaluation sequences
     from mini_transformer import lab
 
     live = lab.LabConfig(steps=200, eval_samples=128)
@@ -448,12 +449,19 @@ def test_live_first_layer_attention_on_the_key_three_back():
     L, r = cfg.train_length, cfg.offset
     idx, _ = cfg.batch(cfg.eval_samples, 2 * L, torch.Generator().manual_seed(10_000))
     t = torch.arange(r, 2 * L)
-    got = {}
+    got, live = {}, {}
     for scheme in ("learned", "rope"):
         model = lab.make_model(scheme, cfg, seed=0)
         lab.train_model(model, cfg, seed=0)
         on3 = model.attention_weights(idx)[0][:, :, t, t - r]  # (B, heads, queries)
         got[scheme] = [on3[:, :, t < L].mean(dim=(0, 2)), on3[:, :, t >= L].mean(dim=(0, 2))]
+        live[scheme] = lab.accuracy_by_length(model, cfg, seed=0)
+    # moved from the chapter's live slice (section 3.6): the stored pattern, not its digits.
+    # Learned solves t < L but sits near the even-weight reader past L (0.133 at 2L: section
+    # 3.6's print, checked by test_even_weight_reader_reference_by_a_plain_loop); RoPE 1.000
+    assert live["learned"]["accuracy"][L] > 0.9
+    assert abs(live["learned"]["accuracy_beyond"][2 * L] - 0.133) < 0.03
+    assert min(live["rope"]["accuracy"].values()) >= 0.9995
     inside, past = got["learned"]
     assert (_r2(inside.min()), _r2(inside.max())) == (0.78, 0.85)
     assert _r2(past.max()) == 0.02 and past.max() < 1 / (L + 1)  # no more than an even spread
@@ -471,7 +479,7 @@ def _relabelled_lowest(sim, L):
 
 
 def test_permutation_test_of_offset_3_in_the_learned_table(res, probe):
-    # appendix A.5 reports offset 3's rank (1, 4, 4); these pins keep the permutation counts.
+    # appendix A.3 reports offset 3's rank (1, 4, 4); these pins keep the permutation counts.
     # 5,000 random relabellings of the 32 trained rows (the chapter's generator);
     # in seed 0 none brings the lowest of the 16 diagonal means down to offset 3's -0.40; in
     # seeds 1 and 2 offset 3 ranks 4th and about two shuffles in five get as low
@@ -742,7 +750,7 @@ def test_before_L_rounding_error_is_below_the_chapters_margin(res):
     assert max(bound.values()) < 1e-3
 
 
-# --- checks moved out of the chapter (session 5): A.5's offset share and ranks, and the ------
+# --- checks moved out of the chapter (session 5): A.3's offset share and ranks, and the ------
 # --- initial row norms of section 3.6 -------------------------------------------------------
 
 
@@ -755,7 +763,7 @@ def _trained_tables(res, probe):
 
 
 def test_learned_table_offset_share_above_shuffled_rows_and_offset_3_ranks(res, probe):
-    # formerly printed in appendix A.5: one mean per offset (1..16) explains 0.28, 0.33, 0.15 of
+    # formerly printed in appendix A.3: one mean per offset (1..16) explains 0.28, 0.33, 0.15 of
     # the trained rows' cosine variance, against a median 0.04 over 500 shuffles of the rows;
     # offset 3 has the lowest diagonal mean in seed 0 only (seeds 1, 2: offsets 11 and 16)
     L, tables = _trained_tables(res, probe)
@@ -874,14 +882,14 @@ def test_pos_over_N_collides_one_word_later_than_memn2n():
 
 
 def test_pos_scale_control_is_the_sweeps_sinusoid_with_the_encoding_scaled_down(res):
-    # appendix A.9's second control: the encoding times 0.2222 (8/36), tokens kept times 8; every
+    # appendix A.7's second control: the encoding times 0.2222 (8/36), tokens kept times 8; every
     # other setting as the sweep, so its seeds compare with the sweep's sinusoidal seeds
     down = data.load_result("03_pos_scale")
     assert down["complete"] and down["seeds"] == res["seeds"] and down["steps"] == res["steps"]
     assert down["config"]["extra"] == {"sinusoidal_pos_scale": 0.2222}
     same = {k: v for k, v in down["config"].items() if k != "extra"}
     assert same == {k: v for k, v in res["config"].items() if k != "extra"}
-    # 0.2222 makes the encoding rows (norm sqrt(32)) as long as 8 x the tokens' 0.157 (A.9's 36)
+    # 0.2222 makes the encoding rows (norm sqrt(32)) as long as 8 x the tokens' 0.157 (A.7's 36)
     assert abs(0.2222 * math.sqrt(32) - 8 * 0.157) < 0.01
     beyond = np.array(
         [down["results"]["sinusoidal"]["accuracy_beyond"][str(T)]["per_seed"] for T in (48, 256)]
@@ -896,3 +904,128 @@ def test_plain_sum_of_word_vectors_ignores_order():
     assert np.allclose(words[[0, 1, 2]].sum(axis=0), words[[2, 1, 0]].sum(axis=0), atol=1e-12)
     l3 = P.memn2n_encoding(3, 8)
     assert not np.allclose((l3 * words).sum(axis=0), (l3 * words[[2, 1, 0]]).sum(axis=0))
+
+
+def test_alibi_toy_steep_head_fixed_shallow_head_spreads():
+    # moved from appendix A.1 (a by-construction property of softmax over the fixed bias, so
+    # it illustrates the figure and tests nothing about the trained model): the last query's
+    # weight on the newest key, equal content scores
+    import torch
+
+    newest = {}
+    for T in (32, 256):
+        for h in range(4):
+            w = torch.softmax(P.alibi_bias(n_heads=4, T_q=T)[h, -1].flip(0).double(), dim=0)
+            newest[h, T] = float(w[0])
+    assert newest[3, 256] < newest[3, 32] / 5 and abs(newest[0, 256] - newest[0, 32]) < 1e-3
+
+
+def test_probe_models_reproduce_the_stored_accuracies(probe):
+    # moved from section 3.7's hidden cell: the retrained models are the sweep's
+    assert max(run["max_accuracy_difference"] for run in probe["runs"].values()) == 0
+
+
+def test_example_sentences_ramps_longer_sentence_smaller_steps():
+    # moved from the chapter's appendix (a fold on section 3.1's ramps): the largest neighbour
+    # step (2k/d - 1)/J at k = d is 1/J (0.0833 for J = 12, 0.0667 for J = 15); both sentences
+    # end at k/d and start differently
+    d, first_rows, last_rows = 20, {}, {}
+    for J in (12, 15):
+        enc = P.memn2n_encoding(J, d)
+        first_rows[J], last_rows[J] = enc[0], enc[-1]
+        assert np.isclose(np.abs(np.diff(enc, axis=0)).max(), 1 / J, atol=1e-14)
+    assert np.allclose(last_rows[12], last_rows[15], rtol=0, atol=1e-15)  # same end values
+    assert np.abs(first_rows[12] - first_rows[15]).max() > 0.01  # different start
+
+
+def test_alibi_model_with_zeroed_maps_applies_the_bias_alone():
+    # moved from appendix A.1: with the first layer's query and key maps zeroed, the model's
+    # scores are ALiBi's bias alone (weights fall with distance: 0.26 on the newest key for
+    # head 1 at T = 8); the same model without ALiBi weighs its 8 keys evenly
+    import dataclasses
+
+    import torch
+
+    from mini_transformer import attention
+    from mini_transformer.model import TransformerConfig, TransformerLM
+
+    T_show = 12  # the paper's formula, written plainly: b[h, i, j] = -m_h |i - j|
+    bias = P.alibi_bias(n_heads=4, T_q=T_show)
+    plain = torch.tensor(
+        [
+            [[-(2.0 ** (-8 * h / 4)) * abs(i - j) for j in range(T_show)] for i in range(T_show)]
+            for h in range(1, 5)
+        ]
+    )
+    assert torch.allclose(bias, plain, rtol=0, atol=1e-7)
+
+    cfg_a = TransformerConfig(
+        vocab_size=16, block_size=8, d_model=16, n_heads=4, n_layers=1, positional="alibi"
+    )
+    idx8 = torch.randint(0, 16, (1, 8), generator=torch.Generator().manual_seed(8))
+
+    def zeroed(cfg):
+        torch.manual_seed(0)
+        lm = TransformerLM(cfg).eval()
+        with torch.no_grad():
+            for proj in (lm.blocks[0].attn.q_proj, lm.blocks[0].attn.k_proj):
+                proj.weight.zero_()
+                proj.bias.zero_()
+        return lm.attention_weights(idx8)[0][0]  # (heads, T, T), layer 0, batch item 0
+
+    w_alibi = zeroed(cfg_a)
+    mask = ~attention.causal_mask(8)
+    expected = torch.softmax(P.alibi_bias(4, 8).masked_fill(mask, float("-inf")), dim=-1)
+    assert torch.allclose(w_alibi, expected, atol=1e-6)  # the model applies the bias
+    assert (w_alibi[:, -1].diff(dim=-1) > 0).all()  # the newest query's weights fall with distance
+    assert round(float(w_alibi[0, -1, -1]), 2) == 0.26
+    w_none = zeroed(dataclasses.replace(cfg_a, positional="none"))
+    assert torch.allclose(w_none[:, -1], torch.full((4, 8), 1 / 8), atol=1e-6)
+
+
+def test_block_0_receives_each_schemes_definition():
+    # moved from the chapter's appendix (section 3.6's scheme table, its middle column): block
+    # 0's input, recorded by a forward pre-hook, against each definition written out here
+    import torch
+
+    from mini_transformer import lab
+    from mini_transformer.model import POSITIONAL_SCHEMES
+
+    def block_input(model, idx):
+        seen = {}
+        hook = model.blocks[0].register_forward_pre_hook(lambda m, args: seen.update(x=args[0]))
+        with torch.no_grad():
+            model(idx)
+        hook.remove()
+        return seen["x"][0].double()  # (T, d_model)
+
+    def memn2n_inline(J, d):  # l_kj with 1-based j and k, rows j
+        j = np.arange(1, J + 1)[:, None]
+        k = np.arange(1, d + 1)[None, :]
+        return (1 - j / J) - (k / d) * (1 - 2 * j / J)
+
+    cfg_lab = lab.LabConfig()
+    d = cfg_lab.d_model
+    for s in POSITIONAL_SCHEMES:
+        model = lab.make_model(s, cfg_lab, seed=0).eval()
+        for T_m in (5, 12):
+            g_m = torch.Generator().manual_seed(T_m)
+            idx_m = torch.randint(0, cfg_lab.vocab_size, (1, T_m), generator=g_m)
+            with torch.no_grad():
+                tok = model.tok_emb(idx_m)[0].double()  # (T, d_model)
+            x_in = block_input(model, idx_m)
+            if s == "sinusoidal":  # sqrt(d_model) * tokens + the paper's encoding
+                expected = math.sqrt(d) * tok + torch.from_numpy(P.sinusoidal_encoding(T_m, d))
+            elif s == "learned":  # tokens + the first T rows of the table
+                expected = tok + model.pos_emb.weight[:T_m].detach().double()
+            elif s == "memn2n":  # tokens * l_j with J = T: a product, not a sum
+                expected = tok * torch.from_numpy(memn2n_inline(T_m, d))
+            else:  # none, rope, alibi: position enters inside attention, not here
+                expected = tok
+            assert torch.allclose(x_in, expected, rtol=0, atol=1e-5), (s, T_m)
+    # section 3.6's recipe, read off the model: residual projections at 0.02 / sqrt(2 * 2)
+    learned0 = lab.make_model("learned", cfg_lab, seed=0)
+    assert learned0.lm_head.weight is learned0.tok_emb.weight  # tied output layer
+    blk = learned0.blocks[0]
+    res_std = [float(w.detach().std()) for w in (blk.attn.out_proj.weight, blk.ffn.linear2.weight)]
+    assert max(abs(s - 0.01) for s in res_std) < 0.001
