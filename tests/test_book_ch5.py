@@ -553,7 +553,7 @@ def test_restarting_adams_m_mid_run_leaves_it_without_bias_correction():
 
 
 def test_the_sign_test_p_values_of_section_5_7():
-    """Section 5.7's path quotes one-sided sign-test p-values: at least 15 of 16 seeds rising has
+    """Section 5.7's fold quotes one-sided sign-test p-values: at least 15 of 16 seeds rising has
     p = 0.00026, at least 10 of 16 p = 0.23. The chapter sums binomial coefficients by hand; the
     reference here is scipy's binomial test. The 5-to-11 band the chapter calls "no clear
     direction" is where both one-sided p-values stay above 0.1."""
@@ -575,7 +575,7 @@ def test_seeds_1_to_4_keep_their_step_2_update_direction():
 
     A layer that still learned would turn (Pre-LN's layer 1: cosine with its first update -0.02
     at step 59); a slow drift would also fail this bound, where the chapter's A.3 assert on the
-    cosine with the step-0 update (above 0.75) could not tell the two apart."""
+    cosine with the step-0 update (above 0.5) could not tell the two apart."""
     cfg = S.StabilityConfig()
     for seed in (1, 2, 3, 4):
         torch.manual_seed(seed)
