@@ -78,6 +78,9 @@ def test_cpu_log_and_checkpoint():
     rates = [r["tokens_per_s"] for r in evals if r["tokens_per_s"]]
     # 2 threads; the rate varies by under 1.5x (the last three stretches ran slowest); about 70 s
     assert start["threads"] == 2 and max(rates) / min(rates) < 1.5
+    # moved from section 6.5's folded cell (a regression pin of the stored log, not explained):
+    # the last three training stretches ran slowest
+    assert set(sorted(rates)[:3]) == set(rates[-3:])
     assert round(end["wall_time_s"] / 60, 1) == 1.1
 
 
@@ -624,30 +627,43 @@ def test_a_full_context_does_not_close_the_gap_to_the_6_gram(corpus, cpu_model):
     assert diff.mean() > 3 * diff.std() / math.sqrt(len(diff))
 
 
-# ---------------------------------------------------------------- clipping over 20 seeds (6.4)
+# ---------------------------------------------------------------- clipping over 40 seeds (6.4)
 
 
-def test_clipping_result_over_20_seeds_and_a_live_rerun_of_one(corpus):
-    """Section 6.4's stored result (tools/clip_seeds.py): without minus with clipping, on the
-    whole held-out text, +0.062 +- 0.021 nats over seeds 0-19, lower with clipping on 14; seeds
-    0-4 alone -0.04. Unclipped at lr 6e-3 minus clipped at 1e-2: +0.008 +- 0.023. Seed 3's three
-    runs, retrained here, give the stored losses (float32 training: within 2e-3 on another CPU's
-    kernels)."""
+def test_clipping_result_over_40_seeds_and_a_live_rerun_of_one(corpus):
+    """Section 6.4's stored results (tools/clip_seeds.py): without minus with clipping, on the
+    whole held-out text. Seeds 0-19 (exploratory): +0.062 +- 0.021, lower with clipping on 14;
+    seeds 0-4 alone -0.04. Seeds 20-39 (the confirmation run afterwards, 06_clip_seeds_20_39):
+    +0.045 +- 0.024. Pooled over 40: +0.054 +- 0.016 (3.4 SE). Unclipped at lr 6e-3 minus
+    clipped at 1e-2, pooled: +0.005 +- 0.016. Seed 3's three runs, retrained here, give the
+    stored losses (float32 training: within 2e-3 on another CPU's kernels)."""
     val_ids = corpus[4]
     runs = data.load_result("06_clip_seeds")["runs"]
-    diff = np.array(
-        [runs[str(s)]["unclipped"]["whole_text_loss"] - runs[str(s)]["clipped"]["whole_text_loss"]
-         for s in range(20)]
-    )  # fmt: skip
-    se = diff.std(ddof=1) / math.sqrt(20)
-    assert (round(diff.mean(), 3), round(se, 3), int((diff > 0).sum())) == (0.062, 0.021, 14)
-    assert round(diff[:5].mean(), 2) == -0.04
-    # the reviewer's control: unclipped at peak rate 6e-3 minus clipped at 1e-2, +0.008 +- 0.023
-    low = np.array(
-        [r["unclipped_lower_lr"]["whole_text_loss"] - r["clipped"]["whole_text_loss"]
-         for r in (runs[str(s)] for s in range(20))]
-    )  # fmt: skip
-    assert (round(low.mean(), 3), round(low.std(ddof=1) / math.sqrt(20), 3)) == (0.008, 0.023)
+    more = data.load_result("06_clip_seeds_20_39")
+    assert sorted(map(int, runs)) == list(range(20)) and sorted(map(int, more["runs"])) == list(
+        range(20, 40)
+    )
+    assert more["command"].startswith("tools/clip_seeds.py --first-seed 20")
+    both = {int(k): v for res in (runs, more["runs"]) for k, v in res.items()}
+
+    def diffs(a, b, seeds):
+        return np.array(
+            [both[s][a]["whole_text_loss"] - both[s][b]["whole_text_loss"] for s in seeds]
+        )
+
+    def mean_se(d):
+        return round(d.mean(), 3), round(d.std(ddof=1) / math.sqrt(len(d)), 3)
+
+    first = diffs("unclipped", "clipped", range(20))
+    assert mean_se(first) + (int((first > 0).sum()),) == (0.062, 0.021, 14)
+    assert round(first[:5].mean(), 2) == -0.04
+    assert mean_se(diffs("unclipped", "clipped", range(20, 40))) == (0.045, 0.024)
+    pooled = diffs("unclipped", "clipped", range(40))
+    assert mean_se(pooled) == (0.054, 0.016)
+    assert pooled.mean() / (pooled.std(ddof=1) / math.sqrt(40)) > 2.023  # t, 39 df, 5% two-sided
+    # the reviewer's control: unclipped at peak rate 6e-3 minus clipped at 1e-2
+    assert mean_se(diffs("unclipped_lower_lr", "clipped", range(20))) == (0.008, 0.023)
+    assert mean_se(diffs("unclipped_lower_lr", "clipped", range(40))) == (0.005, 0.016)
     torch.set_num_threads(1)
     for name, clip, lr in (
         ("clipped", 1.0, None), ("unclipped", 0.0, None), ("unclipped_lower_lr", 0.0, 6e-3)
