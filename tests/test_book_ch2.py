@@ -656,7 +656,17 @@ def test_rms_norm_of_pe_alone_stays_relative_with_tokens_not():
     R = layer_norm(Pm, centre=False)
     assert diagonal_spread(R @ W_c @ R.T) < 1e-12
     part = Pm / np.sqrt(((X + Pm) ** 2).mean(1, keepdims=True))
-    assert f"{diagonal_spread(part @ W_c @ part.T):.2f}" == "3.49"
+    assert f"{diagonal_spread(part @ W_c @ part.T):.2f}" == "3.49"  # a new token at each position
+    # A.5's control (s30 expert 2): section 2.6's one token at every position, so only the
+    # position moves along a diagonal; RMS(x + PE_m) still moves with m through x . PE_m
+    Xs = np.tile(X[0], (len(Pm), 1))
+    part = Pm / np.sqrt(((Xs + Pm) ** 2).mean(1, keepdims=True))
+    S = part @ W_c @ part.T
+    assert f"{diagonal_spread(S):.2f} {diagonal_spread(S) / np.ptp(S):.2f}" == "2.05 0.30"
+    rms2 = ((Xs + Pm) ** 2).mean(1)  # |x|^2 + 2 x.PE_m + d/2, over d: only x.PE_m moves
+    assert np.allclose(
+        rms2, (Xs[0] @ Xs[0] + 2 * Pm @ Xs[0] + len(Xs[0]) / 2) / len(Xs[0]), atol=1e-12
+    )
 
 
 def test_rope_scores_do_not_change_when_the_whole_sequence_shifts():
