@@ -1037,3 +1037,17 @@ def test_appendix_a7_tokens_48_positions_and_row_constants():
     free_x0 = share_free(alone24, fit_tables([alone24]))
     free_tok = np.median([share_free(normed(pe24, s), W_tok[24]) for s in range(100, 120)])
     assert abs(free_x0 - div[24]) < 0.01 and abs(free_tok - tok_share[24]) < 0.01
+
+
+def test_section_2_7_dividing_lowers_this_one_share():
+    # 2.7 (moved from the chapter): with W_QK = I, X = 0, T = 24, d_model = 16, dividing the
+    # centred rows by sigma_m lowers the share (0.57 -> 0.35). A pin of this one case: the
+    # prose says it does not show that dividing helps in general.
+    Pm = P.sinusoidal_encoding(24, 16)
+    C = np.eye(16) - np.ones((16, 16)) / 16
+    shares = []
+    for A in (Pm @ C, Pm @ C / Pm.std(1)[:, None]):
+        S = A @ A.T
+        shares.append(diagonal_spread(S) / np.ptp(S))
+    assert f"{shares[0]:.2f} {shares[1]:.2f}" == "0.57 0.35"
+    assert shares[1] < shares[0]
