@@ -678,6 +678,9 @@ def test_clipping_result_over_40_seeds_and_a_live_rerun_of_one(corpus):
     third = diffs("unclipped", "clipped", range(40, 80))
     assert mean_se(third) + (int((third > 0).sum()),) == (0.112, 0.015, 35)
     assert mean_se(diffs("unclipped_lower_lr", "clipped", range(40, 80))) == (0.017, 0.013)
+    # the size section 6.4 and the Summary quote: every stored seed pooled, and the confirmations
+    assert mean_se(diffs("unclipped", "clipped", range(80))) == (0.083, 0.011)
+    assert mean_se(diffs("unclipped", "clipped", range(20, 80))) == (0.090, 0.013)
     torch.set_num_threads(1)
     for name, clip, lr in (
         ("clipped", 1.0, None), ("unclipped", 0.0, None), ("unclipped_lower_lr", 0.0, 6e-3)
