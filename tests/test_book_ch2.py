@@ -830,7 +830,7 @@ def test_odd_width_norm_stops_below_two():
     assert math.isclose(odd.max(), math.sqrt(3 + math.sin(angle) ** 2), rel_tol=1e-12)
 
 
-# --- 2.7: the search at any window length (Kronecker-factored forms) ---------------------
+# --- Appendix A.7's former search, kept here (the chapter now refits in closed form) -------
 
 
 def factored_forms(A, B=None):
@@ -883,7 +883,7 @@ def test_section_2_7_factored_forms_equal_the_explicit_sums():
 
 
 def test_section_2_7_window_length_shares():
-    # the chapter's printed shares, recomputed here; centring's break appears only once the
+    # the search's shares (no longer printed by the chapter); centring's break appears only once the
     # slowest pair turns about a radian, the division's share reaches random W's by 512
     got = {}
     for T in (24, 512):
@@ -1051,3 +1051,12 @@ def test_section_2_7_dividing_lowers_this_one_share():
         shares.append(diagonal_spread(S) / np.ptp(S))
     assert f"{shares[0]:.2f} {shares[1]:.2f}" == "0.57 0.35"
     assert shares[1] < shares[0]
+
+
+def test_section_2_2_wavelengths_follow_the_definition():
+    # moved from section 2.2's cell (implementation checks, not evidence): neighbouring
+    # wavelengths differ by 10000^(2/d_model), and the slowest is one step short of 10000 * 2 pi
+    d_model = 128
+    wavelength = 2 * np.pi / P.sinusoidal_frequencies(d_model)
+    assert np.allclose(wavelength[1:] / wavelength[:-1], 10000 ** (2 / d_model), rtol=1e-12)
+    assert math.isclose(wavelength[-1] * 10000 ** (2 / d_model), 10000 * 2 * np.pi, rel_tol=1e-12)
