@@ -640,3 +640,83 @@ def test_a1_tables_each_score_at_its_better_rate(scoring):
     # the grid's top at every d_k for scaled (a shift up would not show); unscaled switches at 256
     assert all(best_lr["scaled", d] == 1e-2 for d in d_ks)
     assert [best_lr["unscaled", d] for d in d_ks] == [1e-2] * 3 + [1e-3] * 2
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_plain_gradient_descent_needs_rate_c_squared(momentum):
+    # section 4.11's "Where the identity holds": under SGD (no division by the gradient's size)
+    # unscaled at eta from W is scaled from c W at c^2 eta = sqrt(d_k) eta, bit for bit; at c eta
+    # (Adam's rate) it is not. c = 4 is a power of 2: every rescaled number is exact.
+    import torch
+    import torch.nn.functional as F
+
+    from mini_transformer.scoring import ScoreModel, retrieval_batch
+
+    d_k, eta, steps = 256, 2e-2, 30
+    c = d_k**0.25
+
+    def run(kind, lr, start):
+        model = ScoreModel(kind, d_k)
+        model.load_state_dict(start)
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+        gen = torch.Generator().manual_seed(5)
+        for _ in range(steps):
+            query, keys, values, target = retrieval_batch(gen, batch_size=16)
+            out = (model(query, keys).softmax(-1) @ values)[:, 0]
+            opt.zero_grad()
+            F.nll_loss(torch.log(out + 1e-9), target).backward()
+            opt.step()
+        return model.state_dict()
+
+    torch.manual_seed(4)
+    W = ScoreModel("unscaled", d_k).state_dict()
+    big = {n: c * w for n, w in W.items()}
+    unscaled = run("unscaled", eta, W)
+    assert all(torch.equal(c * unscaled[n], w) for n, w in run("scaled", c * c * eta, big).items())
+    adam_rate = run("scaled", c * eta, big)  # Adam's rate c eta: not enough without its division
+    assert not torch.allclose(c * unscaled["q_proj.weight"], adam_rate["q_proj.weight"], atol=1e-4)
+
+
+def test_weight_decay_and_clipping_divided_by_c_keep_the_identity():
+    # A.1's "What breaks section 4.11's identity": AdamW's decay lambda and a global-norm clip break
+    # it unchanged, and keep it when divided by c (as eps is); the clip only up to clip_grad_norm_'s
+    # own +1e-6, which does not rescale.
+    import torch
+    import torch.nn.functional as F
+
+    from mini_transformer.scoring import ScoreModel, retrieval_batch
+
+    d_k, eta, lam, clip, steps = 256, 1e-2, 0.1, 0.05, 30
+    c = d_k**0.25
+
+    def run(kind, lr, start, eps, wd, max_norm):
+        model = ScoreModel(kind, d_k)
+        model.load_state_dict(start)
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, eps=eps, weight_decay=wd)
+        gen = torch.Generator().manual_seed(6)
+        for _ in range(steps):
+            query, keys, values, target = retrieval_batch(gen, batch_size=16)
+            out = (model(query, keys).softmax(-1) @ values)[:, 0]
+            opt.zero_grad()
+            F.nll_loss(torch.log(out + 1e-9), target).backward()
+            if max_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            opt.step()
+        return model.state_dict()
+
+    def gap(a, b):  # largest relative gap between c * a and b over the parameters
+        return max(((c * a[n] - b[n]).norm() / b[n].norm()).item() for n in a)
+
+    torch.manual_seed(5)
+    W = ScoreModel("unscaled", d_k).state_dict()
+    big = {n: c * w for n, w in W.items()}
+    # weight decay alone, divided by c: bit for bit
+    u = run("unscaled", eta, W, 1e-8, lam, None)
+    kept_wd = run("scaled", c * eta, big, 1e-8 / c, lam / c, None)
+    assert all(torch.equal(c * u[n], w) for n, w in kept_wd.items())
+    assert gap(u, run("scaled", c * eta, big, 1e-8 / c, lam, None)) > 1e-3  # unchanged: broken
+    # weight decay and clipping together
+    u = run("unscaled", eta, W, 1e-8, lam, clip)
+    kept = gap(u, run("scaled", c * eta, big, 1e-8 / c, lam / c, clip / c))
+    broken = gap(u, run("scaled", c * eta, big, 1e-8 / c, lam, clip))
+    assert kept < 0.01 and broken > 10 * kept
