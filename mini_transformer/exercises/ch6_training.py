@@ -156,7 +156,7 @@ exercise(
     mistakes={
         "the tied head counted a second time": dict(head=True),
         "the final LayerNorm forgotten": dict(final_ln=False),
-        "a position table counted for every scheme": dict(learned_always=True),
+        "a position table counted for a scheme other than 'learned'": dict(learned_always=True),
         "the learned position table left out (block_size * d_model parameters)": dict(
             no_table=True
         ),
