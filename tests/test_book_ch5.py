@@ -593,3 +593,13 @@ def test_seeds_1_to_4_keep_their_step_2_update_direction():
             if step >= 2:
                 cosines.append(float(delta @ third / (delta.norm() * third.norm())))
         assert min(cosines) > 0.99, (seed, min(cosines))
+
+
+def test_residual_paths_through_twelve_sub_layers_count_as_binomials():
+    """Section 5.4's 2^n paths, counted by length for a 6-layer Transformer's 12 sub-layers: the
+    binomial coefficients (the chapter's cell, moved here; the chapter uses only n = 3)."""
+    from mini_transformer.layers import residual_paths
+
+    n = 12
+    counts = [sum(len(p) == k for p in residual_paths(n)) for k in range(n + 1)]
+    assert sum(counts) == 2**n and counts == [math.comb(n, k) for k in range(n + 1)]
