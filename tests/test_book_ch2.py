@@ -651,7 +651,7 @@ def test_float32_product_is_exact_at_powers_of_two():
 
 
 def test_rms_norm_of_pe_alone_stays_relative_with_tokens_not():
-    # A.5's numbers
+    # formerly the chapter's Appendix A.5 (RMSNorm, cut from the page in s9s2): its asserts
     X, _, W_c, Pm = chapter_tables()
     R = layer_norm(Pm, centre=False)
     assert diagonal_spread(R @ W_c @ R.T) < 1e-12
