@@ -1432,3 +1432,27 @@ def test_the_confusion_sum_of_section_1_8s_codes_orders_their_hits_in_every_cell
         by_sum = sorted(names, key=lambda nm, c=confusion: -c[nm])  # the largest sum first
         hits = [hits_of[nm] for nm in by_sum]
         assert all(a < b for a, b in itertools.pairwise(hits)), (N, d, by_sum, hits)
+
+
+def test_a_key_with_the_squared_position_escapes_the_quarter_cap_at_a_gain_growing_like_n_squared():
+    """Appendix A.9 (s33 expert): the quarter cap holds for a key linear in pos/N. With the key
+    (j/N, (j/N)^2) and the query beta (2(i-1)/N, -1) the score is -beta (j - (i-1))^2 / N^2 plus a
+    constant, so the smallest weight on key i - 1 depends on beta / N^2 alone: 0.9993 at 8 N^2 and
+    0.9999 at 10 N^2 for every N tried, while a fixed gain loses the previous key as N grows
+    (resolution, not a cap)."""
+
+    def smallest(N, gain):
+        j = np.arange(N) / N
+        keys = np.stack([j, j**2], axis=1)  # (N, 2)
+        out = []
+        for i in range(1, N):
+            s = keys[: i + 1] @ (gain * np.array([2 * (i - 1) / N, -1.0]))  # keys 0..i
+            w = np.exp(s - s.max())
+            out.append(w[i - 1] / w.sum())
+        return min(out)
+
+    for N in (10, 40, 200):
+        assert round(smallest(N, 8 * N**2), 4) == 0.9993
+        assert smallest(N, 10 * N**2) > 0.9999
+    fixed = [smallest(N, 8 * 40**2) for N in (40, 80, 160)]  # the gain that suffices at N = 40
+    assert fixed[0] > 0.999 and fixed[1] < 0.97 and fixed[2] < 0.6
