@@ -751,3 +751,38 @@ def test_the_cpu_recipe_was_the_lowest_of_15_runs_scored_on_the_whole_held_out_t
     for key in ("batch_size", "steps", "lr", "min_lr", "warmup_steps", "weight_decay", "beta1",
                 "beta2", "grad_clip", "seed"):  # fmt: skip
         assert best["train_config"][key] == getattr(preset, key), key
+
+
+def test_the_chosen_recipe_had_a_20_percent_larger_budget_than_the_other_t128_candidates():
+    """Section 6.5's recipe dropdown: the sweep's winner (1,630 steps, 1.696) had 9.48e12
+    training FLOPs, 20% more than the about 7.9e12 of every other scored candidate with T = 128,
+    and beat the best of those by 0.014 nats. The notebook cannot read benchmarks/ from a wheel,
+    so the dropdown's numbers are pinned here."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks/results/cpu_recipe_sweep.json"
+    scored = [r for r in json.loads(path.read_text())["runs"] if r["held_out_loss"] is not None]
+    assert len(scored) == 15
+    best = min(scored, key=lambda r: r["held_out_loss"])
+    t128 = [r for r in scored if r["model_config"]["block_size"] == 128 and r is not best]
+    assert best["train_config"]["steps"] == 1630 and round(best["held_out_loss"], 3) == 1.696
+    assert f"{best['train_flops']:.2e}" == "9.48e+12"
+    assert all(round(r["train_flops"] / 1e12, 1) == 7.9 for r in t128)  # about 7.9e12 each
+    assert round(best["train_flops"] / max(r["train_flops"] for r in t128) - 1, 2) == 0.20
+    runner_up = min(r["held_out_loss"] for r in t128)
+    assert round(runner_up - best["held_out_loss"], 3) == 0.014
+    # the only candidate above the T = 128 budget besides the winner is the T = 256 run
+    assert [
+        r["model_config"]["block_size"] for r in scored if r["train_flops"] > 8e12 and r is not best
+    ] == [256]
+
+
+def test_the_gpu_runs_gap_grew_at_nearly_every_evaluation():
+    """Section 6.6's "the gap grew with the passes": not only from the first evaluation (0.075)
+    to the last (0.274), but at 17 of the 19 steps between its 20 evaluations after step 0;
+    the two dips are 0.003 and 0.0001 nats."""
+    evals = [r for r in train.read_log("gpu") if r["event"] == "eval" and r["tokens_seen"] > 0]
+    gaps = np.array([r["val_loss"] - r["train_loss"] for r in evals])
+    assert len(gaps) == 20 and (np.diff(gaps) > 0).sum() == 17 and np.diff(gaps).min() > -0.005
+    assert [round(gaps[0], 3), round(gaps[-1], 3)] == [0.075, 0.274]
