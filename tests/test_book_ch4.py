@@ -735,7 +735,10 @@ def test_most_dot_products_lie_outside_minus_one_one():
     # moved from the chapter (a cut digression on a blog's "between -1 and 1"): at every d_k most
     # unit-variance scores lie outside [-1, 1]; the bound holds only for vectors of norm <= 1
     q, k = _section_4_3_pairs()
-    outside = {d: ((q[:, :d] * k[:, :d]).sum(1).abs() > 1).float().mean().item() for d in (4, 16, 64, 256, 1024)}
+    outside = {
+        d: ((q[:, :d] * k[:, :d]).sum(1).abs() > 1).float().mean().item()
+        for d in (4, 16, 64, 256, 1024)
+    }
     assert all(v > 0.5 for v in outside.values())
 
 
