@@ -720,3 +720,74 @@ def test_weight_decay_and_clipping_divided_by_c_keep_the_identity():
     kept = gap(u, run("scaled", c * eta, big, 1e-8 / c, lam / c, clip / c))
     broken = gap(u, run("scaled", c * eta, big, 1e-8 / c, lam, clip))
     assert kept < 0.01 and broken > 10 * kept
+
+
+def _section_4_3_pairs():
+    # section 4.3's 10,000 unit-variance pairs, drawn as the chapter draws them
+    import torch
+
+    q = torch.randn(10_000, 1024, generator=torch.Generator().manual_seed(1))
+    k = torch.randn(10_000, 1024, generator=torch.Generator().manual_seed(2))
+    return q, k
+
+
+def test_most_dot_products_lie_outside_minus_one_one():
+    # moved from the chapter (a cut digression on a blog's "between -1 and 1"): at every d_k most
+    # unit-variance scores lie outside [-1, 1]; the bound holds only for vectors of norm <= 1
+    q, k = _section_4_3_pairs()
+    outside = {
+        d: ((q[:, :d] * k[:, :d]).sum(1).abs() > 1).float().mean().item()
+        for d in (4, 16, 64, 256, 1024)
+    }
+    assert all(v > 0.5 for v in outside.values())
+
+
+def test_temperature_unscaled_head_sizes_16_and_256():
+    # moved from Appendix A.4 ("Temperature"): an unscaled head of size d_k is a scaled head at
+    # temperature 1/sqrt(d_k); sizes 16 and 256 start with score spreads 4 times apart, and the
+    # colder (larger) head's rows are sharper, on section 4.3's draws (seeds 1 and 3)
+    import math
+
+    import torch
+
+    q_all, k_all = _section_4_3_pairs()
+    var = {d: (q_all[:, :d] * k_all[:, :d]).sum(1).var().item() for d in (16, 256)}
+    sd_ratio = math.sqrt(var[256] / var[16])
+    assert abs(sd_ratio / 4 - 1) < 0.04  # the two variances share 16 components: allow 4%
+    gen = torch.Generator().manual_seed(3)
+    max_u = {}
+    for d in (4, 16, 64, 256):  # section 4.3's loop draws d_k = 4 first, in this order
+        q = torch.randn(2000, 1, d, generator=gen)
+        k = torch.randn(2000, 16, d, generator=gen)
+        dots = (q @ k.transpose(1, 2)).squeeze(1)
+        max_u[d] = dots.softmax(-1).max(-1).values.mean().item()
+    assert max_u[16] < 0.75 < 0.9 < max_u[256]
+
+
+def test_losing_keys_gradient_scaled_over_unscaled_on_random_rows():
+    # moved from Appendix A.4 ("The losing keys' gradient"): on random rows with random values and
+    # upstream gradients, the non-winning keys' summed |dL/dz| (z = raw q . k), scaled over
+    # unscaled: below 1 at d_k = 16 (plain-gradient units carry the chain rule's 1/sqrt(d_k)),
+    # above 1 and growing after; times sqrt(d_k), above 2 at every d_k
+    import math
+
+    import torch
+
+    gen = torch.Generator().manual_seed(4)
+    ratio = {}
+    for d in (16, 64, 256):
+        q, k = (torch.randn(4000, size, d, dtype=torch.float64, generator=gen) for size in (1, 16))
+        v = torch.randn(4000, 16, 3, dtype=torch.float64, generator=gen)
+        g = torch.randn(4000, 3, dtype=torch.float64, generator=gen)
+        z = (q @ k.transpose(1, 2)).squeeze(1)
+        gv = (v @ g[:, :, None]).squeeze(-1)
+        win = z.argmax(-1, keepdim=True)
+        losers = []
+        for scale in (1.0, 1 / math.sqrt(d)):
+            a = (z * scale).softmax(-1)
+            dz = a * (gv - (a * gv).sum(-1, keepdim=True)) * scale
+            losers.append((dz.abs().sum(-1) - dz.abs().gather(1, win).squeeze(1)).median().item())
+        ratio[d] = losers[1] / losers[0]
+    assert ratio[16] < 1 < ratio[64] < ratio[256]
+    assert min(r * math.sqrt(d) for d, r in ratio.items()) > 2
+    assert ratio[256] > 8
