@@ -298,6 +298,32 @@ def test_head_split_figure_shows_what_view_and_transpose_do():
         plotting.draw_head_split(T=3, d_model=8, n_heads=0)
 
 
+def _train_score_model(kind, d_k, start, opt, seed, clip=None, steps=30):
+    """Section 4.11's retrieval task: train a ScoreModel from `start` with `opt(params)`.
+
+    The batch stream is seeded by `seed`; `clip`, if given, is a global-norm clip applied before
+    each step. Returns the final state dict (the identity tests compare two runs bit for bit).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from mini_transformer.scoring import ScoreModel, retrieval_batch
+
+    model = ScoreModel(kind, d_k)
+    model.load_state_dict(start)
+    optimizer = opt(model.parameters())
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        query, keys, values, target = retrieval_batch(gen, batch_size=16)
+        out = (model(query, keys).softmax(-1) @ values)[:, 0]
+        optimizer.zero_grad()
+        F.nll_loss(torch.log(out + 1e-9), target).backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+    return model.state_dict()
+
+
 @pytest.mark.parametrize("d_k", [16, 256])
 def test_adam_unscaled_is_scaled_from_a_larger_start_at_a_larger_rate(d_k):
     # section 4.11: unscaled attention at rate eta from W is scaled attention at eta * d_k^(1/4)
@@ -305,24 +331,14 @@ def test_adam_unscaled_is_scaled_from_a_larger_start_at_a_larger_rate(d_k):
     # chapter's cell: a different seed and batch stream; c = 2 and 4 are powers of 2, so every
     # rescaled number is exact and the runs agree bit for bit.
     import torch
-    import torch.nn.functional as F
 
-    from mini_transformer.scoring import ScoreModel, retrieval_batch
+    from mini_transformer.scoring import ScoreModel
 
-    c, eta, steps = d_k**0.25, 1e-2, 30
+    c, eta = d_k**0.25, 1e-2
 
     def run(kind, lr, start, eps):
-        model = ScoreModel(kind, d_k)
-        model.load_state_dict(start)
-        opt = torch.optim.Adam(model.parameters(), lr=lr, eps=eps)
-        gen = torch.Generator().manual_seed(7)
-        for _ in range(steps):
-            query, keys, values, target = retrieval_batch(gen, batch_size=16)
-            out = (model(query, keys).softmax(-1) @ values)[:, 0]
-            opt.zero_grad()
-            F.nll_loss(torch.log(out + 1e-9), target).backward()
-            opt.step()
-        return model.state_dict()
+        adam = lambda ps: torch.optim.Adam(ps, lr=lr, eps=eps)  # noqa: E731
+        return _train_score_model(kind, d_k, start, adam, seed=7)
 
     torch.manual_seed(3)
     W = ScoreModel("unscaled", d_k).state_dict()
@@ -648,25 +664,15 @@ def test_plain_gradient_descent_needs_rate_c_squared(momentum):
     # unscaled at eta from W is scaled from c W at c^2 eta = sqrt(d_k) eta, bit for bit; at c eta
     # (Adam's rate) it is not. c = 4 is a power of 2: every rescaled number is exact.
     import torch
-    import torch.nn.functional as F
 
-    from mini_transformer.scoring import ScoreModel, retrieval_batch
+    from mini_transformer.scoring import ScoreModel
 
-    d_k, eta, steps = 256, 2e-2, 30
+    d_k, eta = 256, 2e-2
     c = d_k**0.25
 
     def run(kind, lr, start):
-        model = ScoreModel(kind, d_k)
-        model.load_state_dict(start)
-        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-        gen = torch.Generator().manual_seed(5)
-        for _ in range(steps):
-            query, keys, values, target = retrieval_batch(gen, batch_size=16)
-            out = (model(query, keys).softmax(-1) @ values)[:, 0]
-            opt.zero_grad()
-            F.nll_loss(torch.log(out + 1e-9), target).backward()
-            opt.step()
-        return model.state_dict()
+        sgd = lambda ps: torch.optim.SGD(ps, lr=lr, momentum=momentum)  # noqa: E731
+        return _train_score_model(kind, d_k, start, sgd, seed=5)
 
     torch.manual_seed(4)
     W = ScoreModel("unscaled", d_k).state_dict()
@@ -682,27 +688,15 @@ def test_weight_decay_and_clipping_divided_by_c_keep_the_identity():
     # it unchanged, and keep it when divided by c (as eps is); the clip only up to clip_grad_norm_'s
     # own +1e-6, which does not rescale.
     import torch
-    import torch.nn.functional as F
 
-    from mini_transformer.scoring import ScoreModel, retrieval_batch
+    from mini_transformer.scoring import ScoreModel
 
-    d_k, eta, lam, clip, steps = 256, 1e-2, 0.1, 0.05, 30
+    d_k, eta, lam, clip = 256, 1e-2, 0.1, 0.05
     c = d_k**0.25
 
     def run(kind, lr, start, eps, wd, max_norm):
-        model = ScoreModel(kind, d_k)
-        model.load_state_dict(start)
-        opt = torch.optim.AdamW(model.parameters(), lr=lr, eps=eps, weight_decay=wd)
-        gen = torch.Generator().manual_seed(6)
-        for _ in range(steps):
-            query, keys, values, target = retrieval_batch(gen, batch_size=16)
-            out = (model(query, keys).softmax(-1) @ values)[:, 0]
-            opt.zero_grad()
-            F.nll_loss(torch.log(out + 1e-9), target).backward()
-            if max_norm is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-            opt.step()
-        return model.state_dict()
+        adamw = lambda ps: torch.optim.AdamW(ps, lr=lr, eps=eps, weight_decay=wd)  # noqa: E731
+        return _train_score_model(kind, d_k, start, adamw, seed=6, clip=max_norm)
 
     def gap(a, b):  # largest relative gap between c * a and b over the parameters
         return max(((c * a[n] - b[n]).norm() / b[n].norm()).item() for n in a)
