@@ -1297,6 +1297,60 @@ def test_a_sinusoid_query_puts_nearly_all_weight_on_the_previous_position(mask):
     assert w[np.arange(n - 1), np.arange(n - 1)].min() > 0.999
 
 
+def _head_with_tokens(d, std, n=40, draws=50, seed=22, kept_pairs=None):
+    # section 1.6's dropdown: the codes plus Gaussian token embeddings of std `std`, the
+    # package's attention with W_Q = beta * (each pair turned back one step), W_K = I, beta = 16
+    # (the package divides the scores by sqrt(d_k), so the query carries sqrt(d) beta), optionally
+    # both keeping only the fastest `kept_pairs` pairs. Returns the weights on key i - 1 and
+    # whether key i - 1 is each query's top key, over draws and queries i = 1, ..., n - 1
+    omega = 10000.0 ** (-np.arange(0, d, 2) / d)
+    back = np.zeros((d, d))
+    for k, w in enumerate(omega):  # rows: (sin a, cos a) R -> (sin(a - w), cos(a - w))
+        back[2 * k : 2 * k + 2, 2 * k : 2 * k + 2] = [
+            [np.cos(w), np.sin(w)],
+            [-np.sin(w), np.cos(w)],
+        ]
+    keep = np.eye(d)
+    if kept_pairs is not None:
+        keep[2 * kept_pairs :] = 0
+    gen = np.random.default_rng(seed)
+    x = positional.sinusoidal_encoding(n, d) + std * gen.standard_normal((draws, n, d))
+    mask = attention.causal_mask(n)
+    prev, top = [], []
+    for xs in x:
+        w = _package_weights(math.sqrt(d) * 16.0 * xs @ back @ keep, xs @ keep, mask)  # (n, n)
+        prev.append(w[np.arange(1, n), np.arange(n - 1)])
+        top.append(w[1:].argmax(axis=1) == np.arange(n - 1))
+    return np.array(prev), np.array(top)
+
+
+def test_token_embeddings_pull_the_rotation_heads_top_weight_off_the_previous_key():
+    # section 1.6's dropdown, with the package's attention: the printed shares (seed 22, N = 40)
+    # as pins, then the skeptic's variations: three other token draws and N = 200
+    pins = {(16, None): 0.875, (64, None): 0.345, (16, 4): 0.967, (64, 4): 0.956}
+    for (d, kept), share in pins.items():
+        prev, top = _head_with_tokens(d, 0.02 * math.sqrt(d), kept_pairs=kept)
+        assert round(top.mean(), 3) == share, (d, kept)
+    prev, top = _head_with_tokens(16, 0.08)
+    assert round(float(np.median(prev)), 3) == 0.995 and prev.min() < 5e-4
+    for d in (16, 64):  # codes alone: every query's top key is i - 1
+        assert _head_with_tokens(d, 0.0, draws=1)[1].all()
+    for seed, n in ((0, 40), (1, 40), (2, 40), (0, 200)):
+        draws = 50 if n == 40 else 5
+        full = {
+            d: _head_with_tokens(d, 0.02 * math.sqrt(d), n, draws, seed)[1].mean() for d in (16, 64)
+        }
+        fast = {
+            d: _head_with_tokens(d, 0.02 * math.sqrt(d), n, draws, seed, kept_pairs=4)[1].mean()
+            for d in (16, 64)
+        }
+        assert full[64] < 0.4 and 0.8 < full[16] < 0.95, (seed, n, full)  # most miss at 64
+        assert all(0.9 < fast[d] < 1 for d in (16, 64)), (seed, n, fast)  # the fast pairs help
+    # the mechanism: the 4 fastest of 32 pairs carry 0.90 of the squared neighbour step
+    step_sq = np.diff(positional.sinusoidal_encoding(2, 64), axis=0)[0] ** 2
+    assert round(step_sq[:8].sum() / step_sq.sum(), 2) == 0.90
+
+
 def test_with_unequal_norms_a_louder_code_outscores_the_one_the_query_aims_at():
     # requirement 3's reason: at equal norms p_(i-1) . p_j peaks at j = i - 1; make p_i louder
     # by 1.5 and the same query scores it higher
