@@ -1060,3 +1060,104 @@ def test_section_2_2_wavelengths_follow_the_definition():
     wavelength = 2 * np.pi / P.sinusoidal_frequencies(d_model)
     assert np.allclose(wavelength[1:] / wavelength[:-1], 10000 ** (2 / d_model), rtol=1e-12)
     assert math.isclose(wavelength[-1] * 10000 ** (2 / d_model), 10000 * 2 * np.pi, rel_tol=1e-12)
+
+
+# --- 2.7 / A.6: the refit as a projection, six widths (s10: replaces the pinv refit) ---------
+
+
+def span_of(A, cut=1e-10):
+    """An orthonormal basis of the span of A's columns (directions above cut of the largest)."""
+    U, s, _ = np.linalg.svd(A, full_matrices=False)
+    return U[:, s > cut * s[0]]
+
+
+def projection_error(A, pe, A_keys=None, pe_keys=None):
+    """The least-squares relative error of U U^T F V V^T against F = pe pe_keys^T, computed on
+    the (T, T) tables directly (the chapter sums over (d, d) products instead)."""
+    A_keys, pe_keys = (A, pe) if A_keys is None else (A_keys, pe_keys)
+    U, V, F = span_of(A), span_of(A_keys), pe @ pe_keys.T
+    fitted = U @ (U.T @ F @ V) @ V.T
+    return np.linalg.norm(fitted - F) / np.linalg.norm(F - F.mean())
+
+
+def min_norm_weights(A, pe, cut=1e-6):
+    U, s, Vt = np.linalg.svd(A, full_matrices=False)
+    k = s > cut * s[0]
+    B = (Vt[k].T / s[k]) @ (U[:, k].T @ pe)
+    return B @ B.T
+
+
+def rows(pe, kind, token=None):
+    d = pe.shape[1]
+    centred = pe @ (np.eye(d) - 1 / d)
+    if kind == "centred":
+        return centred
+    return centred / ((pe if token is None else pe + token).std(1)[:, None])
+
+
+def test_section_2_7_projection_is_the_pinv_refit_at_d16():
+    # the brief: the projection form gives the chapter's former pinv numbers at d_model = 16
+    pe = P.sinusoidal_encoding(2048, 16)
+    for T in (512, 2048):
+        p, F = pe[:T], pe[:T] @ pe[:T].T
+        for kind in ("centred", "divided"):
+            A = rows(p, kind)
+            Ap = np.linalg.pinv(A, rcond=1e-10)
+            e_pinv = np.linalg.norm(A @ (Ap @ F @ Ap.T) @ A.T - F) / np.linalg.norm(F - F.mean())
+            assert abs(e_pinv - projection_error(A, p)) < 1e-4, (T, kind)
+    got = [projection_error(rows(pe[:T], "divided"), pe[:T]) for T in (512, 2048)]
+    assert [f"{g:.1%}" for g in got] == ["14.2%", "11.6%"]
+    assert f"{projection_error(rows(pe, 'centred'), pe):.1%}" == "0.4%"
+
+
+def test_section_2_7_pinv_is_not_least_squares_at_d32():
+    # expert s37: at d_model = 32 the divided rows' singular values reach the pinv cutoff and the
+    # pinv formula reports far more than the least-squares error (92.7% against 8.0% here)
+    p = P.sinusoidal_encoding(512, 32)
+    A, F = rows(p, "divided"), p @ p.T
+    Ap = np.linalg.pinv(A, rcond=1e-10)
+    e_pinv = np.linalg.norm(A @ (Ap @ F @ Ap.T) @ A.T - F) / np.linalg.norm(F - F.mean())
+    assert e_pinv > 5 * projection_error(A, p)
+    assert f"{projection_error(A, p):.1%}" == "8.1%"
+
+
+def test_section_2_7_width_sweep_pins_and_new_positions_only():
+    # the table of section 2.7, pinned; and the held-out failure on new positions only (queries
+    # and keys both past the 512 fitted), the expert's first variation, at every width
+    div, held, top = [], [], []
+    for d in (16, 32, 64, 128, 256, 512):
+        pe_long = P.sinusoidal_encoding(4096, d)
+        p = pe_long[:512]
+        div.append(projection_error(rows(p, "divided"), p))
+        U = span_of(rows(p, "divided"))
+        fitted = U @ (U.T @ p @ P.rotation_matrix(3, d) @ p.T @ U) @ U.T
+        top.append(np.mean(fitted[3:].argmax(1) == np.arange(509)))
+        W = min_norm_weights(rows(p, "centred"), p)
+        A_new, p_new = rows(pe_long, "centred")[512:], pe_long[512:]
+        F_new = p_new @ p_new.T
+        held.append(
+            np.linalg.norm(A_new @ W @ A_new.T - F_new) / np.linalg.norm(F_new - F_new.mean())
+        )
+    assert [f"{e:.1%}" for e in div] == ["14.2%", "8.1%", "5.0%", "3.1%", "1.6%", "0.7%"]
+    assert [f"{b:.1%}" for b in top] == ["93.9%", "97.6%", "99.8%", "99.8%", "100.0%", "100.0%"]
+    assert min(held) > 1
+
+
+def test_appendix_a6_one_token_draws_and_the_longer_window():
+    # A.6's ranges over six token draws at 512 positions, and the centred fit on 2,048 positions
+    # at d_model = 32 carrying to 4,096 when the cut is 1e-10 (computed on the tables directly)
+    p = P.sinusoidal_encoding(512, 16)
+    errs, tops = [], []
+    for seed in range(30, 36):
+        A = rows(p, "divided", np.random.default_rng(seed).normal(size=16))
+        errs.append(projection_error(A, p))
+        U = span_of(A)
+        fitted = U @ (U.T @ p @ P.rotation_matrix(3, 16) @ p.T @ U) @ U.T
+        tops.append(np.mean(fitted[3:].argmax(1) == np.arange(509)))
+    assert f"{min(errs):.1%} {max(errs):.1%}" == "10.3% 20.5%"
+    assert f"{min(tops):.1%} {max(tops):.1%}" == "79.8% 100.0%"
+    pe_long = P.sinusoidal_encoding(4096, 32)
+    A_long, F_long = rows(pe_long, "centred"), pe_long @ pe_long.T
+    W = min_norm_weights(A_long[:2048], pe_long[:2048], cut=1e-10)
+    held = np.linalg.norm(A_long @ W @ A_long.T - F_long) / np.linalg.norm(F_long - F_long.mean())
+    assert held < 0.1
