@@ -15,7 +15,9 @@ processed, and scores the committed model on
 
 It stores each window's start and mean loss, and per draw and pooled: processed minus never
 processed (the memorising term) and held out minus never processed, with standard errors that
-count windows as independent. Float32, the stored (float16) weights cast to float32, one thread.
+count windows as independent; and, pooled, processed minus never processed with the training
+works as the units (each work's difference, averaged over the works). Float32, the stored
+(float16) weights cast to float32, one thread.
 
 Run (about 2 min on 1 thread of a loaded 2-core machine)::
 
@@ -103,8 +105,29 @@ def difference(a: np.ndarray, b: np.ndarray) -> dict:
     return {"mean": round(d, 6), "se": round(se, 6), "standard_errors": round(d / se, 2)}
 
 
-def split_gap(model, train_ids, val_ids, log, n: int, draws: int, seed: int, batch_size: int):
-    """The whole measurement: a dict of pools, draws and the pooled differences."""
+def by_work(starts: dict, losses: dict, titles: list[str], work_starts: np.ndarray) -> dict:
+    """Processed minus never processed with the training works, not the windows, as the units:
+    each work's mean difference (works with a window in both groups), averaged unweighted."""
+    work = {k: np.searchsorted(work_starts, s, side="right") - 1 for k, s in starts.items()}
+    d = []
+    for i in range(len(titles)):
+        a, b = (losses[k][work[k] == i] for k in ("processed", "never processed"))
+        if len(a) and len(b):
+            d.append(a.mean() - b.mean())
+    d = np.array(d)
+    return {
+        "n_works": len(d),
+        "mean": round(float(d.mean()), 6),
+        "se": round(float(d.std(ddof=1) / math.sqrt(len(d))), 6),
+        "works_lower_when_processed": int((d < 0).sum()),
+    }
+
+
+def split_gap(model, train_ids, val_ids, log, n: int, draws: int, seed: int, batch_size: int,
+              works: dict[str, str] | None = None):  # fmt: skip
+    """The whole measurement: a dict of pools, draws and the pooled differences. ``works``
+    (``{title: text}`` of the training works, joined as ``train_ids``) adds the difference
+    with the works as the units."""
     T = model.config.block_size
     pools = window_pools(times_processed(len(train_ids), log), T)
     tiles = {k: tiling(p, T) for k, p in pools.items()}
@@ -137,6 +160,12 @@ def split_gap(model, train_ids, val_ids, log, n: int, draws: int, seed: int, bat
         "processed_minus_never": difference(losses["processed"], losses["never processed"]),
         "held_out_minus_never": difference(held, losses["never processed"]),
     }
+    if works is not None:
+        titles, sep = list(works), len(data.WORK_SEPARATOR)
+        work_starts = np.cumsum([0] + [len(works[t]) + sep for t in titles[:-1]])
+        if work_starts[-1] + len(works[titles[-1]]) != len(train_ids):
+            raise ValueError("the works do not make up the training ids")
+        result["pooled"]["by_work"] = by_work(picked, losses, titles, work_starts)
     return result
 
 
@@ -160,10 +189,11 @@ def main(argv: list[str] | None = None) -> dict:
         model, tok, _ = train.load_model(train.PRETRAINED["cpu"])
         train_ids = tok.encode(data.load_corpus("train"))
         val_ids = tok.encode(data.load_corpus("val"))
+        works = {t: w for t, w in data.load_works().items() if t not in data.VAL_WORKS}
         t0 = time.perf_counter()
         result |= split_gap(
             model, train_ids, val_ids, train.read_log("cpu"),
-            args.windows, args.draws, args.seed, args.batch_size,
+            args.windows, args.draws, args.seed, args.batch_size, works,
         )  # fmt: skip
         result["wall_time_s"] = round(time.perf_counter() - t0, 1)
         result["load_average_1min_after"] = os.getloadavg()[0]
