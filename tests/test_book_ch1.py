@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from mini_transformer import attention, data, positional
+from mini_transformer import attention, data, layers, positional
 from mini_transformer.exercises.ch1_position import scalar_readout_accuracy
 
 # --- 1.1 order is invisible without position --------------------------------------------
@@ -1297,12 +1297,13 @@ def test_a_sinusoid_query_puts_nearly_all_weight_on_the_previous_position(mask):
     assert w[np.arange(n - 1), np.arange(n - 1)].min() > 0.999
 
 
-def _head_with_tokens(d, std, n=40, draws=50, seed=22, kept_pairs=None):
+def _head_with_tokens(d, std, n=40, draws=50, seed=22, kept_pairs=None, norm=False):
     # section 1.6's dropdown: the codes plus Gaussian token embeddings of std `std`, the
     # package's attention with W_Q = beta * (each pair turned back one step), W_K = I, beta = 16
     # (the package divides the scores by sqrt(d_k), so the query carries sqrt(d) beta), optionally
-    # both keeping only the fastest `kept_pairs` pairs. Returns the weights on key i - 1 and
-    # whether key i - 1 is each query's top key, over draws and queries i = 1, ..., n - 1
+    # both keeping only the fastest `kept_pairs` pairs, and (norm=True) the package's LayerNorm
+    # (gain 1, as initialised) applied first, as its Pre-LN block does. Returns the weights on
+    # key i - 1 and whether key i - 1 is each query's top key, over draws and queries 1 to n - 1
     omega = 10000.0 ** (-np.arange(0, d, 2) / d)
     back = np.zeros((d, d))
     for k, w in enumerate(omega):  # rows: (sin a, cos a) R -> (sin(a - w), cos(a - w))
@@ -1315,6 +1316,8 @@ def _head_with_tokens(d, std, n=40, draws=50, seed=22, kept_pairs=None):
         keep[2 * kept_pairs :] = 0
     gen = np.random.default_rng(seed)
     x = positional.sinusoidal_encoding(n, d) + std * gen.standard_normal((draws, n, d))
+    if norm:
+        x = layers.LayerNorm(d)(torch.from_numpy(x)).detach().numpy()  # float64 in and out
     mask = attention.causal_mask(n)
     prev, top = [], []
     for xs in x:
@@ -1349,6 +1352,59 @@ def test_token_embeddings_pull_the_rotation_heads_top_weight_off_the_previous_ke
     # the mechanism: the 4 fastest of 32 pairs carry 0.90 of the squared neighbour step
     step_sq = np.diff(positional.sinusoidal_encoding(2, 64), axis=0)[0] ** 2
     assert round(step_sq[:8].sum() / step_sq.sum(), 2) == 0.90
+
+
+def test_the_packages_layernorm_alone_pulls_some_queries_off_the_previous_key():
+    # section 1.6's dropdown (s38 expert D1): the package's block is Pre-LN, so its first head
+    # sees LayerNorm(codes + tokens). The printed values (seed 22, N = 40) as pins, with the
+    # package's attention, then the skeptic's variations: a longer sentence, other token draws
+    pins = {16: (0.897, 0.762, 0.998), 64: (0.974, 0.170, 0.0)}
+    for d, (alone_share, tokens_share, tokens_median) in pins.items():
+        prev, top = _head_with_tokens(d, 0.0, draws=1, norm=True)
+        assert round(top.mean(), 3) == alone_share, d
+        assert round(float(np.median(prev)), 3) == 1.0 and prev.min() < 5e-4, d
+        prev, top = _head_with_tokens(d, 0.02 * math.sqrt(d), norm=True)
+        assert round(top.mean(), 3) == tokens_share, d
+        assert round(float(np.median(prev)), 3) == tokens_median, d
+    # without the LayerNorm the same draws give 0.875 and 0.345: LayerNorm lowers both
+    # longer sentences: the codes-alone share rises (0.961, 0.999 at N = 1000), the miss stays
+    for d, share in ((16, 0.961), (64, 0.999)):
+        prev, top = _head_with_tokens(d, 0.0, n=1000, draws=1, norm=True)
+        assert round(top.mean(), 3) == share and prev.min() < 5e-4, d
+    for seed in (0, 1, 2):  # three other token draws: LayerNorm lowers the share every time
+        for d in (16, 64):
+            std = 0.02 * math.sqrt(d)
+            plain = _head_with_tokens(d, std, seed=seed)[1].mean()
+            normed = _head_with_tokens(d, std, seed=seed, norm=True)[1].mean()
+            assert normed < plain - 0.05, (seed, d, normed, plain)
+
+
+def _distance_in_steps_by_offset(d, k_max, chunk=250_000):
+    # the distance between two sinusoid codes k apart (the same for every such pair), over the
+    # neighbour step, k = 1, ..., k_max: the root-sum-square of the circles' chords 2|sin(k w/2)|
+    omega = 10000.0 ** (-np.arange(0, d, 2) / d)
+    parts = []
+    for start in range(1, k_max + 1, chunk):
+        k = np.arange(start, min(start + chunk, k_max + 1))[:, None]
+        parts.append(np.sqrt((4 * np.sin(k * omega / 2) ** 2).sum(axis=1)))
+    dist = np.concatenate(parts)
+    return dist / dist[0]
+
+
+def test_four_circles_fail_uniqueness_past_6283_and_eight_circles_keep_half_a_step_to_2_million():
+    # section 1.6's "Four circles" dropdown (s38 expert D3): half a step is our convention
+    four = _distance_in_steps_by_offset(8, 10_000)
+    first = int(np.argmax(four < 0.5)) + 1
+    assert first == 6283 and round(four[first - 1], 2) == 0.19
+    assert four[1:1000].min() > 0.5  # up to N = 1000 the nearest far pair is offset 63, 0.67
+    pe = positional.sinusoidal_encoding(6284, 8)  # the same pair from the package
+    ratio = np.linalg.norm(pe[-1] - pe[0]) / np.linalg.norm(pe[1] - pe[0])
+    assert abs(ratio - four[first - 1]) < 1e-9
+    # eight circles (d_model = 16): at least 1.23 steps to offset 200,000; the margin shrinks
+    # over longer windows (0.83 by 2,000,000) but stays above half a step
+    eight = _distance_in_steps_by_offset(16, 2_000_000)
+    assert round(eight[1:200_000].min(), 2) == 1.23
+    assert 0.5 < eight[1:].min() < 1.0
 
 
 def test_with_unequal_norms_a_louder_code_outscores_the_one_the_query_aims_at():
