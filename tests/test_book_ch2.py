@@ -1122,7 +1122,8 @@ def test_section_2_7_pinv_is_not_least_squares_at_d32():
 
 
 def test_section_2_7_width_sweep_pins_and_new_positions_only():
-    # the table of section 2.7, pinned; and the held-out failure on new positions only (queries
+    # A.6's width sweep (section 2.7's table until s10 round 2), its window columns pinned; and
+    # the held-out failure on new positions only (queries
     # and keys both past the 512 fitted), the expert's first variation, at every width
     div, held, top = [], [], []
     for d in (16, 32, 64, 128, 256, 512):
@@ -1161,3 +1162,119 @@ def test_appendix_a6_one_token_draws_and_the_longer_window():
     W = min_norm_weights(A_long[:2048], pe_long[:2048], cut=1e-10)
     held = np.linalg.norm(A_long @ W @ A_long.T - F_long) / np.linalg.norm(F_long - F_long.mean())
     assert held < 0.1
+
+
+# --- 2.6 / A.6 (s10, round 2): the share's scale, and the sweep's two controls --------------
+
+
+def test_section_2_6_share_grows_with_the_token_and_the_rest_is_the_content_position_term():
+    # moved from section 2.6's cell: with one token and a block form, the score less the
+    # position-content term is content-content (constant) + content-position + position-position
+    # (relative), so its diagonal spread is the content-position term's (5.98); and the share,
+    # that spread over the rest's span, grows with the token's size, token by token
+    X, _, W_c, Pm = chapter_tables()
+    T = len(Pm)
+
+    def parts(x):
+        Xx = np.tile(x, (T, 1))
+        rest = (Xx + Pm) @ W_c @ (Xx + Pm).T - Pm @ W_c @ Xx.T
+        return Xx @ W_c @ Xx.T, Xx @ W_c @ Pm.T, rest
+
+    cc, cp, rest = parts(X[0])
+    assert np.ptp(cc) < 1e-12 and diagonal_spread(Pm @ W_c @ Pm.T) < 1e-12
+    assert math.isclose(diagonal_spread(rest), diagonal_spread(cp), rel_tol=1e-9)
+    assert f"{diagonal_spread(cp):.2f} {diagonal_spread(cp) / np.ptp(rest):.2f}" == "5.98 0.50"
+
+    def share(x):
+        _, cp_, rest_ = parts(x)
+        return diagonal_spread(cp_) / np.ptp(rest_)
+
+    xs = np.random.default_rng(22).normal(size=(20, 16))
+    got = {s: np.array([share(s * x) for x in xs]) for s in (0.25, 1, 4)}
+    assert [f"{got[s].min():.2f} {got[s].max():.2f}" for s in (0.25, 1, 4)] == [
+        "0.07 0.37",
+        "0.24 0.77",
+        "0.60 0.93",
+    ]
+    assert np.all(got[0.25] < got[1]) and np.all(got[1] < got[4])
+
+
+def relative_errors_from(Ws, A, pe):
+    """||A W A^T - pe pe^T|| / ||pe pe^T - its mean|| for each W, from (d, d) products only."""
+    G, H, M0, s = A.T @ A, A.T @ pe, pe.T @ pe, pe.sum(0)
+    FF, HH = np.sum(M0 * M0), H @ H.T
+    return [
+        math.sqrt(max(np.sum((G @ W @ G) * W) - 2 * np.sum(W * HH) + FF, 0.0))
+        / math.sqrt(FF - (s @ s) ** 2 / len(pe) ** 2)
+        for W in Ws
+    ]
+
+
+def test_appendix_a6_control_a_the_window_does_not_identify_w_without_layernorm():
+    # control (a): raw PE rows fitted on 512 positions. The smallest-norm W is V V^T, the
+    # projection onto the directions the window spans, so A W A^T - F = PE (V V^T - I) PE^T and
+    # its norm on 4,096 positions comes from that form here (the chapter: the general formula)
+    raw, cen, div, ranks = [], [], [], []
+    for d in (16, 32, 64, 128, 256, 512):
+        pe_long = P.sinusoidal_encoding(4096, d)
+        p = pe_long[:512]
+        cuts = (1e-6, 1e-3, 1e-10)
+        W_raw = [min_norm_weights(p, p, cut) for cut in cuts]
+        _, s, Vt = np.linalg.svd(p, full_matrices=False)
+        V = Vt[s > 1e-6 * s[0]].T
+        assert np.allclose(W_raw[0], V @ V.T, rtol=0, atol=1e-8)  # I on the span, 0 off it
+        ranks.append(V.shape[1])
+        M0, D, tot = pe_long.T @ pe_long, V @ V.T - np.eye(d), pe_long.sum(0)
+        norm_F = math.sqrt(np.sum(M0 * M0) - (tot @ tot) ** 2 / 4096**2)
+        raw.append(math.sqrt(np.sum((M0 @ D) * (M0 @ D).T)) / norm_F)
+        assert relative_errors_from(W_raw[:1], p, p)[0] < 1e-3  # it gives f on its window
+        W_cen = [min_norm_weights(rows(p, "centred"), p, cut) for cut in cuts]
+        held_raw = relative_errors_from(W_raw, pe_long, pe_long)
+        held_cen = relative_errors_from(W_cen, rows(pe_long, "centred"), pe_long)
+        assert math.isclose(held_raw[0], raw[-1], rel_tol=1e-6)  # the two routes agree
+        cen.append(held_cen[0])
+        W_div = [min_norm_weights(rows(p, "divided"), p, cut) for cut in cuts]
+        div.extend(relative_errors_from(W_div, rows(pe_long, "divided"), pe_long))
+        if d >= 64:  # the variation: at every cut, raw and centred rows alike miss by over 100%
+            assert min(held_raw + held_cen) > 1
+        else:  # at 16 and 32 the centring adds to the miss, at every cut
+            assert all(c > r for c, r in zip(held_cen, held_raw, strict=True))
+    assert ranks == [15, 23, 35, 55, 85, 124]
+    assert [f"{e:.0%}" for e in raw] == ["12%", "78%", "111%", "131%", "141%", "146%"]
+    assert [f"{e:.0%}" for e in cen] == ["510%", "323%", "124%", "111%", "126%", "143%"]
+    assert f"{min(div):.0%}" == "125%"  # the divided rows' window weights, every width and cut
+
+
+def test_appendix_a6_control_b_the_fits_on_4096_positions():
+    # control (b), by another route: the projection U U^T F U U^T with U from an SVD of the
+    # 4,096 rows (the chapter: the eigenvectors of A^T A). At the chapter's cut 1e-6 the printed
+    # values; at 1e-10 (the variation) the same picture within 0.2 percentage points
+    out = {}
+    for d in (16, 32, 64, 128, 256, 512):
+        pe = P.sinusoidal_encoding(4096, d)
+        for kind in ("centred", "divided"):
+            U_all, s, _ = np.linalg.svd(rows(pe, kind), full_matrices=False)
+            for cut in (1e-6, 1e-10):
+                UtP = U_all[:, s > cut * s[0]].T @ pe
+                M0, tot = pe.T @ pe, pe.sum(0)
+                FF = np.sum(M0 * M0)
+                kept = np.sum((UtP @ UtP.T) ** 2)
+                out[d, kind, cut] = math.sqrt(
+                    max(FF - kept, 0.0) / (FF - (tot @ tot) ** 2 / 4096**2)
+                )
+    widths = (16, 32, 64, 128, 256, 512)
+    assert [f"{out[d, 'centred', 1e-6]:.1%}" for d in widths] == ["16.0%"] + ["0.0%"] * 5
+    assert [f"{out[d, 'divided', 1e-6]:.1%}" for d in widths] == [
+        "18.0%",
+        "5.6%",
+        "3.7%",
+        "2.5%",
+        "1.6%",
+        "1.1%",
+    ]
+    assert (
+        max(abs(out[d, k, 1e-10] - out[d, k, 1e-6]) for d in widths for k in ("centred", "divided"))
+        < 2e-3
+    )
+    assert max(out[d, "centred", 1e-10] for d in widths[1:]) < 1e-3
+    assert np.all(np.diff([out[d, "divided", 1e-10] for d in widths]) < 0)
