@@ -145,8 +145,9 @@ exercise(
     "2 pi * 10000^(2i/128) < 512 for i, and remember that i counts from 0.",
     explanation=(
         "lambda_i = 2 pi * 10000^(2i/128) is below 512 while 2i/128 is below "
-        "log10(512 / (2 pi)) / 4 = 0.478, that is for i = 0..30: 31 pairs. The fraction "
-        "0.478 depends only on 2i/d_model and the sequence length (512 in both places), "
+        "log10(512 / (2 pi)) / 4 = 0.478 (the 4 is log10 of the base 10000), that is for "
+        "i = 0..30: 31 pairs. The fraction 0.478 depends only on 2i/d_model, the base and the "
+        "sequence length (the same 10000 and 512 in both places), "
         "which is why appendix A.1 found 48% of the 256 pairs wrapping at d_model = 512."
     ),
 )(lambda: sum(1 for w in _omega(128) if 2 * math.pi / w < 512))
