@@ -175,8 +175,8 @@ def test_at_each_better_rate_unscaled_overlaps_scaled_at_1024(scoring):
     }
     assert [round(ratio[d], 2 if ratio[d] < 1 else 1) for d in d_ks] == [1.0, 1.2, 0.86, 3.5, 6.3]
 
-    # section 4.11 quotes the d_k = 1024 pair: "unscaled's median loss was 6.3 times scaled's,
-    # yet lower on 1 of 3 starts" (seed by seed, each kind at its better rate)
+    # Appendix A.1 quotes the d_k = 1024 pair: "unscaled's median loss was 6.3 times scaled's,
+    # lower on 1 of 3 starts" (seed by seed, each kind at its better rate; no detected difference)
     def by_seed(kind, d):
         lr = best(kind, d)
         return [
