@@ -1132,3 +1132,68 @@ def test_appending_8_tokens_moves_memn2n_first_logits_by_the_quoted_1_0_stds():
 
     assert round(largest_change("memn2n"), 1) == 1.0
     assert largest_change("sinusoidal") < 1e-4
+
+
+# --- section 3.7: MemN2N-style codes replaced (tools/code_spacing.py) ---
+
+
+@pytest.fixture(scope="module")
+def spacing():
+    return data.load_result("03_code_spacing")
+
+
+def test_code_spacing_models_are_the_sweeps(res, spacing):
+    # retrained with the sweep's stored configuration and seeds, each scoring the stored
+    # accuracies at every length to the stored four decimals
+    assert spacing["command"].startswith("python tools/code_spacing.py ")
+    assert spacing["lab"] == res["config"] and spacing["scheme"] == "memn2n"
+    assert spacing["offset"] == 3 and spacing["train_length"] == 32
+    assert sorted(spacing["runs"]) == [f"memn2n/{seed}" for seed in (0, 1, 2)]
+    assert all(run["max_accuracy_difference"] == 0 for run in spacing["runs"].values())
+
+
+def test_code_spacing_pins(spacing):
+    # accuracy on the scored t < L, seeds 0, 1, 2: trained codes, then per J variants a, b, c
+    runs = [spacing["runs"][f"memn2n/{seed}"] for seed in (0, 1, 2)]
+    got = {"trained": [r["trained"] for r in runs]}
+    for J in (48, 64, 256):
+        for v in "abc":
+            got[f"{J}{v}"] = [r["by_J"][str(J)][v] for r in runs]
+    assert got == {
+        "trained": [0.9852, 0.9811, 0.9864],
+        "48a": [0.845, 0.7954, 0.8253],
+        "48b": [0.8443, 0.7829, 0.7831],
+        "48c": [0.9801, 0.9737, 0.9857],
+        "64a": [0.6453, 0.5714, 0.5842],
+        "64b": [0.6421, 0.5422, 0.4631],
+        "64c": [0.9479, 0.9415, 0.9658],
+        "256a": [0.228, 0.2128, 0.2656],
+        "256b": [0.2272, 0.1817, 0.1882],
+        "256c": [0.7756, 0.8175, 0.8428],
+    }
+
+
+def test_code_spacing_fractions_are_the_three_variants():
+    import code_spacing
+
+    L, q = 32, 4
+    for J in (48, 64, 256):
+        a, b, c = (code_spacing.fractions(v, J, L, 3) for v in "abc")
+        assert np.allclose(a, np.arange(1, L + 1) / J)  # the codes at length J
+        assert np.allclose(np.diff(b), 1 / J) and b.min() >= 1 / L and b.max() <= 1  # in range
+        assert np.isclose(b[q - 1], 1 / 8)  # every scored query (j >= 4) at least 1/8
+        assert np.allclose(np.diff(c[q - 1 :]), 1 / L) and np.isclose(c[q - 1], q / J)  # shift
+    assert np.allclose(code_spacing.fractions("trained", 48, L, 3), np.arange(1, L + 1) / L)
+
+
+def test_code_spacing_tool_refuses_bad_input_before_any_work(tmp_path):
+    import code_spacing
+
+    for bad in (["--seeds", "7"], ["--lengths", "32"], ["--seeds", "x"]):
+        with pytest.raises(SystemExit) as exit_:
+            code_spacing.main(["--out", str(tmp_path / "x.json"), *bad])
+        assert exit_.value.code == 2 and not (tmp_path / "x.json").exists()
+    (tmp_path / "y.json").write_text("{}")
+    with pytest.raises(SystemExit) as exit_:
+        code_spacing.main(["--out", str(tmp_path / "y.json")])
+    assert exit_.value.code == 2 and (tmp_path / "y.json").read_text() == "{}"
