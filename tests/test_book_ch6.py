@@ -756,8 +756,8 @@ def test_the_cpu_recipe_was_the_lowest_of_15_runs_scored_on_the_whole_held_out_t
 def test_the_chosen_recipe_had_a_20_percent_larger_budget_than_the_other_t128_candidates():
     """Section 6.5's recipe dropdown: the sweep's winner (1,630 steps, 1.696) had 9.48e12
     training FLOPs, 20% more than the about 7.9e12 of every other scored candidate with T = 128,
-    and beat the best of those by 0.014 nats. The notebook cannot read benchmarks/ from a wheel,
-    so the dropdown's numbers are pinned here."""
+    and beat the best of those by 0.014 nats. The dropdown's hidden cell prints them from the
+    summary the package ships (tested below); here they are pinned on the full sweep."""
     import json
     from pathlib import Path
 
@@ -922,3 +922,188 @@ def test_gap_split_refuses_bad_input_and_a_committed_result(tmp_path, capsys, mo
         err = capsys.readouterr().err
         assert exc.value.code == 2 and "usage:" in err and message in err, argv
     assert committed.read_bytes() == before
+
+
+# ------------------------------- the summaries the package ships of them (tools/result_summary.py)
+
+RECIPE_SWEEP = "benchmarks/results/cpu_recipe_sweep.json"
+
+
+def _stored(path: str) -> dict:
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).resolve().parents[1] / path).read_text())
+
+
+def _diff_as_stored(stored: dict, a, b) -> None:
+    """``stored`` (mean, se, standard_errors) is mean(a) - mean(b) with the standard error of two
+    independent samples' means (the window losses are stored to 6 decimals: 2e-6)."""
+    a, b = np.asarray(a), np.asarray(b)
+    se = math.hypot(a.std(ddof=1) / math.sqrt(len(a)), b.std(ddof=1) / math.sqrt(len(b)))
+    m = a.mean() - b.mean()
+    assert abs(stored["mean"] - m) < 2e-6 and abs(stored["se"] - se) < 2e-6
+    assert abs(stored["standard_errors"] - m / se) < 0.006
+
+
+def test_the_shipped_gap_split_summary_is_what_the_full_result_gives():
+    """Appendix A.3's cell prints mini_transformer/results/06_gap_split.json, the package's
+    summary of benchmarks/results/06_gap_split.json. Every number in it is recomputed here from
+    the full result's window losses and starts (each draw's and the pooled group means and
+    differences with their standard errors; the 38 training works as the units, each window in
+    the work it starts in), not copied from the full result's own figures; the held-out side,
+    whose window losses the full result does not keep, from its whole-text mean."""
+    full, s = _gap_split(), data.load_result("06_gap_split")
+    groups = ("never processed", "processed")
+    header = ("command", "commit", "date", "where_it_ran", "checkpoint", "precision", "seed")
+    assert s["full_result"] == GAP_SPLIT and all(s["full"][k] == full[k] for k in header)
+    assert s["held_out"] == full["held_out"] and s["disjoint_windows"] == full["disjoint_windows"]
+    held = full["held_out"]["mean"]
+    assert len(s["draws"]) == len(full["draws"]) == 2
+    for summary, draw in zip(s["draws"], full["draws"], strict=True):
+        w = {k: np.asarray(draw["window_losses"][k]) for k in groups}
+        assert (
+            summary["n_windows_per_group"]
+            == {k: len(w[k]) for k in groups}
+            == {k: 4096 for k in groups}
+        )
+        assert all(abs(summary["means"][k] - w[k].mean()) < 1e-6 for k in groups)
+        _diff_as_stored(summary["processed_minus_never"], w["processed"], w["never processed"])
+        shift = held - w["never processed"].mean()
+        assert abs(summary["held_out_minus_never"]["mean"] - shift) < 2e-6
+    both = {k: np.concatenate([d["window_losses"][k] for d in full["draws"]]) for k in groups}
+    pooled = s["pooled"]
+    assert pooled["n_windows_per_group"] == 8192
+    assert all(abs(pooled["means"][k] - both[k].mean()) < 1e-6 for k in groups)
+    _diff_as_stored(pooled["processed_minus_never"], both["processed"], both["never processed"])
+    shift = held - both["never processed"].mean()
+    assert abs(pooled["held_out_minus_never"]["mean"] - shift) < 2e-6
+    # the works as the units: the training works' bounds in the training text, independently
+    works = data.load_works()
+    titles = [t for t in works if t not in data.VAL_WORKS]
+    bounds = np.cumsum([0] + [len(works[t]) + len(data.WORK_SEPARATOR) for t in titles])
+    starts = {k: np.concatenate([d["starts"][k] for d in full["draws"]]) for k in groups}
+    per_work = []
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        inside = {k: (starts[k] >= lo) & (starts[k] < hi) for k in groups}
+        if all(inside[k].any() for k in groups):
+            per_work.append(
+                both["processed"][inside["processed"]].mean()
+                - both["never processed"][inside["never processed"]].mean()
+            )
+    per_work = np.array(per_work)
+    by_work = pooled["by_work"]
+    assert by_work["n_works"] == len(per_work) == 38
+    assert by_work["works_lower_when_processed"] == int((per_work < 0).sum()) == 28
+    assert abs(by_work["mean"] - per_work.mean()) < 2e-6
+    assert abs(by_work["se"] - per_work.std(ddof=1) / math.sqrt(len(per_work))) < 2e-6
+
+
+def test_the_gap_split_tool_writes_the_shipped_summary_and_its_command_asks_for_it():
+    """The summary is what tools/gap_split.summarise makes of the full result, field for field,
+    and its stored command, parsed by tools/result_summary.py, names the full result and the
+    shipped file."""
+    import json
+
+    import gap_split
+    import result_summary
+
+    full, s = _gap_split(), data.load_result("06_gap_split")
+    assert json.loads(json.dumps(gap_split.summarise(full, GAP_SPLIT, s["command"]))) == s
+    args = result_summary.parser().parse_args(s["command"].split()[1:])
+    assert (args.kind, args.full, args.out) == (
+        "gap-split",
+        GAP_SPLIT,
+        "mini_transformer/results/06_gap_split.json",
+    )
+
+
+def test_the_shipped_recipe_summary_is_what_the_full_sweep_gives(monkeypatch):
+    """Section 6.5's recipe dropdown prints mini_transformer/results/06_cpu_recipe_sweep.json, the
+    package's summary of benchmarks/results/cpu_recipe_sweep.json: its 15 scored runs, the chosen
+    (lowest) one and the other 13 runs with T = 128 are recomputed here from the full sweep, and
+    the dropdown's numbers (1.696, 9.48e12, about 7.9e12, 20%, 0.014) pinned on the summary."""
+    import re
+
+    import result_summary
+
+    full, s = _stored(RECIPE_SWEEP), data.load_result("06_cpu_recipe_sweep")
+    scored = [r for r in full["runs"] if r["held_out_loss"] is not None]
+    assert s["full_result"] == RECIPE_SWEEP and s["n_runs"] == len(full["runs"]) == 18
+    assert [r["name"] for r in s["runs"]] == [r["name"] for r in scored] and len(scored) == 15
+    for row, r in zip(s["runs"], scored, strict=True):
+        assert [row[k] for k in ("held_out_loss", "train_flops", "precision")] == [
+            r["held_out_loss"],
+            r["train_flops"],
+            r["precision"],
+        ]
+        assert all(row[k] == r["train_config"][k] for k in ("steps", "batch_size", "lr", "min_lr"))
+        assert all(row[k] == r["model_config"][k] for k in ("n_layers", "d_model", "block_size"))
+    best = min(scored, key=lambda r: r["held_out_loss"])
+    chosen, others = s["chosen"], s["other_runs_same_T"]
+    assert (chosen["name"], chosen["held_out_loss"], chosen["train_flops"]) == (
+        best["name"],
+        best["held_out_loss"],
+        best["train_flops"],
+    )
+    assert chosen["steps"] == best["train_config"]["steps"] == 1630
+    assert chosen["where_it_ran"] == best["where_it_ran"] and chosen["command"] in full["commands"]
+    same_t = [
+        r
+        for r in scored
+        if r["model_config"]["block_size"] == best["model_config"]["block_size"] and r is not best
+    ]
+    flops = [r["train_flops"] for r in same_t]
+    lowest = min(same_t, key=lambda r: r["held_out_loss"])
+    assert (others["n"], others["block_size"]) == (len(same_t), 128) and len(same_t) == 13
+    assert (others["train_flops_min"], others["train_flops_max"]) == (min(flops), max(flops))
+    assert others["lowest"] == {"name": lowest["name"], "held_out_loss": lowest["held_out_loss"]}
+    for key in ("held_out_loss", "device", "cpu_count", "torch", "note"):
+        assert s["full"][key] == full[key], key
+    assert s["full"]["n_commands"] == len(full["commands"])
+    assert re.fullmatch(r"[0-9a-f]{40}", s["full"]["committed"]["commit"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", s["full"]["committed"]["date"])
+    # the tool makes this summary of the full sweep (its git lookup replaced by the stored one)
+    monkeypatch.setattr(result_summary, "committed", lambda path: s["full"]["committed"])
+    assert result_summary.recipe_summary(full, RECIPE_SWEEP, s["command"]) == s
+    # the numbers the dropdown quotes, as its hidden cell prints them
+    assert (
+        round(chosen["held_out_loss"], 3) == 1.696 and f"{chosen['train_flops']:.2e}" == "9.48e+12"
+    )
+    assert f"{others['train_flops_max']:.1e}" == "7.9e+12"
+    assert f"{chosen['train_flops'] / others['train_flops_max'] - 1:.0%}" == "20%"
+    assert f"{others['lowest']['held_out_loss'] - chosen['held_out_loss']:.3f}" == "0.014"
+
+
+def test_the_summary_tools_refuse_to_overwrite_a_shipped_summary(tmp_path, capsys, monkeypatch):
+    """Both ways of writing a summary check its file before any work (exit 2): the converter,
+    and gap_split's --summary, which also refuses before the measurement starts."""
+    import json
+    from pathlib import Path
+
+    import gap_split
+    import result_summary
+
+    root = Path(__file__).resolve().parents[1]
+    shipped = root / "mini_transformer/results/06_gap_split.json"
+    before = shipped.read_bytes()
+    with pytest.raises(SystemExit) as exit_info:
+        result_summary.main(["gap-split", str(root / GAP_SPLIT), "--out", str(shipped)])
+    assert exit_info.value.code == 2 and "committed result" in capsys.readouterr().err
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the measurement started")
+
+    monkeypatch.setattr(gap_split, "split_gap", no_work)
+    argv = ["--out", str(tmp_path / "full.json"), "--summary", str(shipped)]
+    with pytest.raises(SystemExit) as exit_info:
+        gap_split.main(argv)
+    assert exit_info.value.code == 2 and "--summary" in capsys.readouterr().err
+    assert shipped.read_bytes() == before and not (tmp_path / "full.json").exists()
+    # a fresh path works: the converter writes the shipped summary's content again
+    out = tmp_path / "summary.json"
+    result_summary.main(["gap-split", str(root / GAP_SPLIT), "--out", str(out)])
+    written, stored = json.loads(out.read_text()), data.load_result("06_gap_split")
+    assert {k: v for k, v in written.items() if k not in ("command", "full_result")} == {
+        k: v for k, v in stored.items() if k not in ("command", "full_result")
+    }
