@@ -490,6 +490,11 @@ def test_close_handles_float16_inf_nan_strings_and_meta_tensors():
         "; 1 of 2 entries are NaN or inf"
     )
     assert "float16, which keeps about 3 significant digits" in compare(x.exp(), x.exp().half())
+    pos = np.arange(0, 4000, 397.0)  # angles rounded to float32 miss a float64 answer by ~1e-4
+    got32 = torch.sin(torch.tensor(pos, dtype=torch.float32) * 0.9)
+    assert "float32, which keeps about 7 significant digits" in compare(np.sin(pos * 0.9), got32)
+    assert compare(np.sin(pos * 0.9), got32.double()) is not None  # a float64 answer: no note
+    assert "float32, which" not in compare(np.sin(pos * 0.9), got32.double())
     assert compare(torch.tensor([float("nan"), 1.0]), torch.tensor([float("nan"), 1.0])) is None
     assert compare(torch.tensor([-float("inf")]), torch.tensor([-float("inf")])) is None
     assert "got -inf" in compare(torch.tensor([float("inf")]), torch.tensor([-float("inf")]))

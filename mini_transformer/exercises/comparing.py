@@ -244,10 +244,10 @@ def close(rtol: float = 1e-5, atol: float = 1e-6, same_dtype: bool = False):
             if values is None:
                 return f"{head}: only the dtype is wrong, the values agree"
             return f"{head} (the dtype is wrong), and the values differ too: {values}"
-        low = ("float16", "bfloat16")
-        if values and dtype_differs and g_name in low and e_name not in low:
-            values += f" (your answer is {g_name}, which keeps about 3 significant digits; the "
-            values += f"expected result is {e_name})"
+        digits = {"float16": 3, "bfloat16": 3, "float32": 7}.get(g_name)  # expected: a wider float
+        if values and dtype_differs and digits and e_name in ("float32", "float64")[digits // 7 :]:
+            values += f" (your answer is {g_name}, which keeps about {digits} significant digits; "
+            values += f"the expected result is {e_name})"
         return values
 
     return compare
