@@ -5,24 +5,33 @@
    repository's source, so package data missing from the wheel fails here.
 2. Copy each chapter, alone, into an empty folder of its own: a chapter that reads a path
    relative to the repository (``data/x.json``, ``../mini_transformer``) fails here.
-3. In those folders, run at the same time, on the two cores: nbval (every stored output
-   reproduced, strict mode); nbval again under *another CPU's arithmetic* (``OTHER_CPU``:
-   torch's portable kernels instead of this CPU's AVX2/AVX-512 ones, and MKL's conditional
-   numerical reproducibility set to its SSE2 code path), so that an assert or a printed digit
-   that holds only on the machine that made the outputs fails here too; and
-   ``tests/notebooks/rerun_check.py`` (every code cell prints the same text when run twice).
+3. In those folders, three checks per chapter: nbval (every stored output reproduced, strict
+   mode); nbval again under *another CPU's arithmetic* (``OTHER_CPU``: torch's portable kernels
+   instead of this CPU's AVX2/AVX-512 ones, and MKL's conditional numerical reproducibility set
+   to its SSE2 code path), so that an assert or a printed digit that holds only on the machine
+   that made the outputs fails here too; and ``tests/notebooks/rerun_check.py`` (every code
+   cell prints the same text when run twice).
+
+The 3 x (number of chapters) checks are separate pytest runs, one per core at a time, longest
+first (each chapter's time from ``book/_data/execution_report.json``; running every cell twice
+costs two), so that the cores finish together: one long serial run per check would leave a
+core idle while the slowest finished.
 
 Usage: ``python tools/test_notebooks.py [book/NN_name.ipynb ...]`` (default: all chapters).
-Exits with the first non-zero status of the two pytest runs.
+Prints each check's result as it ends, the whole pytest output of a failing one, and exits with
+the first non-zero status.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,6 +78,15 @@ def sandbox(where: Path, notebooks: list[Path]) -> Path:
     return chapters
 
 
+def stored_seconds() -> dict[str, float]:
+    """Each chapter's execution time as ``make execute`` last recorded it (for the order)."""
+    report = ROOT / "book" / "_data" / "execution_report.json"
+    if not report.exists():
+        return {}
+    rows = json.loads(report.read_text())["notebooks"]
+    return {row["notebook"]: float(row["seconds"]) for row in rows}
+
+
 def main(argv: list[str]) -> int:
     notebooks = [Path(a).resolve() for a in argv] or sorted(
         (ROOT / "book").glob("[0-9][0-9]_*.ipynb")
@@ -103,25 +121,35 @@ def main(argv: list[str]) -> int:
               f"{' '.join(f'{k}={v}' for k, v in OTHER_CPU.items())})")  # fmt: skip
         copy = where / "other_cpu"
         shutil.copytree(chapters, copy)
-        nbval = [
-            subprocess.Popen(
-                PYTEST
-                + [
-                    "--nbval",
-                    "--nbval-current-env",
-                    "--nbval-sanitize-with",
-                    str(where / "nbval_sanitize.cfg"),
-                    str(folder),
-                ],
-                env=e,
-                cwd=where,
-            )  # fmt: skip
-            for folder, e in ((chapters, env), (copy, other))
-        ]
-        rerun = subprocess.Popen(
-            PYTEST + [str(ROOT / "tests" / "notebooks" / "rerun_check.py")], env=env, cwd=where
-        )
-        codes = [p.wait() for p in nbval] + [rerun.wait()]
+        nbval = PYTEST + ["--nbval", "--nbval-current-env", "--nbval-sanitize-with",
+                          str(where / "nbval_sanitize.cfg")]  # fmt: skip
+        rerun = PYTEST + [str(ROOT / "tests" / "notebooks" / "rerun_check.py")]
+        seconds = stored_seconds()
+        jobs = []  # (cost, name, command, environment)
+        for nb in notebooks:
+            cost = seconds.get(nb.name, 60.0)
+            one = dict(env, MT_CHAPTERS=str(chapters / nb.stem), MT_EXPECTED_CHAPTERS="1")
+            jobs += [
+                (cost, f"nbval {nb.stem} (this CPU)", nbval + [str(chapters / nb.stem)], env),
+                (cost, f"nbval {nb.stem} (another CPU)", nbval + [str(copy / nb.stem)], other),
+                (2 * cost, f"run-twice {nb.stem}", rerun, one),
+            ]
+        jobs.sort(key=lambda job: -job[0])
+
+        def run(job: tuple) -> int:
+            _, name, command, environment = job
+            began = time.monotonic()
+            done = subprocess.run(
+                command, env=environment, cwd=where, capture_output=True, text=True
+            )
+            tail = done.stdout.strip().splitlines()[-1:] or ["(no output)"]
+            print(f"{name}: {tail[0]} [{time.monotonic() - began:.0f} s]", flush=True)
+            if done.returncode:
+                print(done.stdout + done.stderr, flush=True)
+            return done.returncode
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            codes = list(pool.map(run, jobs))
     return next((c for c in codes if c), 0)
 
 
