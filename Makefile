@@ -47,9 +47,10 @@ book: $(STAMP)
 
 test: test-package test-notebooks test-book
 
-# --doctest-modules: the examples in the docstrings are tests too.
+# --doctest-modules: the examples in the docstrings are tests too. -n logical: one pytest-xdist
+# worker per core (each test is independent; OMP_NUM_THREADS=1 keeps a worker to its core).
 test-package: $(STAMP)
-	$(BIN)/python -m pytest -p no:cacheprovider -q --doctest-modules mini_transformer tests/
+	$(BIN)/python -m pytest -p no:cacheprovider -q -n logical --doctest-modules mini_transformer tests/
 
 # The chapters as a Colab reader runs them: the package installed from its wheel, each chapter
 # alone in an empty folder outside the repository; nbval (stored outputs reproduce) and the
