@@ -1197,3 +1197,71 @@ def test_code_spacing_tool_refuses_bad_input_before_any_work(tmp_path):
     with pytest.raises(SystemExit) as exit_:
         code_spacing.main(["--out", str(tmp_path / "y.json")])
     assert exit_.value.code == 2 and (tmp_path / "y.json").read_text() == "{}"
+
+
+def _even_weight_reader(T, L, n, seed, vocab=16, offset=3):
+    """Section 3.6's vectorised reader on t >= L: its mean accuracy and the standard error the
+    chapter quotes (from the n per-sequence means)."""
+    x = np.random.default_rng(seed).integers(0, vocab, (n, T))
+    counts = np.cumsum(np.eye(vocab, dtype=np.int32)[x], axis=1)  # (n, T, vocab)
+    top = counts == counts.max(axis=-1, keepdims=True)
+    t = np.arange(offset, T)
+    hit = np.take_along_axis(top[:, t], x[:, t - offset, None], axis=-1)[..., 0] / top[:, t].sum(-1)
+    past = hit[:, t >= L].mean(axis=1)
+    return past.mean(), past.std() / math.sqrt(n)
+
+
+def test_even_weight_reader_standard_error_matches_the_spread_over_reader_seeds(res):
+    # appendix A.5 quotes the reader's SE from its 2000 per-sequence means. The s40 expert saw
+    # reader seeds 0, 1, 2 span 0.006 at 1.5L, over 3 SE; over 20 reader seeds the standard
+    # deviation of the reader's mean agrees with that SE (ratio 0.65 to 1.35), so the SE stands
+    L = res["config"]["train_length"]
+    for T in (3 * L // 2, 2 * L):
+        runs = np.array([_even_weight_reader(T, L, 2000, seed) for seed in range(20)])
+        sd, se = runs[:, 0].std(ddof=1), runs[:, 1].mean()
+        assert 0.65 < sd / se < 1.35, (T, sd, se)
+        assert runs[0, 1] < 0.002  # seed 0 is the chapter's reader: SE at most 0.0015 printed
+    three = [_even_weight_reader(3 * L // 2, L, 2000, seed)[0] for seed in (0, 1, 2)]
+    assert [round(v, 3) for v in three] == [0.136, 0.138, 0.142]  # the expert's three seeds
+
+
+# --- section 3.7: positions shifted at length L (tools/shifted_positions.py) ---
+
+
+def test_shifted_positions_moves_only_the_positions():
+    # the tool's wrapper on untrained lab models: p0 = 0 changes nothing, the model is restored
+    # afterwards, a shift moves an absolute scheme's outputs and leaves RoPE's to rounding
+    import shifted_positions
+    import torch
+
+    from mini_transformer import lab
+
+    cfg = lab.LabConfig(steps=1)  # block_size 2L = 64: rows up to 63
+    idx, _ = cfg.batch(8, cfg.train_length, torch.Generator().manual_seed(0))
+    for scheme in ("learned", "sinusoidal", "rope"):
+        model = lab.make_model(scheme, cfg, seed=0).eval()
+        with torch.no_grad():
+            base = model(idx)[0]
+            with shifted_positions.positions_from(model, 0):
+                same = model(idx)[0]
+            with shifted_positions.positions_from(model, 32):
+                moved = model(idx)[0]
+            after = model(idx)[0]
+        assert torch.equal(same, base) and torch.equal(after, base), scheme
+        change = float((moved - base).abs().max())
+        assert change < 1e-5 if scheme == "rope" else change > 1e-3, (scheme, change)
+
+
+def test_shifted_positions_tool_refuses_bad_input_before_any_work(tmp_path):
+    import shifted_positions
+
+    bad_args = (
+        ["--runs", "alibi/0"],
+        ["--runs", "learned/7"],
+        ["--runs", "learned"],
+        ["--starts", "225"],
+    )
+    for bad in bad_args:
+        with pytest.raises(SystemExit) as exit_:
+            shifted_positions.main(["--out", str(tmp_path / "x.json"), *bad])
+        assert exit_.value.code == 2 and not (tmp_path / "x.json").exists()

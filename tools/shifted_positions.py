@@ -1,0 +1,131 @@
+"""Chapter 3's shifted-positions control: new positions, or a longer input?
+
+Past ``L`` the learned and sinusoidal models meet two things at once: positions training never
+reached, and a longer input (more keys, longer offsets). This tool separates them. The sweep's
+models, retrained by ``tools/code_spacing.py``'s path (``retrain``: each run stores
+``max_accuracy_difference`` against the sweep's stored accuracies, 0 when reproduced to the
+stored four decimals), read the sweep's length-``L`` evaluation sequences (generator
+``10_000 + seed``) at positions ``p0 .. p0 + L - 1`` instead of ``0 .. L - 1``: the model's
+position module is called with ``offset=p0`` (the model's own forward always starts at 0).
+Length, keys and offsets stay those of training; only the absolute positions move. Accuracy
+is over the scored queries ``t >= offset`` (the task's copy distance), as in chapter 3, so
+``p0 = 0`` reproduces the sweep's accuracy at ``T = L``.
+
+- ``learned``: rows ``p0 ..``; rows ``>= L`` never received a gradient. ``p0 + L`` is at most
+  ``block_size`` (the table's rows).
+- ``sinusoidal``: the encoding's rows ``p0 ..``.
+- ``rope`` (the harness's control): every attention layer rotates queries and keys from
+  ``p0``; scores depend on positions only through their difference, so the accuracy must not
+  move (beyond float rounding).
+
+Run (about 200 wall-seconds a model on one thread)::
+
+    python tools/shifted_positions.py --runs learned/0 learned/1 learned/2 rope/0 \\
+        --out mini_transformer/results/03_shifted.json
+
+Chapter 3's file merges that run with ``--runs sinusoidal/0 sinusoidal/1 sinusoidal/2``, made
+side by side with its own ``--out``; ``added_runs`` lists the second (command, runs, machine
+and wall time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+
+import torch
+from code_spacing import retrain, the_sweep
+from sweep_cli import command_line, non_negative_int, provenance, run_sweep_cli
+
+from mini_transformer.hardware import where_it_ran
+
+PROG = "python tools/shifted_positions.py"
+SCHEMES = ("learned", "sinusoidal", "rope")
+
+
+class _From(torch.nn.Module):
+    """``module(x, offset=start)``: a position module whose positions start at ``start``."""
+
+    def __init__(self, module: torch.nn.Module, start: int) -> None:
+        super().__init__()
+        self.module, self.start = module, start
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.module(x, offset=self.start)
+
+
+@contextlib.contextmanager
+def positions_from(model, start: int):
+    """Within the block, ``model`` numbers its positions from ``start``: its added encoding
+    (learned, sinusoidal) or every layer's rotary module (RoPE) is called with that offset."""
+    if model.pos_emb is not None:
+        owners, name = [model], "pos_emb"
+    else:
+        owners, name = [block.attn for block in model.blocks], "rotary"
+    kept = [getattr(o, name) for o in owners]
+    try:
+        for o, m in zip(owners, kept, strict=True):
+            setattr(o, name, _From(m, start))
+        yield model
+    finally:
+        for o, m in zip(owners, kept, strict=True):
+            setattr(o, name, m)
+
+
+@torch.no_grad()
+def shifted_accuracy(model, idx, targets, start: int, offset: int) -> float:
+    """Accuracy on the queries ``t >= offset`` of ``idx`` read at positions ``start ..``."""
+    with positions_from(model, start):
+        logits = model(idx)[0]
+    return float((logits.argmax(-1) == targets)[:, offset:].float().mean())
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--runs", nargs="+", default=[f"{s}/0" for s in SCHEMES], help="scheme/seed")
+    p.add_argument("--starts", type=non_negative_int, nargs="+", default=[0, 16, 32, 64, 128, 224])
+    p.add_argument("--overwrite", action="store_true")
+    args = p.parse_args(argv)
+    sweep_result, cfg = the_sweep()
+    L, offset = cfg.train_length, cfg.offset
+    runs = [tuple(r.partition("/")[::2]) for r in args.runs]
+    if any(s not in SCHEMES or not seed.isdigit() or int(seed) not in sweep_result["seeds"]
+           for s, seed in runs):  # fmt: skip
+        p.error(
+            f"--runs: scheme/seed with a scheme of {SCHEMES}, a seed of {sweep_result['seeds']}"
+        )
+    if max(args.starts) + L > cfg.block_size:
+        p.error(f"--starts: p0 + L = p0 + {L} must be at most block_size = {cfg.block_size}")
+
+    def sweep(save) -> dict:
+        result = provenance(
+            lab=sweep_result["config"],
+            offset=offset,
+            train_length=L,
+            starts=args.starts,
+            positions="p0 .. p0 + L - 1 (the sweep's length-L sequences, generator 10_000 + seed)",
+            where_it_ran=where_it_ran("cpu"),
+            runs={},
+        )
+        t0 = time.perf_counter()
+        for scheme, seed in runs:
+            model, (idx, targets), diff = retrain(scheme, int(seed), sweep_result, cfg)
+            by_start = {
+                str(p0): round(shifted_accuracy(model, idx, targets, p0, offset), 4)
+                for p0 in args.starts
+            }
+            result["runs"][f"{scheme}/{seed}"] = {
+                "max_accuracy_difference": diff,
+                "by_start": by_start,
+            }
+            save(result)
+        result["wall_time_s"] = round(time.perf_counter() - t0, 1)
+        return result
+
+    return run_sweep_cli(p, args.out, command_line(PROG, argv), sweep, overwrite=args.overwrite)
+
+
+if __name__ == "__main__":
+    main()
