@@ -1249,11 +1249,16 @@ def test_appendix_a6_control_b_the_fits_on_4096_positions():
     # control (b), by another route: the projection U U^T F U U^T with U from an SVD of the
     # 4,096 rows (the chapter: the eigenvectors of A^T A). At the chapter's cut 1e-6 the printed
     # values; at 1e-10 (the variation) the same picture within 0.2 percentage points
-    out = {}
+    out, size = {}, []
     for d in (16, 32, 64, 128, 256, 512):
         pe = P.sinusoidal_encoding(4096, d)
         for kind in ("centred", "divided"):
-            U_all, s, _ = np.linalg.svd(rows(pe, kind), full_matrices=False)
+            U_all, s, Vt = np.linalg.svd(rows(pe, kind), full_matrices=False)
+            # the centred rows' weights' size ||W||_F (the chapter: from A^T A's eigenvectors)
+            if kind == "centred":
+                k = s > 1e-6 * s[0]
+                B = (Vt[k].T / s[k]) @ (U_all[:, k].T @ pe)
+                size.append(float(np.linalg.norm(B @ B.T)))
             for cut in (1e-6, 1e-10):
                 UtP = U_all[:, s > cut * s[0]].T @ pe
                 M0, tot = pe.T @ pe, pe.sum(0)
@@ -1278,3 +1283,35 @@ def test_appendix_a6_control_b_the_fits_on_4096_positions():
     )
     assert max(out[d, "centred", 1e-10] for d in widths[1:]) < 1e-3
     assert np.all(np.diff([out[d, "divided", 1e-10] for d in widths]) < 0)
+    # against ||I||_F = sqrt(d_model): 434.4 at 32, within 10 times sqrt(d_model) elsewhere
+    assert np.allclose(size, [20.5, 434.4, 57.8, 25.9, 19.5, 18.6], rtol=0, atol=0.05), size
+    ratios = [g / math.sqrt(d) for g, d in zip(size, widths, strict=True)]
+    assert ratios[1] > 50 and max(ratios[:1] + ratios[2:]) < 10
+
+
+def test_appendix_a6_the_centred_fit_is_exact_while_the_row_sums_lie_in_its_span():
+    # A.6's longer windows by other routes than the chapter's QR: the fit error of the weights
+    # from A^T A (cut 1e-6, control (b)'s route) within 0.1 percentage point of the printed
+    # value, and the part of PE 1 outside the span of PE C's columns by lstsq on the long rows
+    want = {16: (0.0, 16.0, 25.7, 25.4), 32: (0.0, 0.0, 8.3, 18.1), 64: (0.0, 0.0, 0.0, 12.8)}
+    outside = {}
+    for d, errs in want.items():
+        pe_all = P.sinusoidal_encoding(65_536, d)
+        for T, e_want in zip((512, 4096, 16_384, 65_536), errs, strict=True):
+            pe = pe_all[:T]
+            A = rows(pe, "centred")
+            lam, V = np.linalg.eigh(A.T @ A)
+            k = lam > 1e-12 * lam[-1]
+            B = (V[:, k] / lam[k]) @ (V[:, k].T @ (A.T @ pe))
+            (e,) = relative_errors_from([B @ B.T], A, pe)
+            assert abs(100 * e - e_want) < 0.1, (d, T, e)
+            r = pe.sum(1)
+            x = np.linalg.lstsq(A, r, rcond=1e-10)[0]
+            outside[d, T] = np.linalg.norm(r - A @ x) / np.linalg.norm(r)
+            assert (e_want == 0) == (outside[d, T] < 1e-6), (d, T, outside[d, T])
+    assert [round(outside[k], 2) for k in ((16, 4096), (32, 16_384), (64, 65_536))] == [
+        0.37,
+        0.32,
+        0.94,
+    ]
+    assert min(outside[d, 65_536] for d in (16, 32)) > 0.99
