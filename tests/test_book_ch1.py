@@ -120,6 +120,18 @@ def test_index_code_half_unseen_and_pos_over_n_steps_depend_on_n():
         assert int(idx[idx > std * 8].min()) == first < seen.max()
 
 
+def test_drawn_std1_norms_sit_a_little_below_8_so_the_index_passes_them_at_8_or_9():
+    # section 1.2 (s41 expert): std * sqrt(64) = 8 is passed from position 9, but the norms of
+    # drawn std-1 64-channel embeddings are a little smaller (median 7.957, 52% below 8), so the
+    # index passes half of them at 8 and nearly all at 9: "from position 8 or 9"
+    norms = np.linalg.norm(np.random.default_rng(45).standard_normal((100_000, 64)), axis=1)
+    assert 7.9 < np.median(norms) < 8 and 0.5 < np.mean(norms < 8) < 0.55
+    assert np.mean(norms < 9) > 0.9
+    # the chapter's own 1,000 draws: median 7.95, passed from position 8
+    chapter_norms = np.linalg.norm(np.random.default_rng(3).standard_normal((1000, 64)), axis=1)
+    assert round(float(np.median(chapter_norms)), 2) == 7.95
+
+
 # --- 1.7 a scalar next to the embedding (section numbers as of session 4) ------------------
 
 
@@ -1325,6 +1337,46 @@ def _head_with_tokens(d, std, n=40, draws=50, seed=22, kept_pairs=None, norm=Fal
         prev.append(w[np.arange(1, n), np.arange(n - 1)])
         top.append(w[1:].argmax(axis=1) == np.arange(n - 1))
     return np.array(prev), np.array(top)
+
+
+def test_the_rotation_heads_weight_by_length_is_the_closed_form_and_falls_slowly_past_500000():
+    # section 1.6 (s41 expert): the dot product depends on the offset alone, g(k) = sum cos(k w),
+    # so query i puts 1 / (sum_(k < i) e^(beta (g(k) - g(0))) + e^(beta (g(1) - g(0)))) on key
+    # i - 1. The chapter checks this against the softmax at N = 40 and 1000; here every query
+    # at N = 4000, then the quoted 0.9995 up to N = 500,000 and 0.987 at 2,000,000
+    d, beta, n = 16, 16.0, 4000
+    omega = 10000.0 ** (-np.arange(0, d, 2) / d)
+    g = np.cos(np.outer(omega, np.arange(2_000_000))).sum(axis=0)
+    terms = np.exp(beta * (g - g[0]))
+    cum = np.cumsum(terms)
+    back = np.zeros((d, d))
+    for k, w in enumerate(omega):  # rows: (sin a, cos a) R -> (sin(a - w), cos(a - w))
+        back[2 * k : 2 * k + 2, 2 * k : 2 * k + 2] = [
+            [np.cos(w), np.sin(w)],
+            [-np.sin(w), np.cos(w)],
+        ]
+    pe = positional.sinusoidal_encoding(n, d)
+    s = beta * (pe @ back) @ pe.T
+    s[np.triu_indices(n, 1)] = -np.inf
+    w = np.exp(s - s.max(axis=1, keepdims=True))
+    w /= w.sum(axis=1, keepdims=True)
+    direct = w[np.arange(1, n), np.arange(n - 1)]  # queries i = 1, ..., n - 1
+    assert np.allclose(direct, 1 / (cum[: n - 1] + terms[1]), rtol=0, atol=1e-9)
+    smallest = {m: 1 / (cum[m - 2] + terms[1]) for m in (500_000, 1_000_000, 2_000_000)}
+    assert round(smallest[500_000], 4) == 0.9995 and round(smallest[2_000_000], 3) == 0.987
+    assert smallest[500_000] > smallest[1_000_000] > smallest[2_000_000]  # a slow fall
+
+
+def test_the_scalars_excess_over_chance_is_at_the_two_ends():
+    # section 1.7 (s41 expert): per position, the oracle's hits next to std-1 noise at N = 10 are
+    # 2 Phi(0.05) - 1 = 0.040 inside, below chance 0.1, and Phi(0.05) = 0.520 at the two ends;
+    # channel 0 alone (d_model drops out), 10,000 tokens per position
+    N = 10
+    p = positional.normalized_index_encoding(N)[:, 0]
+    x = p + np.random.default_rng(46).standard_normal((10_000, N))
+    hits = (np.abs(x[..., None] - p).argmin(axis=-1) == np.arange(N)).mean(axis=0)
+    assert np.all(np.abs(hits[1:-1] - 0.040) < 0.01) and hits[1:-1].max() < 1 / N
+    assert np.all(np.abs(hits[[0, -1]] - 0.520) < 0.02)
 
 
 def test_token_embeddings_pull_the_rotation_heads_top_weight_off_the_previous_key():
