@@ -682,6 +682,10 @@ def test_clipping_result_over_40_seeds_and_a_live_rerun_of_one(corpus):
     # the size section 6.4 and the Summary quote: every stored seed pooled, and the confirmations
     assert mean_se(diffs("unclipped", "clipped", range(80))) == (0.083, 0.011)
     assert mean_se(diffs("unclipped", "clipped", range(20, 80))) == (0.090, 0.013)
+    # the size's scatter (section 6.4): the three 20-seed means, and their SD / sqrt(3), twice the ±
+    blocks20 = [diffs("unclipped", "clipped", range(a, a + 20)).mean() for a in (20, 40, 60)]
+    assert [round(m, 3) for m in blocks20] == [0.045, 0.135, 0.089]
+    assert round(np.std(blocks20, ddof=1) / math.sqrt(3), 3) == 0.026
     # the lower rate, on the same 80 seeds as the pooled size (section 6.4's dropdown)
     low = diffs("unclipped_lower_lr", "clipped", range(80))
     assert mean_se(low) == (0.011, 0.010)
