@@ -146,8 +146,8 @@ exercise(
     explanation=(
         "lambda_i = 2 pi * 10000^(2i/128) is below 512 while 2i/128 is below "
         "log10(512 / (2 pi)) / 4 = 0.478 (the 4 is log10 of the base 10000), that is for "
-        "i = 0..30: 31 pairs. The fraction 0.478 depends only on 2i/d_model, the base and the "
-        "sequence length (the same 10000 and 512 in both places), "
+        "i = 0..30: 31 pairs. That threshold 0.478 on 2i/d_model depends only on the base and "
+        "the sequence length, not on d_model (the same 10000 and 512 in both places), "
         "which is why appendix A.1 found 48% of the 256 pairs wrapping at d_model = 512."
     ),
 )(lambda: sum(1 for w in _omega(128) if 2 * math.pi / w < 512))
