@@ -1406,6 +1406,49 @@ def test_token_embeddings_pull_the_rotation_heads_top_weight_off_the_previous_ke
     assert round(step_sq[:8].sum() / step_sq.sum(), 2) == 0.90
 
 
+def _where_the_misses_go(d, n=40, draws=50, seed=22):
+    # section 1.6's dropdown (s42 expert): the head W_Q = beta R_back, W_K = I on the codes plus
+    # tokens of std 0.02 sqrt(d). Returns the share of misses whose top key is key i (the query's
+    # own position), the hits, and the hits with the query's own token-token term e_i R e_i^T
+    # removed from key i's score
+    omega = 10000.0 ** (-np.arange(0, d, 2) / d)
+    back = np.zeros((d, d))
+    for k, w in enumerate(omega):  # rows: (sin a, cos a) R -> (sin(a - w), cos(a - w))
+        back[2 * k : 2 * k + 2, 2 * k : 2 * k + 2] = [
+            [np.cos(w), np.sin(w)],
+            [-np.sin(w), np.cos(w)],
+        ]
+    tokens = 0.02 * math.sqrt(d) * np.random.default_rng(seed).standard_normal((draws, n, d))
+    x = positional.sinusoidal_encoding(n, d) + tokens
+    s = 16.0 * (x @ back) @ x.transpose(0, 2, 1)
+    s[:, np.triu_indices(n, 1)[0], np.triu_indices(n, 1)[1]] = -np.inf
+    top = s[:, 1:].argmax(axis=-1)
+    hit = top == np.arange(n - 1)
+    on_self = (top == np.arange(1, n))[~hit].mean()
+    own = np.arange(n)
+    s[:, own, own] -= 16.0 * np.einsum("bnd,de,bne->bn", tokens, back, tokens)
+    return on_self, hit.mean(), np.mean(s[:, 1:].argmax(axis=-1) == np.arange(n - 1))
+
+
+def test_most_misses_of_the_rotation_head_with_tokens_land_on_the_querys_own_position():
+    # section 1.6 (s42 expert): a self-match bias of this W_K = I head, plus noise. The printed
+    # values (seed 22, N = 40) as pins, then the skeptic's variations: other draws and N = 200
+    pins = {16: (0.617, 0.875, 0.914), 64: (0.924, 0.345, 0.703)}
+    for d, quoted in pins.items():
+        assert tuple(round(float(v), 3) for v in _where_the_misses_go(d)) == quoted, d
+    for seed, n in ((0, 40), (1, 40), (2, 40), (0, 200)):
+        on_self, hits, no_self = _where_the_misses_go(64, n, 50 if n == 40 else 5, seed)
+        assert on_self > 0.85 and no_self > hits + 0.3, (seed, n, on_self, hits, no_self)
+        on_self16, hits16, no_self16 = _where_the_misses_go(16, n, 50 if n == 40 else 5, seed)
+        assert on_self16 > 0.5 and no_self16 > hits16, (seed, n, on_self16)
+    # the bias against the margin (divided by beta): 1.58 against 1.08 at 64, 0.096 against 0.515
+    for d, (bias_q, margin_q) in {64: (1.583, 1.083), 16: (0.096, 0.515)}.items():
+        omega = 10000.0 ** (-np.arange(0, d, 2) / d)
+        bias = (0.02 * math.sqrt(d)) ** 2 * 2 * np.cos(omega).sum()  # sigma^2 tr(R_back)
+        margin = d / 2 - np.cos(omega).sum()  # g(0) - g(1)
+        assert (round(bias, 3), round(margin, 3)) == (bias_q, margin_q), d
+
+
 def test_the_packages_layernorm_alone_pulls_some_queries_off_the_previous_key():
     # section 1.6's dropdown (s38 expert D1): the package's block is Pre-LN, so its first head
     # sees LayerNorm(codes + tokens). The printed values (seed 22, N = 40) as pins, with the
