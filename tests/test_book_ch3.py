@@ -1265,3 +1265,65 @@ def test_shifted_positions_tool_refuses_bad_input_before_any_work(tmp_path):
         with pytest.raises(SystemExit) as exit_:
             shifted_positions.main(["--out", str(tmp_path / "x.json"), *bad])
         assert exit_.value.code == 2 and not (tmp_path / "x.json").exists()
+
+
+@pytest.fixture(scope="module")
+def shifted():
+    return data.load_result("03_shifted")
+
+
+def test_shifted_positions_file_is_the_sweeps_models_and_says_how_it_was_made(res, shifted):
+    # seven runs from four processes: the first file's command, the others in added_runs
+    runs = [f"{s}/{seed}" for s in ("learned", "sinusoidal") for seed in (0, 1, 2)] + ["rope/0"]
+    assert sorted(shifted["runs"]) == sorted(runs)
+    assert shifted["command"].startswith("python tools/shifted_positions.py ")
+    assert shifted["lab"] == res["config"] and shifted["train_length"] == 32
+    assert shifted["starts"] == [0, 16, 32, 64, 128, 224]
+    added = shifted["added_runs"]
+    assert all(a["command"].startswith("python tools/shifted_positions.py ") for a in added)
+    from_first = [r for r in runs if r.startswith("sinusoidal")]
+    assert sorted(from_first + [r for a in added for r in a["runs"]]) == sorted(runs)
+    assert added[0]["wall_time_s"] is None and "stopped" in added[0]["note"]  # said, not hidden
+    assert "inflated" in shifted["wall_times_note"]
+    # every retrained model reproduced the sweep's stored accuracies (to their 4 decimals)
+    assert all(r["max_accuracy_difference"] == 0 for r in shifted["runs"].values())
+
+
+def test_shifted_positions_p0_zero_is_the_sweeps_accuracy_at_L_and_rope_ignores_the_shift(
+    res, shifted
+):
+    L = res["config"]["train_length"]
+    for run, r in shifted["runs"].items():
+        scheme, seed = run.split("/")
+        stored = res["results"][scheme]["accuracy"][str(L)]["per_seed"][int(seed)]
+        assert r["by_start"]["0"] == stored, run  # p0 = 0 is the sweep's own evaluation at T = L
+    # RoPE: relative, so no shift may move it; equal to the stored 4 decimals (all at 1.0: a
+    # ceiling, so this checks the harness coarsely, not the rounding of the rotation)
+    rope = shifted["runs"]["rope/0"]["by_start"]
+    assert set(rope.values()) == {rope["0"]} and rope["0"] == 1.0
+
+
+def test_shifted_positions_pins_what_section_3_7_says(res, shifted):
+    L = res["config"]["train_length"]
+    unseen = [str(p) for p in shifted["starts"] if p >= L]
+    acc = {
+        s: np.array(
+            [[shifted["runs"][f"{s}/{seed}"]["by_start"][p] for p in unseen] for seed in (0, 1, 2)]
+        )
+        for s in ("learned", "sinusoidal")
+    }
+    assert (acc["learned"].min(), acc["learned"].max()) == (0.1902, 0.2099)
+    assert (acc["sinusoidal"].min(), acc["sinusoidal"].max()) == (0.4119, 0.7884)
+    assert acc["sinusoidal"][:, 0].tolist() == [0.6552, 0.5748, 0.4119]  # p0 = L, positions 32-63
+    # the learned model at the even-weight reader's level at length L (0.2017, reader seed 0),
+    # in every seed and p0, for reader seeds 0 to 4 too (their means: 0.2005 to 0.2017)
+    for seed in range(5):
+        x = np.random.default_rng(seed).integers(0, 16, (2000, L))
+        counts = np.cumsum(np.eye(16, dtype=np.int32)[x], axis=1)
+        top = counts == counts.max(axis=-1, keepdims=True)
+        t = np.arange(3, L)
+        hit = np.take_along_axis(top[:, t], x[:, t - 3, None], axis=-1)[..., 0] / top[:, t].sum(-1)
+        assert np.abs(acc["learned"] - hit.mean()).max() < 0.015, seed
+    # half-unseen windows (p0 = L/2): both absolute schemes near 0.5 in every seed
+    half = [shifted["runs"][f"{s}/{seed}"]["by_start"]["16"] for s in acc for seed in (0, 1, 2)]
+    assert 0.5 < min(half) and max(half) < 0.54
