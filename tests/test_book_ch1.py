@@ -1309,6 +1309,19 @@ def test_a_sinusoid_query_puts_nearly_all_weight_on_the_previous_position(mask):
     assert w[np.arange(n - 1), np.arange(n - 1)].min() > 0.999
 
 
+def _turn_back(d):
+    """The sinusoid's frequencies and R_back (d, d): row codes (sin a, cos a) R_back ->
+    (sin(a - w), cos(a - w)), each pair turned back one position."""
+    omega = 10000.0 ** (-np.arange(0, d, 2) / d)
+    back = np.zeros((d, d))
+    for k, w in enumerate(omega):
+        back[2 * k : 2 * k + 2, 2 * k : 2 * k + 2] = [
+            [np.cos(w), np.sin(w)],
+            [-np.sin(w), np.cos(w)],
+        ]
+    return omega, back
+
+
 def _head_with_tokens(d, std, n=40, draws=50, seed=22, kept_pairs=None, norm=False):
     # section 1.6's dropdown: the codes plus Gaussian token embeddings of std `std`, the
     # package's attention with W_Q = beta * (each pair turned back one step), W_K = I, beta = 16
@@ -1316,13 +1329,7 @@ def _head_with_tokens(d, std, n=40, draws=50, seed=22, kept_pairs=None, norm=Fal
     # both keeping only the fastest `kept_pairs` pairs, and (norm=True) the package's LayerNorm
     # (gain 1, as initialised) applied first, as its Pre-LN block does. Returns the weights on
     # key i - 1 and whether key i - 1 is each query's top key, over draws and queries 1 to n - 1
-    omega = 10000.0 ** (-np.arange(0, d, 2) / d)
-    back = np.zeros((d, d))
-    for k, w in enumerate(omega):  # rows: (sin a, cos a) R -> (sin(a - w), cos(a - w))
-        back[2 * k : 2 * k + 2, 2 * k : 2 * k + 2] = [
-            [np.cos(w), np.sin(w)],
-            [-np.sin(w), np.cos(w)],
-        ]
+    omega, back = _turn_back(d)
     keep = np.eye(d)
     if kept_pairs is not None:
         keep[2 * kept_pairs :] = 0
@@ -1411,13 +1418,7 @@ def _where_the_misses_go(d, n=40, draws=50, seed=22):
     # tokens of std 0.02 sqrt(d). Returns the share of misses whose top key is key i (the query's
     # own position), the hits, and the hits with the query's own token-token term e_i R e_i^T
     # removed from key i's score
-    omega = 10000.0 ** (-np.arange(0, d, 2) / d)
-    back = np.zeros((d, d))
-    for k, w in enumerate(omega):  # rows: (sin a, cos a) R -> (sin(a - w), cos(a - w))
-        back[2 * k : 2 * k + 2, 2 * k : 2 * k + 2] = [
-            [np.cos(w), np.sin(w)],
-            [-np.sin(w), np.cos(w)],
-        ]
+    omega, back = _turn_back(d)
     tokens = 0.02 * math.sqrt(d) * np.random.default_rng(seed).standard_normal((draws, n, d))
     x = positional.sinusoidal_encoding(n, d) + tokens
     s = 16.0 * (x @ back) @ x.transpose(0, 2, 1)
