@@ -1168,7 +1168,9 @@ def test_appendix_a6_one_token_draws_and_the_longer_window():
 
 
 def test_section_2_6_share_grows_with_the_token_and_the_rest_is_the_content_position_term():
-    # moved from section 2.6's cell: with one token and a block form, the score less the
+    # moved from section 2.6 (s12: the chapter no longer states the share, which grows with the
+    # token's size, nor its dropdown "The share at other token sizes"; its numbers live here).
+    # With one token and a block form, the score less the
     # position-content term is content-content (constant) + content-position + position-position
     # (relative), so its diagonal spread is the content-position term's (5.98); and the share,
     # that spread over the rest's span, grows with the token's size, token by token
@@ -1197,6 +1199,26 @@ def test_section_2_6_share_grows_with_the_token_and_the_rest_is_the_content_posi
         "0.60 0.93",
     ]
     assert np.all(got[0.25] < got[1]) and np.all(got[1] < got[4])
+
+
+def test_section_2_6_weight_ratio_moves_with_the_query_and_scales_with_w():
+    # 2.6: one token at all 24 positions, block-form W: S[m, m+1] - S[m, m], the log of the
+    # weight ratio between the next key and the query's own position, changes by 2.54 (a factor
+    # of about 13) as m moves; 0.72 to 3.96 for 20 other N(0, 1) tokens (seed 22)
+    X, _, W_c, Pm = chapter_tables()
+    T = len(Pm)
+
+    def change(x, W):
+        Xx = np.tile(x, (T, 1))
+        S = (Xx + Pm) @ W @ (Xx + Pm).T
+        return np.ptp(np.diagonal(S, 1) - np.diagonal(S)[:-1])
+
+    assert f"{change(X[0], W_c):.2f} {np.exp(change(X[0], W_c)):.0f}" == "2.54 13"
+    lr = [change(x, W_c) for x in np.random.default_rng(22).normal(size=(20, 16))]
+    assert f"{min(lr):.2f} {max(lr):.2f}" == "0.72 3.96"
+    # "these unscaled scores, this W_QK's scale": the change is proportional to W's scale, so
+    # scaled attention (scores / sqrt(16)) divides it by 4
+    assert math.isclose(change(X[0], W_c / 4), change(X[0], W_c) / 4, rel_tol=1e-9)
 
 
 def relative_errors_from(Ws, A, pe):
