@@ -27,7 +27,8 @@ confirmation, seeds 40-79, was fixed in advance and run (197 s, 1 thread, 2-core
 
 A reviewer then asked for the fourth arm, clipped at the lower rate (does clipping still help
 once the rate is lower, or does it only stand in for a lower rate?). ``--fourth-arm`` runs only
-that arm (``clipped_lower_lr``: grad_clip 1 at ``LOWER_LR``), here on the 60 confirmation seeds::
+that arm (``clipped_lower_lr``: grad_clip 1 at ``LOWER_LR``), here on the 60 confirmation seeds
+(293 s, 1 thread, 2-core AMD EPYC shared with other jobs; load average 5 to 8)::
 
     python tools/clip_seeds.py --fourth-arm --first-seed 20 --seeds 60 \
         --out mini_transformer/results/06_clip_low_rate.json
