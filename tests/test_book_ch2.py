@@ -1529,3 +1529,110 @@ def test_appendix_a6_window_weights_held_out_by_the_top_key():
     assert [f"{held[d, 'centred']:.1%}" for d in (16, 32, 64)] == ["57.3%", "52.7%", "90.2%"]
     assert max(held[d, "divided"] for d in (16, 32, 64)) < 0.06
     assert [f"{inside[d, 'divided']:.1%}" for d in (16, 32, 64)] == ["93.9%", "97.6%", "99.8%"]
+
+
+# --- s12c2b: the s46 expert's controls ------------------------------------------------------
+
+
+def _a6_window_w(pe, cut=1e-10):
+    """A.6's W_QK = B B^T for a window (rows of pe), B = I + v 1^T / d, with v the least-squares
+    solution of PE C v = PE 1 by lstsq on the rows themselves (the chapter: a QR, then an SVD)."""
+    d = pe.shape[1]
+    C = np.eye(d) - 1 / d
+    v = np.linalg.lstsq(pe @ C, pe.sum(1), rcond=cut)[0]
+    B = np.eye(d) + np.outer(v, np.ones(d)) / d
+    return C @ B @ B.T @ C - np.eye(d)  # the centred term minus f is PE M PE^T
+
+
+def _a6_miss(M, pe):
+    """The largest |PE M PE^T| over f's span on the offsets of pe's window."""
+    d = pe.shape[1]
+    return np.abs(pe @ M @ pe.T).max() / (d / 2 - f(np.arange(len(pe)), d).min())
+
+
+def test_appendix_a6_held_out_next_window_by_lstsq_and_another_cut():
+    # A.6's held-out column by another route (lstsq on the T rows, the whole (T, T) tables):
+    # on the window below 1e-6 of f's span, on the next T positions the printed values
+    printed = {(16, 512): 4.9e-3, (32, 512): 2.9e-3, (64, 512): 4.3e-2, (32, 4096): 0.20}
+    printed[64, 4096] = 1.3
+    for (d, T), want in printed.items():
+        pe = P.sinusoidal_encoding(2 * T, d)
+        M = _a6_window_w(pe[:T])
+        on_window, nxt = _a6_miss(M, pe[:T]), _a6_miss(M, pe[T:])
+        assert on_window < 1e-6 and f"{nxt:.1e}" == f"{want:.1e}", (d, T, on_window, nxt)
+        # the miss grows with the distance: the first T/8 positions past the window miss by
+        # far less than the next T (under 1e-3 of the span)
+        assert _a6_miss(M, pe[T : T + T // 8]) < min(1e-3, nxt / 10), (d, T)
+    # the first variation, another cut (1e-12): another W_QK, the held-out miss changes a lot
+    # ("falls far on two windows and rises on one")
+    other = {}
+    for d, T in printed:
+        pe = P.sinusoidal_encoding(2 * T, d)
+        M = _a6_window_w(pe[:T], cut=1e-12)
+        assert _a6_miss(M, pe[:T]) < 1e-6
+        other[d, T] = _a6_miss(M, pe[T:])
+    assert other[32, 512] < 1e-4 < 2.9e-3 and other[64, 4096] < 0.05 < 1.3
+    assert other[64, 512] > 2 * 4.3e-2
+    assert all(math.isclose(other[k], printed[k], rel_tol=0.05) for k in ((16, 512), (32, 4096)))
+
+
+def test_section_2_6_a_slow_pair_makes_g_nearly_straight_on_a_window():
+    # 2.6's "over all positions": u = W_QK^T x on the slowest pair's sine (d_model = 16), slope
+    # 0.1 per position: on a finite window g(n + 1) - g(n) barely changes (an offset bias the
+    # window cannot tell from a relative term), while g itself moves far
+    d = 16
+    om = P.sinusoidal_frequencies(d)
+    u = np.zeros(d)
+    u[14] = 0.1 / om[7]
+    for T, step_var, moved in ((24, 3e-6, 2.2), (128, 1e-4, 12), (512, 2e-3, 50)):
+        g = P.sinusoidal_encoding(T, d) @ u
+        assert np.ptp(np.diff(g)) < step_var and np.ptp(g) > moved, (T, np.ptp(np.diff(g)))
+    # but it is bounded over all positions, so the step does change further out
+    g_far = P.sinusoidal_encoding(20_000, d) @ u
+    assert np.ptp(np.diff(g_far)) > 0.1
+
+
+def test_appendix_a4_r3_reader_with_tokens_other_draws():
+    # A.4: W_QK = R(3) with section 2.6's token scale, 50 draws of 24 tokens: key m - 3 tops
+    # 5.3% of the queries (seed 23, printed), near 1/24; other seeds agree; ten times smaller
+    # tokens: 82.2% (printed), over 0.5 for the other seeds too; the lead f(0) - f(1) = 0.51
+    T, d = 24, 16
+    Pm, R3 = P.sinusoidal_encoding(T, d), P.rotation_matrix(3, d)
+
+    def tops(seed, scale):
+        Z = scale * np.random.default_rng(seed).normal(size=(50, T, d)) + Pm
+        S = Z @ R3 @ Z.transpose(0, 2, 1)
+        return np.mean(S[:, 3:].argmax(2) == np.arange(T - 3))
+
+    assert f"{tops(23, 1.0):.1%} {tops(23, 0.1):.1%}" == "5.3% 82.2%"
+    for seed in (24, 25, 40):
+        assert tops(seed, 1.0) < 2 / T and tops(seed, 0.1) > 0.5
+    assert f"{f(0, d) - f(1, d):.2f}" == "0.51"
+
+
+def test_exercise_6_opposite_senses_need_one_channel_per_pair_negated():
+    # Ex. 6's comment: a half-split model with RoFormer's sign, run through the package's
+    # RotaryEmbedding (neighbour pairs, the book's sign): permuting the q/k channels alone gives
+    # other scores; permuting and negating one channel of each pair gives the same scores
+    T, d = 6, 16
+    g = np.random.default_rng(0)
+    q, k = g.standard_normal((T, d)), g.standard_normal((T, d))
+    h = d // 2
+    angle = np.arange(T)[:, None] * 1e4 ** (-2 * np.arange(h) / d)
+
+    def rope_half(x):  # RoFormer's sign, channel i paired with i + d/2
+        a, b = x[:, :h], x[:, h:]
+        return np.concatenate(
+            [a * np.cos(angle) - b * np.sin(angle), a * np.sin(angle) + b * np.cos(angle)], 1
+        )
+
+    S_half = rope_half(q) @ rope_half(k).T
+    inv = np.argsort(np.r_[0:d:2, 1:d:2])  # half-split channels -> neighbour pairs
+    sign = np.where(np.arange(d) % 2 == 1, -1.0, 1.0)  # the second channel of each pair
+
+    def pkg(x):
+        return P.RotaryEmbedding(d)(torch.from_numpy(x).view(1, 1, T, d))[0, 0].numpy()
+
+    permuted = pkg(q[:, inv]) @ pkg(k[:, inv]).T
+    negated = pkg(q[:, inv] * sign) @ pkg(k[:, inv] * sign).T
+    assert np.abs(permuted - S_half).max() > 1 and np.allclose(negated, S_half, atol=1e-5)
