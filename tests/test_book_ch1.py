@@ -1713,3 +1713,70 @@ def test_a_wq_trained_with_tokens_fits_its_40_positions_and_not_the_positions_pa
         hits = _top_key_hits(_trained_with_tokens(d, seed=8), d, std, seed=23)
         hand = _head_with_tokens(d, std, n=200, seed=23)[1]
         assert hits[:, :39].mean() > 0.9 and hits[:, 39:].mean() < min(0.3, hand[:, 39:].mean()), d
+
+
+# --- session 12, c1b (cold reads s46) ------------------------------------------------------
+
+
+def test_at_std_002_the_embedding_outweighs_the_scalar_from_712_on_and_the_oracle_still_reads_it():
+    # section 1.7's std-0.02 rows (s46 expert): the embedding's energy 0.0004 d_model passes the
+    # scalar's 0.285 at d_model = 712.5; the printed shares; then the skeptic's variations of the
+    # d_model = 1024 row: another seed with twice the guesses, and d_model = 4096
+    p = positional.normalized_index_encoding(10)[:, 0]
+    mean_p2 = float(np.mean(p**2))
+    assert round(mean_p2, 3) == 0.285 and round(mean_p2 / 0.02**2) == 712
+
+    def share(N, d):
+        m = float(np.mean(positional.normalized_index_encoding(N) ** 2))
+        return m / (m + d * 0.02**2)
+
+    assert [round(share(N, d), 3) for N, d in ((10, 64), (100, 64), (10, 1024))] == [
+        0.918,
+        0.928,
+        0.410,
+    ]
+    assert share(10, 712) > 0.5 > share(10, 713)
+    gen = np.random.default_rng(44)
+    for d, n_tokens in ((1024, 1000), (4096, 200)):
+        codes = np.zeros((10, d))
+        codes[:, 0] = p
+        hits = []
+        for _ in range(n_tokens // 100):  # chunks of 100 tokens per position
+            x = 0.02 * gen.standard_normal((100, 10, d)) + codes
+            score = x @ codes.T - 0.5 * (codes**2).sum(axis=1)  # the nearest code
+            hits.append(np.argmax(score, axis=-1) == np.arange(10))
+        assert abs(np.mean(hits) - 0.989) < 0.01, d  # the d_model = 64 row's prediction
+
+
+def test_the_wq_trained_on_120_sinusoid_rows_loses_key_i_minus_1_to_far_keys_only():
+    # Appendix A.9 (s46 expert): used at N = 240, the W_Q trained on the sinusoid's first 120
+    # positions (width 16, 3,000 Adam steps) keeps key i - 1 on top for 0.442 of the queries at
+    # 120 to 239, every miss going to a key 45 to 120 back; among the last 20 keys it is on top for
+    # every query, among the last 40 for 0.817 (median weight 0.982)
+    tab = torch.as_tensor(positional.sinusoidal_encoding(120, 16))
+    causal = torch.tril(torch.ones(120, 120, dtype=torch.bool))
+    W = torch.zeros(16, 16, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([W], lr=0.05)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # 3,000 small steps: one thread, as the chapter runs them
+    try:
+        for _ in range(3000):
+            opt.zero_grad()
+            w = torch.softmax((tab @ W @ tab.T).masked_fill(~causal, -torch.inf), dim=-1)
+            (-torch.log(w[torch.arange(1, 120), torch.arange(119)]).mean()).backward()
+            opt.step()
+    finally:
+        torch.set_num_threads(threads)
+    pe = torch.as_tensor(positional.sinusoidal_encoding(240, 16))
+    s = pe @ W.detach() @ pe.T
+    lower = torch.tril(torch.ones(240, 240, dtype=torch.bool))
+    back = (torch.arange(1, 240) - s.masked_fill(~lower, -torch.inf)[1:].argmax(dim=-1))[119:]
+    assert round((back == 1).double().mean().item(), 3) == 0.442
+    assert (back[back != 1].min().item(), back[back != 1].max().item()) == (45, 120)
+    for window, top_share in ((20, 1.0), (40, 0.817)):
+        near = lower & ~torch.tril(torch.ones(240, 240, dtype=torch.bool), diagonal=-window)
+        s_near = s.masked_fill(~near, -torch.inf)
+        top = (s_near[1:].argmax(dim=-1) == torch.arange(239)).double()[119:]
+        assert round(top.mean().item(), 3) == top_share, window
+    w_near = torch.softmax(s_near, dim=-1)[torch.arange(1, 240), torch.arange(239)][119:]
+    assert round(w_near.median().item(), 3) == 0.982
