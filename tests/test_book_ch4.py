@@ -878,3 +878,118 @@ def test_more_keys_per_row_ratio_over_twenty_draws():
     assert (round(min(ratio[16])), round(max(ratio[16]))) == (252, 877)
     assert (round(min(ratio[1024]), 2), round(max(ratio[1024]), 2)) == (0.36, 0.84)
     assert round(float(np.median(ratio[1024])), 2) == 0.62 and min(ratio[16]) > 100
+
+
+# ------------------------------------------------ section 4.11 trained longer (04_long_window)
+@pytest.fixture(scope="module")
+def long_window() -> dict:
+    result = data.load_result("04_long_window")
+    scores = {(r["start"], r["rate"], r["seed"]): r["scores"] for r in result["runs"]}
+    return {"result": result, "scores": scores}
+
+
+def _window(long_window, start, rate, step, what="fresh_errors"):
+    seeds = long_window["result"]["seeds"]
+    return [long_window["scores"][start, rate, s][str(step)][what] for s in seeds]
+
+
+def _split(long_window, rates, step):
+    """(starts on which W made fewer top-1 errors, more) on the fresh queries."""
+    e_w = _window(long_window, "W", rates[0], step)
+    e_4w = _window(long_window, "4W", rates[1], step)
+    pairs = list(zip(e_w, e_4w, strict=True))
+    return sum(a < b for a, b in pairs), sum(a > b for a, b in pairs)
+
+
+def _picks(long_window, step):
+    """Each start's rate of the grid with the lowest median loss on the picking queries."""
+    import numpy as np
+
+    rates = long_window["result"]["rates"]
+    med = {
+        (s, r): np.median(_window(long_window, s, r, step, "pick_loss"))
+        for s in ("W", "4W")
+        for r in rates
+    }
+    return tuple(min(rates, key=lambda r, s=s: med[s, r]) for s in ("W", "4W"))
+
+
+def test_the_long_window_command_asks_for_the_stored_runs(long_window):
+    """``tools/adam_long_window.py``: the stored command parses with the tool and asks for what
+    the file holds; provenance recorded (a clean commit, the machine, torch)."""
+    import re
+    import shlex
+
+    import adam_long_window as tool
+
+    result = long_window["result"]
+    argv = shlex.split(result["command"])
+    assert argv[:2] == ["python", "tools/adam_long_window.py"] and result["complete"]
+    args = tool.parser().parse_args(argv[2:])
+    assert args.out == "mini_transformer/results/04_long_window.json"
+    assert args.seeds == result["seeds"] == list(range(9))
+    assert re.fullmatch(r"[0-9a-f]{40}", result["commit"])  # not "+uncommitted"
+    assert result["where_it_ran"]["torch"] and result["where_it_ran"]["threads"] == 1
+    assert result["rates"] == list(tool.RATES) and result["checkpoints"] == list(tool.CHECKPOINTS)
+    assert len(result["runs"]) == 9 * len(tool.RATES) * 2
+    for r in result["runs"]:
+        long_run = r["rate"] == tool.PICKED
+        assert r["steps"] == (1000 if long_run else 600)
+        assert [int(t) for t in r["scores"]] == [t for t in tool.CHECKPOINTS if t <= r["steps"]]
+        assert r["lr"] == (r["rate"] if r["start"] == "W" else r["rate"] / 4)
+
+
+def test_the_long_window_starts_as_section_4_11s_runs(long_window):
+    """Step 200 at the picked rate is section 4.11's verdict (its cells print these errors on
+    the fresh and the picking queries), so the tool reruns the chapter's protocol."""
+    fresh = [_window(long_window, s, 0.01, 200) for s in ("W", "4W")]
+    pick = [_window(long_window, s, 0.01, 200, "pick_errors") for s in ("W", "4W")]
+    assert fresh == [[0, 1, 1, 2, 1, 1, 3, 1, 2], [3, 5, 12, 8, 9, 5, 7, 7, 5]]
+    assert pick == [[4, 2, 6, 4, 5, 5, 5, 6, 3], [9, 8, 13, 11, 8, 11, 11, 10, 14]]
+
+
+def test_the_long_window_verdicts_of_section_4_11(long_window):
+    """Section 4.11's "Why divide" paragraph and Summary, pinned on the stored runs: at the picked
+    rate W's lead (9 of 9 at 200 steps) is gone by 400 and reversed by 600 (more errors on 8 of 9),
+    as W's loss rises; retuned at 600 steps both pick 0.0063 and W makes fewer errors on 7 of 9,
+    more on 1 (p = 0.07)."""
+    import numpy as np
+
+    splits = {t: _split(long_window, (0.01, 0.01), t) for t in (100, 200, 300, 400, 600, 1000)}
+    assert splits == {100: (9, 0), 200: (9, 0), 300: (8, 1), 400: (3, 5), 600: (1, 8), 1000: (0, 9)}
+    loss_w = {t: float(np.median(_window(long_window, "W", 0.01, t, "fresh_loss"))) for t in splits}
+    rising = [round(loss_w[t], 5) for t in (200, 300, 600, 1000)]
+    assert rising == [0.00423, 0.00375, 0.01444, 0.02573]
+    loss_4w = float(np.median(_window(long_window, "4W", 0.01, 600, "fresh_loss")))
+    assert round(loss_4w, 5) == 0.00264
+    assert {t: _picks(long_window, t) for t in (200, 300, 400, 600)} == {
+        200: (0.01, 0.01),
+        300: (0.01, 0.01),
+        400: (0.0063, 0.01),
+        600: (0.0063, 0.0063),
+    }
+    assert _window(long_window, "W", 0.0063, 600) == [1, 2, 2, 2, 2, 3, 0, 2, 1]
+    assert _window(long_window, "4W", 0.0063, 600) == [1, 5, 8, 3, 1, 4, 3, 5, 6]
+    assert _split(long_window, (0.0063, 0.0063), 600) == (7, 1)
+    assert _split(long_window, (0.0063, 0.01), 400) == (8, 0)
+
+
+def test_the_long_window_reruns_to_its_stored_scores(long_window):
+    """Start 0 at the picked rate, both starts, retrained to step 100 with the tool's own
+    function: the stored errors exactly, the losses to float32 rounding."""
+    import adam_long_window as tool
+    import torch
+
+    from mini_transformer.scoring import retrieval_batch
+
+    torch.set_num_threads(1)
+    pick = retrieval_batch(torch.Generator().manual_seed(6000), batch_size=4096)
+    fresh = retrieval_batch(torch.Generator().manual_seed(5000), batch_size=4096)
+    start = tool.start_of(0)
+    for name, kind, lr in (("W", "scaled", 0.01), ("4W", "unscaled", 0.01 / 4)):
+        got = tool.train_scored(kind, lr, start, 100, (100,), pick, fresh)["100"]
+        want = long_window["scores"][name, 0.01, 0]["100"]
+        for key in ("fresh_errors", "pick_errors"):
+            assert got[key] == want[key], (name, key)
+        for key in ("fresh_loss", "pick_loss"):
+            assert abs(got[key] / want[key] - 1) < 1e-4, (name, key)

@@ -1,0 +1,184 @@
+"""Chapter 4's longer window: section 4.11's two starts, W and 4W, trained past its 200 steps.
+
+Repository tooling, not reader API. Section 4.11 of ``book/04_attention.ipynb`` trains the
+retrieval layer of :mod:`mini_transformer.scoring` at ``d_k = 256`` for 200 Adam steps from nine
+random starts ``W`` (seeds 0-8, batch order ``100 + seed``): scaled attention from ``W`` at a
+rate ``r``, and unscaled attention at ``r / 4``, which by the chapter's identity is scaled
+attention from ``4W`` at ``r`` (``r`` is the *scaled-equivalent rate*). It picks ``r = 0.01``
+for both starts on 4,096 picking queries (seed 6000) and scores the picks on 4,096 fresh ones
+(seed 5000). This tool reruns that protocol (the chapter's loss, start, batches, Adam and
+query sets) with a longer window:
+
+- at the picked rate, each start trained once for 1,000 steps and scored at steps 100, 200,
+  300, 400, 600 and 1,000 (its step-200 scores are the chapter's runs);
+- a finer grid of scaled-equivalent rates (0.001, 0.0025, 0.004, 0.0063, 0.01) trained for 600
+  steps, scored at steps 100 to 600 on both query sets, to retune the rate at 600 steps.
+
+Every score is the loss on a query set and its top-1 errors (queries whose largest output
+weight is on a wrong label). Command-line rules of :func:`mini_transformer.cli.run_cli`
+(``--out`` checked before any work, exit status 2 with usage for bad input, ``--overwrite`` to
+replace a file); the JSON is rewritten after every run.
+
+The committed result (the command, commit, wall time and device are stored in it)::
+
+    python tools/adam_long_window.py --out mini_transformer/results/04_long_window.json
+
+(90 runs, 61,200 Adam steps, on one thread of a 2-core CPU shared with other jobs.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+from sweep_cli import command_line, non_negative_int, provenance, run_sweep_cli
+
+from mini_transformer.hardware import where_it_ran
+from mini_transformer.scoring import ScoreModel, retrieval_batch
+
+PROG = "python tools/adam_long_window.py"
+D_K = 256
+C = D_K**0.25  # the identity's c = d_k^(1/4) = 4: unscaled at r / c is scaled from c W at r
+PICKED = 0.01  # section 4.11's picked scaled-equivalent rate, for both starts
+CHECKPOINTS = (100, 200, 300, 400, 600, 1000)  # the picked rate's runs are scored here
+RATES = (0.001, 0.0025, 0.004, 0.0063, 0.01)  # the retuning grid (scaled-equivalent rates)
+GRID_STEPS = 600
+PICK_SEED, FRESH_SEED, QUERIES = 6000, 5000, 4096  # section 4.11's two query sets
+
+__all__ = [
+    "PROG",
+    "CHECKPOINTS",
+    "RATES",
+    "GRID_STEPS",
+    "train_scored",
+    "run_all",
+    "parser",
+    "main",
+]
+
+
+def loss_of(model: ScoreModel, batch) -> torch.Tensor:
+    """Section 4.11's training loss, -ln(o_y* + 1e-9) (as in :mod:`mini_transformer.scoring`)."""
+    query, keys, values, target = batch
+    out = (model(query, keys).softmax(-1) @ values)[:, 0]  # (B, C): weight on each label
+    return F.nll_loss(torch.log(out + 1e-9), target)
+
+
+def score_pick(model: ScoreModel, batch) -> tuple[float, int]:
+    """Loss and top-1 errors on the picking queries, as section 4.11's grid cell computes them
+    (``label_weights``: the keys enter unprojected, (x_q W^Q)(W^K)^T x_k^T)."""
+    query, keys, values, target = batch
+    with torch.no_grad():
+        s = (model.q_proj(query) @ model.k_proj.weight) @ keys.transpose(1, 2) * model.scale
+        out = (s.softmax(-1) @ values)[:, 0]
+    return F.nll_loss(torch.log(out + 1e-9), target).item(), int((out.argmax(-1) != target).sum())
+
+
+def score_fresh(model: ScoreModel, batch) -> tuple[float, int]:
+    """Loss and top-1 errors on the fresh queries, as section 4.11's verdict cell computes them
+    (``per_query``: the model's own forward)."""
+    query, keys, values, target = batch
+    with torch.no_grad():
+        out = (model(query, keys).softmax(-1) @ values)[:, 0]
+    q_loss = -torch.log(out.gather(1, target[:, None])[:, 0] + 1e-9)
+    return q_loss.mean().item(), int((out.argmax(-1) != target).sum())
+
+
+def start_of(seed: int) -> dict:
+    """Section 4.11's random start W for ``seed`` (PyTorch's default initialisation)."""
+    torch.manual_seed(seed)
+    return ScoreModel("scaled", D_K).state_dict()
+
+
+def train_scored(
+    kind: str, lr: float, start: dict, data_seed: int, checkpoints, pick, fresh
+) -> dict:
+    """Adam (PyTorch defaults) from ``start`` up to the last checkpoint, batch order
+    ``data_seed``; ``{step: scores}`` on both query sets at each checkpoint."""
+    model = ScoreModel(kind, D_K)
+    model.load_state_dict(start)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    batches = torch.Generator().manual_seed(data_seed)
+    scores = {}
+    for step in range(1, max(checkpoints) + 1):
+        opt.zero_grad()
+        loss_of(model, retrieval_batch(batches)).backward()
+        opt.step()
+        if step in checkpoints:
+            (pl, pe), (fl, fe) = score_pick(model, pick), score_fresh(model, fresh)
+            scores[str(step)] = {"pick_loss": pl, "pick_errors": pe}
+            scores[str(step)] |= {"fresh_loss": fl, "fresh_errors": fe}
+    return scores
+
+
+def run_all(seeds=tuple(range(9)), verbose: bool = True, on_progress=None) -> dict:
+    """Every (seed, rate, start); the JSON-ready result."""
+    t0, head, runs = time.perf_counter(), provenance(), []
+    pick = retrieval_batch(torch.Generator().manual_seed(PICK_SEED), batch_size=QUERIES)
+    fresh = retrieval_batch(torch.Generator().manual_seed(FRESH_SEED), batch_size=QUERIES)
+    grid_checkpoints = tuple(s for s in CHECKPOINTS if s <= GRID_STEPS)
+
+    def result(complete: bool) -> dict:
+        return head | {
+            "what": "section 4.11's retrieval layer, d_k = 256: scaled from W at rate r ('W') and "
+            "unscaled at r / 4 (= scaled from 4W at r, '4W'); Adam (PyTorch defaults), batch "
+            "order 100 + seed, start W = seed's ScoreModel('scaled', 256); scores: loss -ln(o_y* "
+            "+ 1e-9) and top-1 errors on 4,096 picking queries (seed 6000) and 4,096 fresh ones "
+            "(seed 5000), at each checkpoint",
+            "d_k": D_K,
+            "picked_rate": PICKED,
+            "checkpoints": list(CHECKPOINTS),
+            "rates": list(RATES),
+            "grid_steps": GRID_STEPS,
+            "seeds": list(seeds),
+            "runs": runs,
+            "complete": complete,
+            "wall_time_s": round(time.perf_counter() - t0, 1),
+            "where_it_ran": where_it_ran("cpu"),
+        }
+
+    for seed in seeds:
+        start = start_of(seed)
+        for rate in RATES:
+            marks = CHECKPOINTS if rate == PICKED else grid_checkpoints
+            for name, kind, lr in (("W", "scaled", rate), ("4W", "unscaled", rate / C)):
+                t1 = time.perf_counter()
+                scores = train_scored(kind, lr, start, 100 + seed, marks, pick, fresh)
+                runs.append({"start": name, "kind": kind, "rate": rate, "lr": lr, "seed": seed,
+                             "steps": max(marks), "scores": scores,
+                             "wall_s": round(time.perf_counter() - t1, 2)})  # fmt: skip
+                if verbose:
+                    last = scores[str(max(marks))]
+                    print(f"seed {seed} rate {rate:g} {name}: fresh errors {last['fresh_errors']} "
+                          f"at step {max(marks)} ({runs[-1]['wall_s']} s)", flush=True)  # fmt: skip
+                if on_progress is not None:
+                    on_progress(result(complete=False))
+    return result(complete=True)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The tool's arguments (also used by the tests to parse the command stored in the JSON)."""
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument("--seeds", type=non_negative_int, nargs="+", default=list(range(9)))
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run every configuration and write ``--out``; bad input exits with status 2 first."""
+    p = parser()
+    args = p.parse_args(argv)
+    return run_sweep_cli(
+        p,
+        args.out,
+        command_line(PROG, argv),
+        lambda save: run_all(tuple(args.seeds), on_progress=save),
+        overwrite=args.overwrite,
+    )
+
+
+if __name__ == "__main__":
+    main()
