@@ -1636,3 +1636,68 @@ def test_exercise_6_opposite_senses_need_one_channel_per_pair_negated():
     permuted = pkg(q[:, inv]) @ pkg(k[:, inv]).T
     negated = pkg(q[:, inv] * sign) @ pkg(k[:, inv] * sign).T
     assert np.abs(permuted - S_half).max() > 1 and np.allclose(negated, S_half, atol=1e-5)
+
+
+# --- s12c2c: the s48 expert's controls ------------------------------------------------------
+
+
+def _rows_free_left(S):
+    """The range left in S after the best (least squares) c_m + h(n - m), by another route than
+    the chapter's lstsq: the pseudo-inverse of the indicator columns (one a row, one an offset)."""
+    T = len(S)
+    m_, n_ = np.indices(S.shape)
+    A = np.zeros((T * T, 3 * T - 1))
+    A[np.arange(T * T), m_.ravel()] = 1
+    A[np.arange(T * T), T + (n_ - m_).ravel() + T - 1] = 1
+    return np.ptp(S.ravel() - A @ (np.linalg.pinv(A) @ S.ravel()))
+
+
+def test_appendix_a4_slowest_pair_changes_are_numbers_per_row_on_longer_windows_too():
+    # A.4: adding 0.5 at (0, 15) (pair 0 to the slowest pair) or (14, 15) (inside it) leaves, after
+    # the best number per row plus function of n - m, 1.7e-05 and 3.7e-08 on section 2.6's 24
+    # positions (printed), against 0.55 and 1.1 for section 2.6's changes (1, 1) and (0, 2). The
+    # block form itself is relative, so the residual is that of the added term alone. First
+    # variation, longer windows: the slow pair turns more and its residuals grow, yet stay small
+    d, added = 16, [(0, 15), (14, 15), (1, 1), (0, 2)]
+    W_c = commuting_W(np.random.default_rng(21), d)
+    for T in (24, 48, 96):
+        Pm, left = P.sinusoidal_encoding(T, d), {}
+        for i, j in added:
+            W = W_c.copy()
+            W[i, j] += 0.5
+            left[i, j] = _rows_free_left(Pm @ W @ Pm.T)
+        if T == 24:
+            assert [f"{left[k]:.2g}" for k in added] == ["1.7e-05", "3.7e-08", "0.55", "1.1"]
+        assert max(left[0, 15], left[14, 15]) < 1e-3 < 0.5 < min(left[1, 1], left[0, 2]), (T, left)
+
+
+def test_appendix_a6_wide_tables_by_lstsq_other_cuts_and_longer_windows():
+    # A.6's rows at d_model = 128 and 512 by another route (lstsq on the rows): the W_QK built on
+    # 512 positions matches f there (below 1e-6 of f's span) at the cuts 1e-8, 1e-10 and 1e-12, and
+    # misses the next 512 positions by 0.1 or more at each: the drift does not hang on the cut
+    for d in (128, 512):
+        pe = P.sinusoidal_encoding(1024, d)
+        for cut in (1e-8, 1e-10, 1e-12):
+            M = _a6_window_w(pe[:512], cut)
+            assert _a6_miss(M, pe[:512]) < 1e-6 and _a6_miss(M, pe[512:]) > 0.1, (d, cut)
+    # at d_model = 512 on 2,048 positions too (a window the chapter does not run)
+    pe = P.sinusoidal_encoding(4096, 512)
+    M = _a6_window_w(pe[:2048])
+    assert _a6_miss(M, pe[:2048]) < 1e-6 and _a6_miss(M, pe[2048:]) > 0.1
+    # the s48 expert's longer window: at d_model = 128, 32,768 positions are inside the span too
+    R = np.linalg.qr(P.sinusoidal_encoding(32_768, 128), mode="r")
+    U, s, _ = np.linalg.svd(R - R.mean(1, keepdims=True))
+    U, r = U[:, s > 1e-10 * s[0]], R.sum(1)
+    assert np.linalg.norm(r - U @ (U.T @ r)) / np.linalg.norm(r) < 1e-6
+
+
+def test_section_2_8_float32_range_over_f1():
+    # 2.8: the far-out range 0.011 of PE[pos] . PE[pos+1], float32 angles, is 2e-4 of f(1) = 62.09
+    d, far = 128, np.arange(60_000, 62_001)
+    a32 = (far.astype(np.float32)[:, None] * P.sinusoidal_frequencies(d).astype(np.float32)).astype(
+        np.float64
+    )
+    E = np.empty((len(far), d))
+    E[:, 0::2], E[:, 1::2] = np.sin(a32), np.cos(a32)
+    rng = np.ptp((E[1:] * E[:-1]).sum(1))
+    assert f"{rng:.3f}" == "0.011" and f"{rng / f(1, d):.0e}" == "2e-04"
