@@ -668,3 +668,84 @@ def test_post_ln_seed_0_at_3e_3_reruns_as_committed_past_step_300(long_budget):
     stored = long_budget["runs"]["post", 3e-3, 0]["losses"][:40]  # steps 0 to 390
     assert np.allclose(run["losses"][:40], stored, rtol=1e-3, atol=1e-3)
     assert min(stored) > 2.5  # on the plateau through step 390; it leaves it later
+
+
+@pytest.fixture(scope="module")
+def reset() -> dict:
+    result = data.load_result("05_reset")
+    return {"result": result, "runs": {(r["row"], r["seed"]): r for r in result["runs"]}}
+
+
+def test_the_reset_command_asks_for_the_stored_runs_with_its_provenance(reset):
+    """Section 5.9's reset table: the stored command still parses with its tool and asks for what
+    the file holds, every row of the tool for seeds 0 to 4, with the provenance the tools store
+    (a clean commit, date, wall time, machine and torch version)."""
+    import shlex
+
+    import reset_control as tool
+
+    result = reset["result"]
+    argv = shlex.split(result["command"])
+    assert argv[:2] == ["python", "tools/reset_control.py"] and result["complete"]
+    args = tool.parser().parse_args(argv[2:])
+    assert args.out == "mini_transformer/results/05_reset.json"
+    assert args.seeds == result["seeds"] == [0, 1, 2, 3, 4] and result["rows"] == list(tool.ROWS)
+    assert set(reset["runs"]) == {(row, s) for row in tool.ROWS for s in args.seeds}
+    assert len(result["commit"]) == 40 and "+" not in result["commit"] and result["date"]
+    where = result["where_it_ran"]
+    assert where["device_type"] == "cpu" and where["threads"] == 1 and where["torch"]
+    assert result["wall_time_s"] > 0 and result["learned_below"] == S.LEARNED_BELOW
+    assert all(len(r["losses"]) == 30 for r in result["runs"])  # steps 0, 10, ..., 290
+
+
+def test_the_reset_rows_pick_the_weights_they_name():
+    """The tool's rows: W^2 of layers 1-3 is three matrices; blocks 1-3 and blocks 4-6 with the
+    head split every weight but the two embeddings between them; only the first row keeps Adam."""
+    import reset_control as tool
+
+    torch.manual_seed(0)
+    names = [n for n, _ in S.xiong_lm(S.StabilityConfig(), "post").named_parameters()]
+    picked = {row: {n for n in names if reset(n)} for row, (_, reset) in tool.ROWS.items()}
+    assert picked["W^2 of layers 1-3"] == {f"blocks.{i}.ffn.linear2.weight" for i in range(3)}
+    low, high = picked["blocks 1-3"], picked["blocks 4-6 and the head"]
+    assert not low & high and low | high == picked["all but the embeddings"]
+    assert set(names) - picked["all but the embeddings"] == {"tok_emb.weight", "pos_emb.weight"}
+    assert picked["damaged, Adam kept"] == picked["no reset"] == set()
+    assert [fresh for fresh, _ in tool.ROWS.values()] == [False] + [True] * 5
+
+
+def test_the_reset_runs_start_as_the_sweeps_run_at_1e_2(sweep, reset):
+    """Their first 20 steps are the sweep's Post-LN run at 1e-2 (same model, batches, rate): the
+    losses logged at steps 0 and 10 are the sweep's digit for digit in every row, and at step 20
+    (the first after the switch, before any update at 1e-3) in the rows that reset nothing."""
+    for (row, s), run in reset["runs"].items():
+        stored = sweep["runs"]["post", 0, 1e-2, s]["losses"]
+        assert run["losses"][:2] == stored[:2], (row, s)
+        if row in ("damaged, Adam kept", "no reset"):
+            assert run["losses"][2] == stored[2], (row, s)
+
+
+def test_the_reset_verdicts_of_section_5_9(reset):
+    """Section 5.9's sentence, seed by seed (pins of committed data): no seed learned with Adam
+    kept, with a fresh Adam alone, or with W^2 of layers 1-3, blocks 1-3, or blocks 4-6 and the
+    head reset (stuck: 5, 5, 5, 1, 3 of 5); all five learned with all but the embeddings reset."""
+    end = {k: r["final_loss"] for k, r in reset["runs"].items()}
+
+    def seeds_where(row, test):
+        return [s for s in range(5) if test(end[row, s])]
+
+    learned = {
+        row: seeds_where(row, lambda v: v < S.LEARNED_BELOW) for row in reset["result"]["rows"]
+    }
+    stuck = {row: seeds_where(row, lambda v: v > 2.5) for row in reset["result"]["rows"]}
+    assert learned == {row: [] for row in learned} | {"all but the embeddings": [0, 1, 2, 3, 4]}
+    assert stuck == {
+        "damaged, Adam kept": [0, 1, 2, 3, 4],
+        "no reset": [0, 1, 2, 3, 4],
+        "W^2 of layers 1-3": [0, 1, 2, 3, 4],
+        "blocks 1-3": [2],
+        "blocks 4-6 and the head": [1, 2, 3],
+        "all but the embeddings": [],
+    }
+    # blocks 1-3 reset: the four seeds not stuck ended between the plateau and the line
+    assert all(1 < end["blocks 1-3", s] < 2.5 for s in (0, 1, 3, 4))

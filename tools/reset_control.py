@@ -1,0 +1,141 @@
+"""Chapter 5's reset control on five seeds: which weights hold a damaged Post-LN run on the plateau?
+
+Repository tooling, not reader API. Section 5.9 of ``book/05_layernorm.ipynb`` trains Post-LN
+20 steps at 1e-2, then 280 at 1e-3 (its ``control_run``), and at the switch starts a fresh Adam
+and puts some weights back to their initial values. This tool runs that protocol for every row
+of :data:`ROWS` and every seed: :func:`control_run` is the chapter's function (same model,
+batches, Adam and held-out batches as :func:`mini_transformer.stability.train_run`), so the
+chapter checks its live seeds 0 and 1 against this file. Command-line rules of
+:func:`mini_transformer.cli.run_cli`; the JSON is rewritten after every run.
+
+The committed result (the command, commit, wall time and device are stored in it)::
+
+    python tools/reset_control.py --out mini_transformer/results/05_reset.json
+
+(30 runs of 300 steps on one thread of a 2-core CPU shared with other jobs.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+from sweep_cli import command_line, non_negative_int, provenance, run_sweep_cli
+
+from mini_transformer import stability as S
+from mini_transformer.core import train_step
+from mini_transformer.hardware import where_it_ran
+
+PROG = "python tools/reset_control.py"
+SWITCH_AT = 20  # steps at 1e-2 before the switch to 1e-3
+
+
+def _blocks(*numbers):  # parameter names of TransformerLM's blocks, numbered from 1
+    return lambda name: any(name.startswith(f"blocks.{i - 1}.") for i in numbers)
+
+
+# row -> (a fresh Adam at the switch, the weights reset there); "head": the output layer lm_head
+ROWS = {
+    "damaged, Adam kept": (False, lambda name: False),
+    "no reset": (True, lambda name: False),
+    "W^2 of layers 1-3": (True, lambda n: n.endswith("ffn.linear2.weight") and _blocks(1, 2, 3)(n)),
+    "blocks 1-3": (True, _blocks(1, 2, 3)),
+    "blocks 4-6 and the head": (True, lambda n: _blocks(4, 5, 6)(n) or n.startswith("lm_head.")),
+    "all but the embeddings": (True, lambda name: not name.endswith("emb.weight")),
+}
+
+__all__ = ["PROG", "ROWS", "control_run", "run_all", "parser", "main"]
+
+
+def switch(step: int) -> float:
+    """The chapter's schedule: 20 steps at the full rate, then 1e-3."""
+    return 1e-2 if step < SWITCH_AT else 1e-3
+
+
+def control_run(seed, rate=switch, steps=300, restart_at=None, reset=lambda name: False):
+    """Section 5.9's ``control_run``: ``(held-out copy loss, training losses every 10 steps)``."""
+    cfg = S.StabilityConfig()
+    torch.manual_seed(seed)
+    model = S.xiong_lm(cfg, "post")
+    initial = {name: w.detach().clone() for name, w in model.named_parameters()}
+
+    def adam():
+        return torch.optim.Adam(model.parameters(), lr=rate(0), betas=(0.9, 0.98), eps=1e-9)
+
+    opt, batches, losses = adam(), torch.Generator().manual_seed(1_000 + seed), []
+    for step in range(steps):
+        if step == restart_at:
+            with torch.no_grad():
+                for name, w in model.named_parameters():
+                    if reset(name):
+                        w.copy_(initial[name])
+            opt = adam()
+        loss, _ = train_step(model, opt, *S.copy_task_batch(cfg, batches), rate(step))
+        if step % 10 == 0:
+            losses.append(round(loss.item(), 5))
+    held_out = torch.Generator().manual_seed(999_999)
+    with torch.no_grad():
+        final = np.mean([model(*S.copy_task_batch(cfg, held_out))[1].item() for _ in range(4)])
+    return round(float(final), 5), losses
+
+
+def run_all(seeds=(0, 1, 2, 3, 4), verbose: bool = True, on_progress=None) -> dict:
+    """Every row of :data:`ROWS` for every seed; the JSON-ready result."""
+    t0, head, runs = time.perf_counter(), provenance(), []
+
+    def result(complete: bool) -> dict:
+        return head | {
+            "what": "xiong_lm Post-LN on the copy task, Adam(betas=(0.9, 0.98), eps=1e-9), no "
+            f"clipping: {SWITCH_AT} steps at 1e-2, then 1e-3 to step 300; at the switch a fresh "
+            "Adam (except 'damaged, Adam kept') and the row's weights back to their initial "
+            "values; final_loss: held-out copy loss (stability.train_run's 4 batches); losses: "
+            "training loss every 10 steps",
+            "seeds": list(seeds),
+            "rows": list(ROWS),
+            "learned_below": S.LEARNED_BELOW,
+            "runs": runs,
+            "complete": complete,
+            "wall_time_s": round(time.perf_counter() - t0, 1),
+            "where_it_ran": where_it_ran("cpu"),
+        }
+
+    for seed in seeds:
+        for row, (fresh, reset) in ROWS.items():
+            t1 = time.perf_counter()
+            final, losses = control_run(seed, restart_at=SWITCH_AT if fresh else None, reset=reset)
+            wall = round(time.perf_counter() - t1, 2)
+            runs.append({"row": row, "seed": seed, "final_loss": final, "losses": losses})
+            runs[-1]["wall_s"] = wall
+            if verbose:
+                print(f"seed={seed} {row}: final={final} ({wall} s)", flush=True)
+            if on_progress is not None:
+                on_progress(result(complete=False))
+    return result(complete=True)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The tool's arguments (also used by the tests to parse the command stored in the JSON)."""
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2, 3, 4])
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run every row for every seed and write ``--out``; bad input exits with status 2 first."""
+    p = parser()
+    args = p.parse_args(argv)
+    return run_sweep_cli(
+        p,
+        args.out,
+        command_line(PROG, argv),
+        lambda save: run_all(tuple(args.seeds), on_progress=save),
+        overwrite=args.overwrite,
+    )
+
+
+if __name__ == "__main__":
+    main()
