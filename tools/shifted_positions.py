@@ -9,7 +9,11 @@ stored four decimals), read the sweep's length-``L`` evaluation sequences (gener
 position module is called with ``offset=p0`` (the model's own forward always starts at 0).
 Length, keys and offsets stay those of training; only the absolute positions move. Accuracy
 is over the scored queries ``t >= offset`` (the task's copy distance), as in chapter 3, so
-``p0 = 0`` reproduces the sweep's accuracy at ``T = L``.
+``p0 = 0`` reproduces the sweep's accuracy at ``T = L``. Each run also keeps the accuracy of
+every scored query (mean over the evaluation sequences): ``per_position_by_start[p0]`` for
+``t = offset .. L - 1``, and ``per_position_2L`` for ``t = offset .. 2L - 1`` of the sweep's
+length-``2L`` sequences read from position 0 (whose queries ``t >= L`` average to the sweep's
+``accuracy_beyond`` at ``2L``).
 
 - ``learned``: rows ``p0 ..``; rows ``>= L`` never received a gradient. ``p0 + L`` is at most
   ``block_size`` (the table's rows).
