@@ -48,6 +48,10 @@ def _r2(x):
     return round(float(x), 2)
 
 
+def _r3(x):
+    return round(float(x), 3)
+
+
 # --- section 3.1: MemN2N's encoding -------------------------------------------------------
 
 
@@ -864,6 +868,61 @@ def test_even_weight_reader_reference_by_a_plain_loop(res):
     assert _mean(res, "none", 2 * L, "accuracy_beyond") > at_2L + 0.03
 
 
+def _reader_on_eval_loop(res, T, seed):
+    """The plain-loop reader on t >= L of the sweep's own evaluation sequences at length T for
+    ``seed`` (the 256 every scheme was scored on: lab.accuracy_by_length's generator)."""
+    import torch
+
+    from mini_transformer import lab
+
+    cfg = res["config"]
+    L, offset, vocab = cfg["train_length"], cfg["offset"], cfg["vocab_size"]
+    lab_cfg = lab.LabConfig(**{k: v for k, v in cfg.items() if k != "block_size"})
+    g = torch.Generator().manual_seed(10_000 + seed)
+    x = lab_cfg.batch(cfg["eval_samples"], T, g)[0].numpy()
+    hits = []
+    for row in x:
+        for t in range(L, T):
+            c = np.bincount(row[: t + 1], minlength=vocab)
+            top = np.flatnonzero(c == c.max())
+            hits.append((row[t - offset] in top) / len(top))
+    return float(np.mean(hits))
+
+
+def test_even_weight_reader_on_the_models_own_sequences_pairs_the_gaps(res):
+    # appendix A.5 and the figure's right panel score the reader on the sequences the models
+    # read (paired), not on 2000 others; lab.accuracy_by_length draws them with 10_000 + seed
+    import inspect
+
+    from mini_transformer import lab
+
+    assert "manual_seed(10_000 + seed)" in inspect.getsource(lab.accuracy_by_length)
+    L = res["config"]["train_length"]
+    Ts = (3 * L // 2, 2 * L, 4 * L, 8 * L)
+    reader = np.array([[_reader_on_eval_loop(res, T, seed) for seed in (0, 1, 2)] for T in Ts])
+    gap = {
+        s: np.array([_per_seed(res, s, T, "accuracy_beyond") for T in Ts]) - reader
+        for s in ("learned", "sinusoidal")
+    }
+    means = [g.mean(axis=1) for g in gap.values()]
+    assert (_r3(np.min(means)), _r3(np.max(means))) == (-0.026, -0.014)  # A.5's seed means
+    assert (gap["learned"] < 0).all()  # every learned seed below, every length
+    assert [_r3(v) for v in gap["sinusoidal"][:, 0]] == [-0.014, -0.008, 0.001, 0.005]  # seed 0
+    # what pairing removes: the reader on these sequences vs on 2000 random ones (section 3.6)
+    assert [_r3(v) for v in reader[0]] == [0.132, 0.142, 0.137]  # 1.5L; 2000 random: 0.136
+
+
+def test_code_spacing_shift_costs_more_at_8L_but_under_a_third_of_the_drop(spacing):
+    # section 3.7: variant (c) costs at most 0.040 up to 2L and 0.14 to 0.21 at 8L, every seed
+    # under 0.3 of what the length-J codes (a) cost there
+    runs = [spacing["runs"][f"memn2n/{seed}"] for seed in (0, 1, 2)]
+    trained = np.array([r["trained"] for r in runs])
+    cost = {v: trained - np.array([r["by_J"]["256"][v] for r in runs]) for v in "ac"}
+    assert [_r2(v) for v in cost["c"]] == [0.21, 0.16, 0.14]
+    assert (cost["c"] < 0.3 * cost["a"]).all()
+    assert spacing["variants"]["c"].endswith("clipped at 0")  # key j = 1 falls below 0 from 1.5L
+
+
 def test_memn2n_query_fractions_below_the_smallest_in_training(res):
     # section 3.7: scored training queries (t >= 3, so j >= 4; J from L/2 to L) never had j/J
     # below 4/L = 1/8; at length T, the scored queries t < L with j/T below it, by enumeration
@@ -1273,18 +1332,28 @@ def shifted():
 
 
 def test_shifted_positions_file_is_the_sweeps_models_and_says_how_it_was_made(res, shifted):
-    # seven runs from four processes: the first file's command, the others in added_runs
+    # seven runs from two processes side by side (the tool's docstring): the first file's
+    # command (learned, rope), the sinusoidal runs in added_runs, each with its wall time
     runs = [f"{s}/{seed}" for s in ("learned", "sinusoidal") for seed in (0, 1, 2)] + ["rope/0"]
     assert sorted(shifted["runs"]) == sorted(runs)
-    assert shifted["command"].startswith("python tools/shifted_positions.py ")
+    assert shifted["command"] == (
+        "python tools/shifted_positions.py --runs learned/0 learned/1 learned/2 rope/0 "
+        "--out /tmp/s12c3run/a.json"
+    )
     assert shifted["lab"] == res["config"] and shifted["train_length"] == 32
     assert shifted["starts"] == [0, 16, 32, 64, 128, 224]
-    added = shifted["added_runs"]
-    assert all(a["command"].startswith("python tools/shifted_positions.py ") for a in added)
-    from_first = [r for r in runs if r.startswith("sinusoidal")]
-    assert sorted(from_first + [r for a in added for r in a["runs"]]) == sorted(runs)
-    assert added[0]["wall_time_s"] is None and "stopped" in added[0]["note"]  # said, not hidden
+    (added,) = shifted["added_runs"]
+    assert added["command"].startswith("python tools/shifted_positions.py --runs sinusoidal/0 ")
+    assert added["runs"] == [f"sinusoidal/{seed}" for seed in (0, 1, 2)]
+    assert shifted["wall_time_s"] > 0 and added["wall_time_s"] > 0
+    assert added["where_it_ran"]["threads"] == shifted["where_it_ran"]["threads"] == 1
     assert "inflated" in shifted["wall_times_note"]
+    # the per-position keys: one value per scored query t = 3..L-1 for every p0, t = 3..2L-1 at 2L
+    L, offset = shifted["train_length"], shifted["offset"]
+    for r in shifted["runs"].values():
+        assert sorted(r["per_position_by_start"]) == sorted(r["by_start"])
+        assert all(len(v) == L - offset for v in r["per_position_by_start"].values())
+        assert len(r["per_position_2L"]) == 2 * L - offset
     # every retrained model reproduced the sweep's stored accuracies (to their 4 decimals)
     assert all(r["max_accuracy_difference"] == 0 for r in shifted["runs"].values())
 
@@ -1327,3 +1396,78 @@ def test_shifted_positions_pins_what_section_3_7_says(res, shifted):
     # half-unseen windows (p0 = L/2): both absolute schemes near 0.5 in every seed
     half = [shifted["runs"][f"{s}/{seed}"]["by_start"]["16"] for s in acc for seed in (0, 1, 2)]
     assert 0.5 < min(half) and max(half) < 0.54
+
+
+def test_shifted_positions_per_position_agrees_with_the_window_and_the_sweep(res, shifted):
+    # each window's mean over its queries is its stored accuracy (4 decimals each), and the 2L
+    # per-position accuracies on t >= L average to the sweep's stored accuracy_beyond at 2L
+    L, offset = shifted["train_length"], shifted["offset"]
+    for run, r in shifted["runs"].items():
+        for p0, a in r["per_position_by_start"].items():
+            assert abs(np.mean(a) - r["by_start"][p0]) < 1e-4, (run, p0)
+        scheme, seed = run.split("/")
+        stored = res["results"][scheme]["accuracy_beyond"][str(2 * L)]["per_seed"][int(seed)]
+        assert abs(np.mean(r["per_position_2L"][L - offset :]) - stored) < 1e-4, run
+
+
+def _window_halves(shifted, s, p0):
+    """(3 seeds, 2): accuracy on the window places t = 3..15 and t = 16..31 at ``p0``."""
+    late = np.arange(3, 32) >= 16
+    rows = [
+        np.array(shifted["runs"][f"{s}/{seed}"]["per_position_by_start"][str(p0)])
+        for seed in (0, 1, 2)
+    ]
+    return np.array([[a[~late].mean(), a[late].mean()] for a in rows])
+
+
+def test_shifted_positions_per_position_pins_what_section_3_7_says(shifted):
+    # p0 = 16: trained positions 19-31 at 1.000, untrained 32-47 collapsed (sinusoid 0.10-0.12,
+    # learned 0.12-0.15); the same window places at p0 = L (positions 48-63): 0.22-0.49
+    sin_16, learned_16 = (
+        _window_halves(shifted, "sinusoidal", 16),
+        _window_halves(shifted, "learned", 16),
+    )
+    assert (sin_16[:, 0] == 1).all() and (learned_16[:, 0] == 1).all()
+    assert [_r3(v) for v in sin_16[:, 1]] == [0.114, 0.124, 0.102]
+    assert [_r3(v) for v in learned_16[:, 1]] == [0.147, 0.122, 0.152]
+    sin_L = _window_halves(shifted, "sinusoidal", 32)
+    assert [_r3(v) for v in sin_L[:, 1]] == [0.492, 0.45, 0.221]
+    # the sinusoid's positions 32-47 at the end of a length-2L input: 0.11-0.13
+    early = [
+        np.mean(shifted["runs"][f"sinusoidal/{seed}"]["per_position_2L"][29:45])
+        for seed in (0, 1, 2)
+    ]
+    assert [_r3(v) for v in early] == [0.117, 0.132, 0.109]
+    # per query position past L at 2L: the sinusoid 0.04 to 0.80, the learned model 0.07 to 0.16
+    runs = shifted["runs"]
+    past = {
+        s: np.array([runs[f"{s}/{seed}"]["per_position_2L"][29:] for seed in (0, 1, 2)])
+        for s in ("learned", "sinusoidal")
+    }
+    assert (_r2(past["sinusoidal"].min()), _r2(past["sinusoidal"].max())) == (0.04, 0.8)
+    assert (_r2(past["learned"].min()), _r2(past["learned"].max())) == (0.07, 0.16)
+
+
+def test_even_weight_reader_on_the_shifted_windows_queries(res):
+    # section 3.7: the reader on the queries t = 16..31 of the sweep's length-L sequences (the
+    # p0 = 16 window's untrained queries), 0.16 to 0.17, by the plain loop; and at 2L per query
+    # position past L, 0.09 to 0.18
+    import torch
+
+    from mini_transformer import lab
+
+    cfg = res["config"]
+    lab_cfg = lab.LabConfig(**{k: v for k, v in cfg.items() if k != "block_size"})
+    late, per_position = [], []
+    for seed in (0, 1, 2):
+        for T, out in ((32, late), (64, per_position)):
+            x = lab_cfg.batch(256, T, torch.Generator().manual_seed(10_000 + seed))[0].numpy()
+            hit = np.zeros((len(x), T))
+            for n, row in enumerate(x):
+                for t in range(3, T):
+                    c = np.bincount(row[: t + 1], minlength=16)
+                    top = np.flatnonzero(c == c.max())
+                    hit[n, t] = (row[t - 3] in top) / len(top)
+            out.append(hit[:, 16:].mean() if T == 32 else hit[:, 32:].mean(axis=0))
+    assert [_r3(v) for v in late] == [0.164, 0.168, 0.166]
+    assert (_r2(np.min(per_position)), _r2(np.max(per_position))) == (0.09, 0.18)

@@ -9,7 +9,11 @@ stored four decimals), read the sweep's length-``L`` evaluation sequences (gener
 position module is called with ``offset=p0`` (the model's own forward always starts at 0).
 Length, keys and offsets stay those of training; only the absolute positions move. Accuracy
 is over the scored queries ``t >= offset`` (the task's copy distance), as in chapter 3, so
-``p0 = 0`` reproduces the sweep's accuracy at ``T = L``.
+``p0 = 0`` reproduces the sweep's accuracy at ``T = L``. Each run also keeps the accuracy of
+every scored query (mean over the evaluation sequences): ``per_position_by_start[p0]`` for
+``t = offset .. L - 1``, and ``per_position_2L`` for ``t = offset .. 2L - 1`` of the sweep's
+length-``2L`` sequences read from position 0 (whose queries ``t >= L`` average to the sweep's
+``accuracy_beyond`` at ``2L``).
 
 - ``learned``: rows ``p0 ..``; rows ``>= L`` never received a gradient. ``p0 + L`` is at most
   ``block_size`` (the table's rows).
@@ -76,9 +80,16 @@ def positions_from(model, start: int):
 @torch.no_grad()
 def shifted_accuracy(model, idx, targets, start: int, offset: int) -> float:
     """Accuracy on the queries ``t >= offset`` of ``idx`` read at positions ``start ..``."""
+    return float(shifted_correct(model, idx, targets, start, offset).mean())
+
+
+@torch.no_grad()
+def shifted_correct(model, idx, targets, start: int, offset: int) -> torch.Tensor:
+    """``(n, T - offset)`` float: 1 where the query ``t >= offset`` of ``idx`` read at
+    positions ``start ..`` is answered correctly."""
     with positions_from(model, start):
         logits = model(idx)[0]
-    return float((logits.argmax(-1) == targets)[:, offset:].float().mean())
+    return (logits.argmax(-1) == targets)[:, offset:].float()
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -106,19 +117,31 @@ def main(argv: list[str] | None = None) -> dict:
             train_length=L,
             starts=args.starts,
             positions="p0 .. p0 + L - 1 (the sweep's length-L sequences, generator 10_000 + seed)",
+            per_position=(
+                "per_position_by_start[p0][i]: accuracy (mean over the eval_samples sequences) "
+                "of the query at t = offset + i, i.e. at absolute position p0 + offset + i; "
+                "per_position_2L[i]: the same at t = offset + i of the sweep's length-2L "
+                "sequences (generator 10_000 + seed, restarted) read from position 0"
+            ),
             where_it_ran=where_it_ran("cpu"),
             runs={},
         )
         t0 = time.perf_counter()
         for scheme, seed in runs:
             model, (idx, targets), diff = retrain(scheme, int(seed), sweep_result, cfg)
-            by_start = {
-                str(p0): round(shifted_accuracy(model, idx, targets, p0, offset), 4)
-                for p0 in args.starts
-            }
+            correct = {p0: shifted_correct(model, idx, targets, p0, offset) for p0 in args.starts}
+            g = torch.Generator().manual_seed(10_000 + int(seed))
+            idx_2L, targets_2L = cfg.batch(cfg.eval_samples, 2 * L, g)
             result["runs"][f"{scheme}/{seed}"] = {
                 "max_accuracy_difference": diff,
-                "by_start": by_start,
+                "by_start": {str(p0): round(float(c.mean()), 4) for p0, c in correct.items()},
+                "per_position_by_start": {
+                    str(p0): [round(float(a), 4) for a in c.mean(0)] for p0, c in correct.items()
+                },
+                "per_position_2L": [
+                    round(float(a), 4)
+                    for a in shifted_correct(model, idx_2L, targets_2L, 0, offset).mean(0)
+                ],
             }
             save(result)
         result["wall_time_s"] = round(time.perf_counter() - t0, 1)
