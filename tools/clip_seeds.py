@@ -52,8 +52,11 @@ from mini_transformer.hardware import where_it_ran
 LOWER_LR = 6e-3
 
 
-def tiny_run(seed: int, grad_clip: float, val_ids, lr: float | None = None) -> dict:
-    """One tiny run; its log's last held-out loss and its final weights' whole-text loss."""
+def tiny_run(
+    seed: int, grad_clip: float, val_ids, lr: float | None = None, steps: int | None = None
+) -> dict:
+    """One tiny run (``steps=None``: the preset's 60); its log's last held-out loss and its
+    final weights' whole-text loss."""
     cfg = train.get_preset(
         "tiny",
         device="cpu",
@@ -62,6 +65,7 @@ def tiny_run(seed: int, grad_clip: float, val_ids, lr: float | None = None) -> d
         seed=seed,
         grad_clip=grad_clip,
         lr=lr,
+        steps=steps,
     )
     built = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,6 +92,13 @@ def main(argv: list[str] | None = None) -> dict:
         action="store_true",
         help=f"run only clipped_lower_lr (grad_clip 1 at lr {LOWER_LR:g})",
     )
+    p.add_argument(
+        "--steps",
+        type=positive_int,
+        default=None,
+        help="train this many steps (warm-up, peak rate and floor kept; the cosine ends there)"
+        " and run only clipped and unclipped at the preset's rate (default: the preset's 60)",
+    )
     p.add_argument("--overwrite", action="store_true")
     args = p.parse_args(argv)
 
@@ -95,6 +106,9 @@ def main(argv: list[str] | None = None) -> dict:
         preset = (
             f"tiny, precision fp32, device cpu; clipped_lower_lr: grad_clip 1 at lr {LOWER_LR:g}"
             if args.fourth_arm
+            else f"tiny, precision fp32, device cpu, steps {args.steps}; grad_clip 1 (clipped)"
+            " or 0 (not) at lr 1e-2"
+            if args.steps
             else "tiny, precision fp32, device cpu; grad_clip 1 (clipped) or 0 (not) at lr 1e-2;"
             f" unclipped_lower_lr: grad_clip 0 at lr {LOWER_LR:g}"
         )
@@ -109,6 +123,11 @@ def main(argv: list[str] | None = None) -> dict:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             if args.fourth_arm:
                 arms = {"clipped_lower_lr": tiny_run(seed, 1.0, val_ids, lr=LOWER_LR)}
+            elif args.steps:
+                arms = {
+                    "clipped": tiny_run(seed, 1.0, val_ids, steps=args.steps),
+                    "unclipped": tiny_run(seed, 0.0, val_ids, steps=args.steps),
+                }
             else:
                 arms = {
                     "clipped": tiny_run(seed, 1.0, val_ids),
