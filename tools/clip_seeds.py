@@ -32,6 +32,17 @@ that arm (``clipped_lower_lr``: grad_clip 1 at ``LOWER_LR``), here on the 60 con
 
     python tools/clip_seeds.py --fourth-arm --first-seed 20 --seeds 60 \
         --out mini_transformer/results/06_clip_low_rate.json
+
+A reviewer then asked whether clipping's benefit outlives the 60-step schedule. ``--steps 600``
+trains the tiny preset for 600 steps (warm-up, peak rate and floor kept; the cosine reaches the
+floor at step 600), clipped and unclipped at the preset's rate only, on seeds 20-39: two
+processes started together, one thread each (212 s each, 2-core AMD EPYC shared with other
+jobs; load average 3 to 5), their files then merged into one (``runs``; each part's header under
+``parts``)::
+
+    python tools/clip_seeds.py --steps 600 --first-seed 20 --seeds 10 --out part_20.json &
+    python tools/clip_seeds.py --steps 600 --first-seed 30 --seeds 10 --out part_30.json
+    # merged: mini_transformer/results/06_clip_600.json
 """
 
 from __future__ import annotations
