@@ -32,6 +32,17 @@ that arm (``clipped_lower_lr``: grad_clip 1 at ``LOWER_LR``), here on the 60 con
 
     python tools/clip_seeds.py --fourth-arm --first-seed 20 --seeds 60 \
         --out mini_transformer/results/06_clip_low_rate.json
+
+A reviewer then asked whether clipping's benefit outlives the 60-step schedule. ``--steps 600``
+trains the tiny preset for 600 steps (warm-up, peak rate and floor kept; the cosine reaches the
+floor at step 600), clipped and unclipped at the preset's rate only, on seeds 20-39: two
+processes started together, one thread each (212 s each, 2-core AMD EPYC shared with other
+jobs; load average 3 to 5), their files then merged into one (``runs``; each part's header under
+``parts``)::
+
+    python tools/clip_seeds.py --steps 600 --first-seed 20 --seeds 10 --out part_20.json &
+    python tools/clip_seeds.py --steps 600 --first-seed 30 --seeds 10 --out part_30.json
+    # merged: mini_transformer/results/06_clip_600.json
 """
 
 from __future__ import annotations
@@ -52,8 +63,11 @@ from mini_transformer.hardware import where_it_ran
 LOWER_LR = 6e-3
 
 
-def tiny_run(seed: int, grad_clip: float, val_ids, lr: float | None = None) -> dict:
-    """One tiny run; its log's last held-out loss and its final weights' whole-text loss."""
+def tiny_run(
+    seed: int, grad_clip: float, val_ids, lr: float | None = None, steps: int | None = None
+) -> dict:
+    """One tiny run (``steps=None``: the preset's 60); its log's last held-out loss and its
+    final weights' whole-text loss."""
     cfg = train.get_preset(
         "tiny",
         device="cpu",
@@ -62,6 +76,7 @@ def tiny_run(seed: int, grad_clip: float, val_ids, lr: float | None = None) -> d
         seed=seed,
         grad_clip=grad_clip,
         lr=lr,
+        steps=steps,
     )
     built = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,6 +103,13 @@ def main(argv: list[str] | None = None) -> dict:
         action="store_true",
         help=f"run only clipped_lower_lr (grad_clip 1 at lr {LOWER_LR:g})",
     )
+    p.add_argument(
+        "--steps",
+        type=positive_int,
+        default=None,
+        help="train this many steps (warm-up, peak rate and floor kept; the cosine ends there)"
+        " and run only clipped and unclipped at the preset's rate (default: the preset's 60)",
+    )
     p.add_argument("--overwrite", action="store_true")
     args = p.parse_args(argv)
 
@@ -95,6 +117,9 @@ def main(argv: list[str] | None = None) -> dict:
         preset = (
             f"tiny, precision fp32, device cpu; clipped_lower_lr: grad_clip 1 at lr {LOWER_LR:g}"
             if args.fourth_arm
+            else f"tiny, precision fp32, device cpu, steps {args.steps}; grad_clip 1 (clipped)"
+            " or 0 (not) at lr 1e-2"
+            if args.steps
             else "tiny, precision fp32, device cpu; grad_clip 1 (clipped) or 0 (not) at lr 1e-2;"
             f" unclipped_lower_lr: grad_clip 0 at lr {LOWER_LR:g}"
         )
@@ -109,6 +134,11 @@ def main(argv: list[str] | None = None) -> dict:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             if args.fourth_arm:
                 arms = {"clipped_lower_lr": tiny_run(seed, 1.0, val_ids, lr=LOWER_LR)}
+            elif args.steps:
+                arms = {
+                    "clipped": tiny_run(seed, 1.0, val_ids, steps=args.steps),
+                    "unclipped": tiny_run(seed, 0.0, val_ids, steps=args.steps),
+                }
             else:
                 arms = {
                     "clipped": tiny_run(seed, 1.0, val_ids),
