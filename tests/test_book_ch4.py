@@ -993,3 +993,41 @@ def test_the_long_window_reruns_to_its_stored_scores(long_window):
             assert got[key] == want[key], (name, key)
         for key in ("fresh_loss", "pick_loss"):
             assert abs(got[key] / want[key] - 1) < 1e-4, (name, key)
+
+
+def test_batch_summed_gradient_to_wq_is_larger_unscaled_on_other_seeds():
+    # section 4.3's batch side on five other seeds: at d_k = 1024, 16 keys, 2,000 rows, the gradient
+    # reaching W^Q, sum_i x_i^T dL/dq_i (random inputs x_i, per unit of raw q . k), is larger
+    # unscaled under a random upstream dL/da (the chapter: 14 times) and under the loss -ln o_y
+    # with random labels (the chapter: 50 times), while the median row's ||J||_F is far larger
+    # scaled, per raw unit: the two measures rank the kinds oppositely
+    import math
+
+    import torch
+
+    n, t, d = 2000, 16, 1024
+    for s in range(5):
+        gen = torch.Generator().manual_seed(100 + s)
+        q, k = torch.randn(n, 1, d, generator=gen), torch.randn(n, t, d, generator=gen)
+        dots = (q @ k.transpose(1, 2)).squeeze(1)
+        x = torch.randn(n, d, generator=torch.Generator().manual_seed(200 + s))
+        g = torch.randn(n, 1, t, generator=torch.Generator().manual_seed(300 + s))
+        gl = torch.Generator().manual_seed(400 + s)
+        lab = torch.randint(0, t, (n, t), generator=gl)
+        right = lab == lab.gather(1, torch.randint(0, t, (n, 1), generator=gl))
+        total, med = {}, {}
+        for name, scale in (("unscaled", 1.0), ("scaled", 1 / math.sqrt(d))):
+            sc = dots * scale
+            a = sc.softmax(-1)
+            jac = torch.diag_embed(a) - a[:, :, None] * a[:, None, :]
+            med[name] = (torch.linalg.matrix_norm(jac) * scale).median().item()
+            dl_ds = {
+                "random": (g @ jac)[:, 0],
+                "log": a - right * sc.masked_fill(~right, -math.inf).softmax(-1),
+            }
+            total[name] = {
+                u: (x.T @ (v[:, None, :] @ k * scale)[:, 0]).norm().item() for u, v in dl_ds.items()
+            }
+        assert 10 < total["unscaled"]["random"] / total["scaled"]["random"] < 20
+        assert 40 < total["unscaled"]["log"] / total["scaled"]["log"] < 60
+        assert med["scaled"] > 100 * med["unscaled"]  # the median row: the other way
