@@ -33,7 +33,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from sweep_cli import command_line, non_negative_int, provenance, run_sweep_cli
+from sweep_cli import non_negative_int, provenance, sweep_main, sweep_parser
 
 from mini_transformer.hardware import where_it_ran
 from mini_transformer.scoring import ScoreModel, retrieval_batch
@@ -160,23 +160,15 @@ def run_all(seeds=tuple(range(9)), verbose: bool = True, on_progress=None) -> di
 
 def parser() -> argparse.ArgumentParser:
     """The tool's arguments (also used by the tests to parse the command stored in the JSON)."""
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p = sweep_parser(PROG, __doc__)
     p.add_argument("--seeds", type=non_negative_int, nargs="+", default=list(range(9)))
     return p
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Run every configuration and write ``--out``; bad input exits with status 2 first."""
-    p = parser()
-    args = p.parse_args(argv)
-    return run_sweep_cli(
-        p,
-        args.out,
-        command_line(PROG, argv),
-        lambda save: run_all(tuple(args.seeds), on_progress=save),
-        overwrite=args.overwrite,
+    return sweep_main(
+        PROG, parser(), argv, lambda a, save: run_all(tuple(a.seeds), on_progress=save)
     )
 
 

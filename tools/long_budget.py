@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from sweep_cli import command_line, non_negative_int, provenance, run_sweep_cli
+from sweep_cli import non_negative_int, provenance, sweep_main, sweep_parser
 
 from mini_transformer import stability as S
 from mini_transformer.cli import positive_int
@@ -71,9 +71,7 @@ def run_all(steps: int = 1000, seeds=(0, 1, 2, 3, 4), verbose: bool = True, on_p
 
 def parser() -> argparse.ArgumentParser:
     """The tool's arguments (also used by the tests to parse the command stored in the JSON)."""
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p = sweep_parser(PROG, __doc__)
     p.add_argument("--steps", type=positive_int, default=1000)
     p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2, 3, 4])
     return p
@@ -81,14 +79,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> dict:
     """Run every configuration and write ``--out``; bad input exits with status 2 first."""
-    p = parser()
-    args = p.parse_args(argv)
-    return run_sweep_cli(
-        p,
-        args.out,
-        command_line(PROG, argv),
-        lambda save: run_all(args.steps, tuple(args.seeds), on_progress=save),
-        overwrite=args.overwrite,
+    return sweep_main(
+        PROG, parser(), argv, lambda a, save: run_all(a.steps, tuple(a.seeds), on_progress=save)
     )
 
 

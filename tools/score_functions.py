@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from sweep_cli import command_line, non_negative_int, run_sweep_cli
+from sweep_cli import non_negative_int, sweep_main, sweep_parser
 
 from mini_transformer import scoring
 from mini_transformer.cli import positive_float, positive_int
@@ -91,13 +91,7 @@ def run_sweep(
 
 def parser() -> argparse.ArgumentParser:
     """The tool's arguments (also used by the tests to parse the command stored in JSON)."""
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True)
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace an existing --out (a committed result too)",
-    )
+    p = sweep_parser(PROG, __doc__)
     p.add_argument("--d-ks", type=positive_int, nargs="+", default=[4, 16, 64, 256, 1024])
     p.add_argument("--lrs", type=positive_float, nargs="+", default=[1e-3, 1e-2])
     p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2])
@@ -107,14 +101,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> dict:
     """Run the sweep and write ``--out`` (rewritten after every run); return the result."""
-    p = parser()
-    args = p.parse_args(argv)
-    return run_sweep_cli(
-        p,
-        args.out,
-        command_line(PROG, argv),
-        lambda save: run_sweep(args.d_ks, args.lrs, args.seeds, args.steps, on_progress=save),
-        overwrite=args.overwrite,
+    return sweep_main(
+        PROG,
+        parser(),
+        argv,
+        lambda a, save: run_sweep(a.d_ks, a.lrs, a.seeds, a.steps, on_progress=save),
     )
 
 

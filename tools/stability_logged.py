@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 import torch
-from sweep_cli import command_line, run_sweep_cli
+from sweep_cli import sweep_main, sweep_parser
 
 from mini_transformer import stability as S
 from mini_transformer.core import Schedule, train_step
@@ -142,23 +142,12 @@ def run_all(verbose: bool = True, on_progress=None) -> dict:
 
 def parser() -> argparse.ArgumentParser:
     """The tool's arguments (also used by the tests to parse the command stored in the JSON)."""
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    return p
+    return sweep_parser(PROG, __doc__)
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Run every run and write ``--out``; bad input exits with status 2 before any work."""
-    p = parser()
-    args = p.parse_args(argv)
-    return run_sweep_cli(
-        p,
-        args.out,
-        command_line(PROG, argv),
-        lambda save: run_all(on_progress=save),
-        overwrite=args.overwrite,
-    )
+    return sweep_main(PROG, parser(), argv, lambda a, save: run_all(on_progress=save))
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 import torch
-from sweep_cli import command_line, non_negative_int, run_sweep_cli
+from sweep_cli import non_negative_int, sweep_main, sweep_parser
 
 from mini_transformer import stability as S
 from mini_transformer.cli import positive_float, positive_int
@@ -171,13 +171,7 @@ def run_sweep(
 
 def parser() -> argparse.ArgumentParser:
     """The tool's arguments (also used by the tests to parse the commands stored in JSON)."""
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True)
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace an existing --out (a committed result too)",
-    )
+    p = sweep_parser(PROG, __doc__)
     p.add_argument("--steps", type=positive_int, default=300)
     p.add_argument("--lrs", type=positive_float, nargs="+", default=[1e-3, 3e-3, 1e-2, 3e-2])
     p.add_argument("--warmups", type=non_negative_int, nargs="+", default=[0, 100])
@@ -192,22 +186,14 @@ def main(argv: list[str] | None = None) -> dict:
     Every argument and ``--out`` are checked before any work: bad input exits with
     status 2 and a usage message; a failure while writing exits with status 1.
     """
-    p = parser()
-    args = p.parse_args(argv)
-    return run_sweep_cli(
-        p,
-        args.out,
-        command_line(PROG, argv),
-        lambda save: run_sweep(
-            lrs=tuple(args.lrs),
-            warmups=tuple(args.warmups),
-            steps=args.steps,
-            seeds=tuple(args.seeds),
-            pre_warmups=None if args.pre_warmups is None else tuple(args.pre_warmups),
-            on_progress=save,
-        ),
-        overwrite=args.overwrite,
-    )
+
+    def sweep(a, save):
+        pre = None if a.pre_warmups is None else tuple(a.pre_warmups)
+        lrs, warmups, seeds = tuple(a.lrs), tuple(a.warmups), tuple(a.seeds)
+        return run_sweep(lrs=lrs, warmups=warmups, steps=a.steps, seeds=seeds, pre_warmups=pre,
+                         on_progress=save)  # fmt: skip
+
+    return sweep_main(PROG, parser(), argv, sweep)
 
 
 if __name__ == "__main__":

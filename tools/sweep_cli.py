@@ -78,3 +78,30 @@ def run_sweep_cli(
         return result
 
     return run_cli(parser, lambda: check_output_file(out, overwrite=overwrite), work)
+
+
+def sweep_parser(prog: str, doc: str) -> argparse.ArgumentParser:
+    """A sweep's arguments: ``--out`` and ``--overwrite``; each tool adds its own to it.
+    The tests parse the command stored in a result with the tool's parser."""
+    p = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    return p
+
+
+def sweep_main(
+    prog: str,
+    parser: argparse.ArgumentParser,
+    argv: list[str] | None,
+    sweep: Callable[[argparse.Namespace, Callable[[dict], None]], dict],
+) -> dict:
+    """A sweep tool's ``main``: parse ``argv`` (bad input exits with status 2 before any
+    work), then :func:`run_sweep_cli` runs ``sweep(args, save)`` and writes ``--out``."""
+    args = parser.parse_args(argv)
+    return run_sweep_cli(
+        parser,
+        args.out,
+        command_line(prog, argv),
+        lambda save: sweep(args, save),
+        overwrite=args.overwrite,
+    )
