@@ -5,9 +5,9 @@ scheme on :func:`~mini_transformer.tasks.copy_offset_task` ("repeat the token ``
 steps back") at lengths ``L/2 .. L``, then evaluated on fresh sequences of length ``L``,
 ``1.5 L`` and ``2 L``. Choices worth knowing when reading the results:
 
-* Every scheme gets ``block_size = 2 L``. For ``learned`` that is a table whose rows
-  ``L .. 2L-1`` never receive a gradient and, without weight decay, stay *exactly* at their
-  initialisation; ``max_len = L`` would instead make ``learned`` fail with an error past ``L``.
+* Every scheme gets ``block_size`` = the longest evaluation length (``2 L`` by default). For
+  ``learned``, rows from ``L`` on get no gradient and, without weight decay, stay *exactly* at
+  their initialisation; ``max_len = L`` would instead make ``learned`` fail past ``L``.
 * Training lengths vary per batch so that ``memn2n``, whose encoding depends on the sentence
   length ``J``, sees more than one ``J``.
 * 10000 steps at ``lr = 3e-3`` for every scheme: with 1000 steps the slow learners (``alibi``,
