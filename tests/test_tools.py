@@ -20,6 +20,7 @@ DATA = Path(__file__).resolve().parents[1] / "mini_transformer" / "results"
 TOOL_OF = {  # committed result file -> the tool that wrote it
     "extrapolation.json": extrapolation_lab,
     "05_stability.json": stability_sweep,
+    "05_seeds_5_9.json": stability_sweep,
     "04_score_functions.json": score_functions,
 }
 OLD_COMMAND = {  # the tool -> the package command line it replaced on 2026-11-23
