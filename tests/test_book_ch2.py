@@ -1725,3 +1725,48 @@ def test_section_2_6_random_w_far_from_relative_with_a_number_per_row_free():
         S = Pm @ Wr @ Pm.T
         shares.append(_rows_free_left(S) / np.ptp(S))
     assert min(shares) > 0.25, shares
+
+
+def test_a4_a_trained_block_form_reads_key_m_minus_3_better_than_r3():
+    # A.4: R(3) weights every pair equally; trained for key m - 3 (Adam, cross-entropy, fresh
+    # N(0, 1) tokens each step), a block form reads it about as well as an unconstrained W_QK,
+    # and both far better than R(3): the limit is the signal-to-noise ratio at d = 16
+    T, d, j = 24, 16, 3
+    Pt = torch.from_numpy(P.sinusoidal_encoding(T, d))
+    R3 = torch.from_numpy(P.rotation_matrix(j, d))
+    idx = torch.arange(d // 2)
+
+    def block(W):  # nearest block form: a = mean of the diagonal, b = half the off-diagonal gap
+        a = (W.diagonal()[0::2] + W.diagonal()[1::2]) / 2
+        b = (W.diagonal(1)[0::2] - W.diagonal(-1)[0::2]) / 2
+        B = torch.zeros(d, d, dtype=torch.float64)
+        B = B.index_put((2 * idx, 2 * idx), a).index_put((2 * idx + 1, 2 * idx + 1), a)
+        return B.index_put((2 * idx, 2 * idx + 1), b).index_put((2 * idx + 1, 2 * idx), -b)
+
+    def trained(block_form):
+        W = R3.clone().requires_grad_(True)  # start at R(3)
+        opt = torch.optim.Adam([W], lr=0.03)
+        gen = torch.Generator().manual_seed(1)
+        for _ in range(100):
+            Wb = block(W) if block_form else W
+            Z = torch.randn(64, T, d, generator=gen, dtype=torch.float64) + Pt
+            S = Z @ Wb @ Z.transpose(1, 2)
+            target = torch.arange(T - j).repeat(64)
+            loss = torch.nn.functional.cross_entropy(S[:, j:].reshape(-1, T), target)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return (block(W) if block_form else W).detach()
+
+    Z_test = torch.from_numpy(np.random.default_rng(999).normal(size=(2000, T, d))) + Pt
+
+    def hit(W):  # share of queries m >= 3 whose top key is m - 3, over 2,000 new draws
+        S = Z_test @ W @ Z_test.transpose(1, 2)
+        return (S[:, j:].argmax(2) == torch.arange(T - j)).double().mean().item()
+
+    W_block = trained(True)
+    assert torch.equal(W_block, block(W_block))  # really of block form
+    h_r3, h_block, h_free = hit(R3), hit(W_block), hit(trained(False))
+    assert f"{h_r3:.1%}" == "4.7%"  # near chance, 1/24 = 4.2%
+    assert 0.12 < h_block < 0.135  # "about 13%"
+    assert h_free < h_block + 0.01  # an unconstrained W_QK does no better
