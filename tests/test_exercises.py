@@ -495,6 +495,8 @@ def test_close_handles_float16_inf_nan_strings_and_meta_tensors():
     assert "float32, which keeps about 7 significant digits" in compare(np.sin(pos * 0.9), got32)
     assert compare(np.sin(pos * 0.9), got32.double()) is not None  # a float64 answer: no note
     assert "float32, which" not in compare(np.sin(pos * 0.9), got32.double())
+    assert compare(np.eye(2), [[1.0, 0.0], [0.0, 1.0]]) is None  # a nested list is an array
+    assert "expected an array" in compare(np.eye(2), [[1.0, 0.0], [0.0]])  # a ragged one is not
     wrong32 = torch.tensor(np.triu(np.ones((3, 3))), dtype=torch.float32)  # a wrong answer:
     assert "significant digits" not in compare(np.ones((3, 3)), wrong32)  # no precision note
     assert compare(torch.tensor([float("nan"), 1.0]), torch.tensor([float("nan"), 1.0])) is None

@@ -27,8 +27,8 @@ class _Described(str):
 
 
 def _array(x: Any) -> np.ndarray | None:
-    """x as a NumPy array when it is array-like (a readable tensor, an array, a number, a list
-    of numbers); ``None`` otherwise. Never raises."""
+    """x as a NumPy array when it is array-like (a readable tensor, an array, a number, a
+    (nested) list of numbers); ``None`` otherwise. Never raises."""
     try:
         if isinstance(x, torch.Tensor):
             if x.is_meta or x.layout != torch.strided:
@@ -39,10 +39,10 @@ def _array(x: Any) -> np.ndarray | None:
             return x
         if isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 2**62:
             return np.asarray(float(x))  # counts of FLOPs exceed int64
-        if isinstance(x, _SCALARS) or (
-            isinstance(x, (list, tuple)) and all(isinstance(e, _SCALARS) for e in x)
-        ):
+        if isinstance(x, _SCALARS):
             return np.asarray(x)
+        if isinstance(x, (list, tuple)) and (a := np.asarray(x)).dtype.kind in "biufc":
+            return a  # a list of numbers, or of equal-length lists of numbers
     except Exception:  # an exotic tensor (quantized, nested, ...): not comparable
         pass
     return None
