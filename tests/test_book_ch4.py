@@ -416,6 +416,35 @@ def test_unscaled_batch_gradient_concentrates_rather_than_vanishes():
     assert top10["unscaled"] > 3 * top10["scaled"]  # the top 10% of rows carry most of it unscaled
 
 
+def test_log_loss_median_row_gets_more_gradient_unscaled():
+    # section 4.3, under -ln o_y (random labels, as the chapter's cell): the median row's
+    # ||dL/dq|| is far larger unscaled than scaled, and the top 10% of rows carry a small share of
+    # the squared gradients, unlike a random upstream dL/da. Autograd on the exact loss (a
+    # logsumexp over all keys minus one over the right keys) is the reference; other seeds, 500 rows
+    import torch
+
+    for seed in (4, 5):
+        gen = torch.Generator().manual_seed(seed)
+        d_k, n, t_k = 1024, 500, 16
+        q = torch.randn(n, 1, d_k, generator=gen)
+        k = torch.randn(n, t_k, d_k, generator=gen)
+        labels = torch.randint(0, t_k, (n, t_k), generator=gen)
+        right = labels == labels.gather(1, torch.randint(0, t_k, (n, 1), generator=gen))
+        per_row = {}
+        for name, scale in (("unscaled", 1.0), ("scaled", d_k**-0.5)):
+            qq = q.clone().requires_grad_()
+            s = ((qq @ k.transpose(1, 2)) * scale)[:, 0]
+            masked = s.masked_fill(~right, -float("inf"))
+            loss = torch.logsumexp(s, -1) - torch.logsumexp(masked, -1)
+            loss.sum().backward()
+            per_row[name] = qq.grad[:, 0].norm(dim=-1)
+        ratio = (per_row["unscaled"].median() / per_row["scaled"].median()).item()
+        sq = per_row["unscaled"].pow(2).sort(descending=True).values
+        share = (sq[: n // 10].sum() / sq.sum()).item()
+        assert ratio > 10, (seed, ratio)  # the median row itself gets more unscaled
+        assert share < 0.3, (seed, share)  # no few rows dominate
+
+
 def test_losing_keys_gradient_formula_with_respect_to_raw_scores():
     # Appendix A.4's random-row cell differentiates L = g . (softmax(z * scale) V) with respect to
     # the raw z by the closed form a_j (g . v_j - g . o) * scale; autograd is the reference,
