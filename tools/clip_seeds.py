@@ -33,6 +33,13 @@ that arm (``clipped_lower_lr``: grad_clip 1 at ``LOWER_LR``), here on the 60 con
     python tools/clip_seeds.py --fourth-arm --first-seed 20 --seeds 60 \
         --out mini_transformer/results/06_clip_low_rate.json
 
+A reviewer then asked whether the unclipped run at a rate below ``LOWER_LR`` does better (if
+so, clipping at ``LOWER_LR`` could still stand in for that lower rate). ``--unclipped-lr`` runs
+only that arm (``unclipped_at_lr``: grad_clip 0 at the given peak rate), on the 60 seeds::
+
+    python tools/clip_seeds.py --unclipped-lr 0.004 --first-seed 20 --seeds 60 \
+        --out mini_transformer/results/06_clip_unclipped_004.json
+
 A reviewer then asked whether clipping's benefit outlives the 60-step schedule. ``--steps 600``
 trains the tiny preset for 600 steps (warm-up, peak rate and floor kept; the cosine reaches the
 floor at step 600), clipped and unclipped at the preset's rate only, on seeds 20-39: two
@@ -56,7 +63,7 @@ from pathlib import Path
 from sweep_cli import command_line, provenance, run_sweep_cli
 
 from mini_transformer import data, train
-from mini_transformer.cli import _number, positive_int
+from mini_transformer.cli import _number, positive_float, positive_int
 from mini_transformer.hardware import where_it_ran
 
 #: The third arm's peak learning rate (the tiny preset's is 1e-2).
@@ -104,6 +111,12 @@ def main(argv: list[str] | None = None) -> dict:
         help=f"run only clipped_lower_lr (grad_clip 1 at lr {LOWER_LR:g})",
     )
     p.add_argument(
+        "--unclipped-lr",
+        type=positive_float,
+        default=None,
+        help="run only unclipped_at_lr (grad_clip 0 at this peak rate)",
+    )
+    p.add_argument(
         "--steps",
         type=positive_int,
         default=None,
@@ -117,6 +130,9 @@ def main(argv: list[str] | None = None) -> dict:
         preset = (
             f"tiny, precision fp32, device cpu; clipped_lower_lr: grad_clip 1 at lr {LOWER_LR:g}"
             if args.fourth_arm
+            else f"tiny, precision fp32, device cpu; unclipped_at_lr: grad_clip 0 at lr "
+            f"{args.unclipped_lr:g}"
+            if args.unclipped_lr
             else f"tiny, precision fp32, device cpu, steps {args.steps}; grad_clip 1 (clipped)"
             " or 0 (not) at lr 1e-2"
             if args.steps
@@ -134,6 +150,8 @@ def main(argv: list[str] | None = None) -> dict:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             if args.fourth_arm:
                 arms = {"clipped_lower_lr": tiny_run(seed, 1.0, val_ids, lr=LOWER_LR)}
+            elif args.unclipped_lr:
+                arms = {"unclipped_at_lr": tiny_run(seed, 0.0, val_ids, lr=args.unclipped_lr)}
             elif args.steps:
                 arms = {
                     "clipped": tiny_run(seed, 1.0, val_ids, steps=args.steps),
