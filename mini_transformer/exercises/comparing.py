@@ -39,10 +39,8 @@ def _array(x: Any) -> np.ndarray | None:
             return x
         if isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 2**62:
             return np.asarray(float(x))  # counts of FLOPs exceed int64
-        if isinstance(x, _SCALARS):
-            return np.asarray(x)
-        if isinstance(x, (list, tuple)) and (a := np.asarray(x)).dtype.kind in "biufc":
-            return a  # a list of numbers, or of equal-length lists of numbers
+        if isinstance(x, (*_SCALARS, list, tuple)) and np.asarray(x).dtype.kind in "biufc":
+            return np.asarray(x)  # a number, or a (nested) list of numbers
     except Exception:  # an exotic tensor (quantized, nested, ...): not comparable
         pass
     return None
