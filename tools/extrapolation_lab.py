@@ -52,6 +52,13 @@ faster token updates) is one run, written to a scratch folder and copied::
 
     python tools/extrapolation_lab.py --steps 10000 --schemes sinusoidal --pos-scale 0.2222 \\
         --eval-lengths 32 48 64 128 256 --out mini_transformer/results/03_pos_scale.json
+
+Chapter 3's third input-scale control (``results/03_token_std.json``: the token rows drawn with
+std ``d_model**-0.5`` = 0.125, tensor2tensor's draw, then times 8 as before; a reviewer's
+control: Vaswani et al.'s times sqrt(d_model) goes with that draw, not with 0.02)::
+
+    python tools/extrapolation_lab.py --steps 10000 --schemes sinusoidal --token-std 0.125 \\
+        --eval-lengths 32 48 64 128 256 --out mini_transformer/results/03_token_std.json
 """
 
 from __future__ import annotations
@@ -126,6 +133,10 @@ def _train_and_evaluate(scheme: str, cfg: LabConfig, seed: int) -> tuple[dict, d
     pos_scale = cfg.extra.get("sinusoidal_pos_scale")
     if scheme == "sinusoidal" and pos_scale is not None:  # the other control (--pos-scale)
         model.pos_emb.pe.mul_(pos_scale)
+    token_std = cfg.extra.get("sinusoidal_token_std")
+    if scheme == "sinusoidal" and token_std is not None:  # the third control (--token-std)
+        with torch.no_grad():  # the same N(0, 0.02^2) draw, rescaled (the tied head with it)
+            model.tok_emb.weight.mul_(token_std / 0.02)
     w_init = lab.learned_position_weight(model) if scheme == "learned" else None
     losses = lab.train_model(model, cfg, seed)
     seconds = time.perf_counter() - t0
@@ -360,6 +371,15 @@ def parser() -> argparse.ArgumentParser:
         help="multiply the sinusoidal encoding by S (a control: S = 8/36 makes encoding rows as "
         "long as the sqrt(d_model)-scaled token rows at initialisation)",
     )
+    p.add_argument(
+        "--token-std",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="draw the sinusoidal model's token embeddings (tied to its output layer) with std S "
+        "instead of 0.02, still times sqrt(d_model) (a control: S = d_model**-0.5, the draw "
+        "that tensor2tensor pairs with Vaswani et al.'s sqrt(d_model))",
+    )
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads (1 = bit-stable)")
     p.add_argument(
         "--merge",
@@ -411,7 +431,8 @@ def _config(args: argparse.Namespace) -> LabConfig:
         scheme_lr=dict(args.scheme_lr),
         eval_lengths=args.eval_lengths,
         extra=({} if args.embed_scale is None else {"sinusoidal_embed_scale": args.embed_scale})
-        | ({} if args.pos_scale is None else {"sinusoidal_pos_scale": args.pos_scale}),
+        | ({} if args.pos_scale is None else {"sinusoidal_pos_scale": args.pos_scale})
+        | ({} if args.token_std is None else {"sinusoidal_token_std": args.token_std}),
     )
 
 
