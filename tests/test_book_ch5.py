@@ -689,8 +689,9 @@ def test_the_reset_command_asks_for_the_stored_runs_with_its_provenance(reset):
     assert argv[:2] == ["python", "tools/reset_control.py"] and result["complete"]
     args = tool.parser().parse_args(argv[2:])
     assert args.out == "mini_transformer/results/05_reset.json"
-    assert args.seeds == result["seeds"] == [0, 1, 2, 3, 4] and result["rows"] == list(tool.ROWS)
-    assert set(reset["runs"]) == {(row, s) for row in tool.ROWS for s in args.seeds}
+    rows = list(tool.FIRST_ROWS)
+    assert args.seeds == result["seeds"] == [0, 1, 2, 3, 4] and result["rows"] == rows
+    assert set(reset["runs"]) == {(row, s) for row in rows for s in args.seeds}
     assert len(result["commit"]) == 40 and "+" not in result["commit"] and result["date"]
     where = result["where_it_ran"]
     assert where["device_type"] == "cpu" and where["threads"] == 1 and where["torch"]
@@ -711,7 +712,14 @@ def test_the_reset_rows_pick_the_weights_they_name():
     assert not low & high and low | high == picked["all but the embeddings"]
     assert set(names) - picked["all but the embeddings"] == {"tok_emb.weight", "pos_emb.weight"}
     assert picked["damaged, Adam kept"] == picked["no reset"] == set()
-    assert [fresh for fresh, _ in tool.ROWS.values()] == [False] + [True] * 5
+    assert [fresh for fresh, _ in tool.ROWS.values()] == [False] + [True] * 7
+    for linear in (
+        "linear1",
+        "linear2",
+    ):  # the two-sided rows keep three matrices and the embeddings
+        kept = set(names) - picked[f"all but the embeddings and W^{linear[-1]} of layers 1-3"]
+        ffn = {f"blocks.{i}.ffn.{linear}.weight" for i in range(3)}
+        assert kept == ffn | {"tok_emb.weight", "pos_emb.weight"}
 
 
 def test_the_reset_runs_start_as_the_sweeps_run_at_1e_2(sweep, reset):

@@ -12,7 +12,12 @@ The committed result (the command, commit, wall time and device are stored in it
 
     python tools/reset_control.py --out mini_transformer/results/05_reset.json
 
-(30 runs of 300 steps on one thread of a 2-core CPU shared with other jobs.)
+(30 runs of 300 steps on one thread of a 2-core CPU shared with other jobs.) The two-sided
+rows (a reviewer's control: is keeping only the replayed W^2 damaged enough to stop the rescue?)::
+
+    python tools/reset_control.py --out mini_transformer/results/05_reset_keep.json \\
+        --rows "all but the embeddings and W^2 of layers 1-3" \\
+        "all but the embeddings and W^1 of layers 1-3"
 """
 
 from __future__ import annotations
@@ -44,7 +49,17 @@ ROWS = {
     "blocks 1-3": (True, _blocks(1, 2, 3)),
     "blocks 4-6 and the head": (True, lambda n: _blocks(4, 5, 6)(n) or n.startswith("lm_head.")),
     "all but the embeddings": (True, lambda name: not name.endswith("emb.weight")),
+    # the two-sided test (a reviewer's): keep the replayed W^2 damaged, or a same-size control
+    "all but the embeddings and W^2 of layers 1-3": (True, lambda n: _keep(n, "linear2")),
+    "all but the embeddings and W^1 of layers 1-3": (True, lambda n: _keep(n, "linear1")),
 }
+FIRST_ROWS = tuple(ROWS)[:6]  # the rows of the first result, 05_reset.json
+
+
+def _keep(name: str, linear: str) -> bool:  # reset unless an embedding or ffn.<linear> of 1-3
+    kept = name.endswith(f"ffn.{linear}.weight") and _blocks(1, 2, 3)(name)
+    return not (kept or name.endswith("emb.weight"))
+
 
 __all__ = ["PROG", "ROWS", "control_run", "run_all", "parser", "main"]
 
@@ -81,8 +96,8 @@ def control_run(seed, rate=switch, steps=300, restart_at=None, reset=lambda name
     return round(float(final), 5), losses
 
 
-def run_all(seeds=(0, 1, 2, 3, 4), verbose: bool = True, on_progress=None) -> dict:
-    """Every row of :data:`ROWS` for every seed; the JSON-ready result."""
+def run_all(seeds=(0, 1, 2, 3, 4), verbose=True, on_progress=None, rows=FIRST_ROWS) -> dict:
+    """Every row of ``rows`` (names in :data:`ROWS`) for every seed; the JSON-ready result."""
     t0, head, runs = time.perf_counter(), provenance(), []
 
     def result(complete: bool) -> dict:
@@ -93,7 +108,7 @@ def run_all(seeds=(0, 1, 2, 3, 4), verbose: bool = True, on_progress=None) -> di
             "values; final_loss: held-out copy loss (stability.train_run's 4 batches); losses: "
             "training loss every 10 steps",
             "seeds": list(seeds),
-            "rows": list(ROWS),
+            "rows": list(rows),
             "learned_below": S.LEARNED_BELOW,
             "runs": runs,
             "complete": complete,
@@ -102,7 +117,8 @@ def run_all(seeds=(0, 1, 2, 3, 4), verbose: bool = True, on_progress=None) -> di
         }
 
     for seed in seeds:
-        for row, (fresh, reset) in ROWS.items():
+        for row in rows:
+            fresh, reset = ROWS[row]
             t1 = time.perf_counter()
             final, losses = control_run(seed, restart_at=SWITCH_AT if fresh else None, reset=reset)
             wall = round(time.perf_counter() - t1, 2)
@@ -119,13 +135,17 @@ def parser() -> argparse.ArgumentParser:
     """The tool's arguments (also used by the tests to parse the command stored in the JSON)."""
     p = sweep_parser(PROG, __doc__)
     p.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(FIRST_ROWS))
     return p
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Run every row for every seed and write ``--out``; bad input exits with status 2 first."""
     return sweep_main(
-        PROG, parser(), argv, lambda a, save: run_all(tuple(a.seeds), on_progress=save)
+        PROG,
+        parser(),
+        argv,
+        lambda a, save: run_all(tuple(a.seeds), on_progress=save, rows=tuple(a.rows)),
     )
 
 
