@@ -47,7 +47,7 @@ RESULTS = (
     "05_logged_runs", "06_clip_seeds", "03_alibi_long", "03_pos_scale", "06_clip_seeds_20_39",
     "06_clip_seeds_40_79", "03_code_spacing", "06_gap_split", "06_cpu_recipe_sweep", "03_shifted",
     "05_long_budget", "06_clip_low_rate", "04_long_window", "05_reset", "06_clip_600",
-    "06_clip_unclipped_004", "03_token_std")  # fmt: skip
+    "06_clip_unclipped_004", "03_token_std", "05_reset_keep")  # fmt: skip
 
 
 def load_result(name: str) -> dict:
