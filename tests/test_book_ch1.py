@@ -1872,10 +1872,11 @@ def test_the_wq_trained_with_tokens_puts_key_i_minus_1_on_top_for_other_training
             assert hits.mean() >= 0.95, (d, seed)
 
 
-def test_layernorm_keeps_equal_norms_and_misses_key_i_minus_1_only_through_the_all_ones_vector():
-    # section 1.6's dropdown (s51 expert): full LN gives every code the norm sqrt(d); a turn that
-    # fixed the all-ones vector (query (p_(i-1) - m_i 1) / s_i) would hit every query; each step
-    # alone leaves unequal norms, and one constant mean misses at 16 even with the turn undone
+def test_layernorm_keeps_equal_norms_but_spreads_the_offset_1_dot_product():
+    # section 1.6's dropdown (s51 expert; s53 expert): full LN gives every code the norm
+    # sqrt(d) but spreads LN(p_(i+1)) . LN(p_i) over positions 0 to 999 (requirement 6 lost: 1.91
+    # and 3.15); each step alone leaves unequal norms, and one constant mean misses at 16 even with
+    # the turn undone
     def rot(d):
         R = np.zeros((d, d))
         for k, w in enumerate(10000.0 ** (-np.arange(0, d, 2) / d)):
@@ -1894,15 +1895,18 @@ def test_layernorm_keeps_equal_norms_and_misses_key_i_minus_1_only_through_the_a
         return np.vstack([np.zeros_like(v[:1]), v[:-1]])
 
     pins = {
-        16: (0.897, (4.08, 6.35), (1.92, 2.92), 0.846),
-        64: (0.974, (8.93, 12.43), (3.81, 5.11), 1.0),
+        16: (0.897, (4.08, 6.35), (1.92, 2.92), 0.846, 1.91),
+        64: (0.974, (8.93, 12.43), (3.81, 5.11), 1.0, 3.15),
     }
-    for d, (ln_share, div_norms, const_norms, const_share) in pins.items():
+    for d, (ln_share, div_norms, const_norms, const_share, spread) in pins.items():
         p, R = positional.sinusoidal_encoding(40, d), rot(d)
         m, s = p.mean(axis=1, keepdims=True), p.std(axis=1, keepdims=True)
         ln = (p - m) / s
         assert np.allclose(np.linalg.norm(ln, axis=1), np.sqrt(d))
-        assert round(top(ln @ R, ln), 3) == ln_share and top((prev(p) - m) / s, ln) == 1.0
+        p_k = positional.sinusoidal_encoding(1000, d)
+        ln_k = (p_k - p_k.mean(axis=1, keepdims=True)) / p_k.std(axis=1, keepdims=True)
+        offset_1 = np.sum(ln_k[1:] * ln_k[:-1], axis=1)
+        assert round(top(ln @ R, ln), 3) == ln_share and round(float(np.ptp(offset_1)), 2) == spread
         # the division alone commutes with R_back: the query is p_(i-1) / s_i, the keys unequal
         assert np.allclose((p / s @ R)[1:], (p[:-1] / s[1:]))
         n_div = np.linalg.norm(p / s, axis=1)
