@@ -1472,3 +1472,28 @@ def test_even_weight_reader_on_the_shifted_windows_queries(res):
             out.append(hit[:, 16:].mean() if T == 32 else hit[:, 32:].mean(axis=0))
     assert [_r3(v) for v in late] == [0.164, 0.168, 0.166]
     assert (_r2(np.min(per_position)), _r2(np.max(per_position))) == (0.09, 0.18)
+
+
+def test_token_std_control_is_the_sweeps_sinusoidal_run_with_tokens_drawn_at_std_0_125(res):
+    # appendix A.7's third control: the same recipe and seeds, the sinusoidal model's token rows
+    # (and the tied output layer) drawn with std d_model^-1/2 = 0.125, still times 8
+    import shlex
+
+    import extrapolation_lab
+
+    run = data.load_result("03_token_std")
+    args = extrapolation_lab.parser().parse_args(shlex.split(run["command"])[2:])
+    assert args.token_std == 0.125 and args.schemes == ["sinusoidal"] and args.steps == 10000
+    assert run["config"] == res["config"] | {"extra": {"sinusoidal_token_std": 0.125}}
+    assert run["seeds"] == res["seeds"] and run["complete"]
+    assert 0.125 == res["config"]["d_model"] ** -0.5
+    sin = run["results"]["sinusoidal"]
+    L = res["config"]["train_length"]
+    beyond = np.array(
+        [sin["accuracy_beyond"][str(T)]["per_seed"] for T in (3 * L // 2, 2 * L, 4 * L, 8 * L)]
+    )
+    # section 3.6 and A.7 quote 0.50 to 0.66 at 1.5L, 0.25 to 0.31 at 8L, every seed
+    assert beyond[0].tolist() == [0.6589, 0.499, 0.6138]
+    assert (_r2(beyond[0].min()), _r2(beyond[0].max())) == (0.50, 0.66)
+    assert (_r2(beyond[-1].min()), _r2(beyond[-1].max())) == (0.25, 0.31)
+    assert sin["accuracy"][str(L)]["per_seed"] == [1.0, 1.0, 1.0] and sin["final_loss"] == [0.0] * 3
