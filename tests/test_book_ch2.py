@@ -1693,6 +1693,7 @@ def test_appendix_a6_wide_tables_by_lstsq_other_cuts_and_longer_windows():
 
 def test_section_2_8_float32_range_over_f1():
     # 2.8: the far-out range 0.011 of PE[pos] . PE[pos+1], float32 angles, is 2e-4 of f(1) = 62.09
+    # and about 1/400 of f(1) - f(2) = 4.71, the gap between neighbouring offsets
     d, far = 128, np.arange(60_000, 62_001)
     a32 = (far.astype(np.float32)[:, None] * P.sinusoidal_frequencies(d).astype(np.float32)).astype(
         np.float64
@@ -1700,7 +1701,9 @@ def test_section_2_8_float32_range_over_f1():
     E = np.empty((len(far), d))
     E[:, 0::2], E[:, 1::2] = np.sin(a32), np.cos(a32)
     rng = np.ptp((E[1:] * E[:-1]).sum(1))
+    gap = f(1, d) - f(2, d)
     assert f"{rng:.3f}" == "0.011" and f"{rng / f(1, d):.0e}" == "2e-04"
+    assert f"{gap:.2f}" == "4.71" and round(gap / rng, -2) == 400
 
 
 # --- s12c2d: the s49 expert's rows-free measure for section 2.6's random W_QK ---------------
