@@ -24,7 +24,9 @@ Run (about 100 CPU-seconds a model on one thread)::
 
     python tools/code_spacing.py --seeds 0 --out mini_transformer/results/03_code_spacing.json
 
-Chapter 3's file merges three runs made side by side, ``--seeds 0``, ``--seeds 1`` and
+Variant ``d`` (added later) is in ``03_spacing_end``, made the same way with all four
+variants (its ``a``-``c`` reproduce ``03_code_spacing``). Chapter 3's file merges three runs
+made side by side, ``--seeds 0``, ``--seeds 1`` and
 ``--seeds 2``, each with its own ``--out``; ``added_runs`` lists the later two (command, runs,
 machine and wall time).
 """
@@ -58,6 +60,8 @@ def fractions(variant: str, J: int, L: int, offset: int) -> np.ndarray:
     if variant == "c":
         q = offset + 1
         return np.clip(j / L - (q / L - q / J), 0.0, None)
+    if variant == "d":
+        return 1 - (L - j) / J
     raise ValueError(variant)
 
 
@@ -123,6 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "a": "j/J",
                 "b": "q/L + (j - q)/J, q = offset + 1",
                 "c": "j/L - (q/L - q/J), q = offset + 1, clipped at 0",
+                "d": "1 - (L - j)/J",
             },
             "where_it_ran": where_it_ran("cpu"),
             "runs": {},
@@ -147,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
                         ),
                         4,
                     )
-                    for v in ("a", "b", "c")
+                    for v in ("a", "b", "c", "d")
                 }
             result["runs"][f"memn2n/{seed}"] = run
             save(result)
