@@ -9,10 +9,11 @@ for both starts on 4,096 picking queries (seed 6000) and scores the picks on 4,0
 (seed 5000). This tool reruns that protocol (the chapter's loss, start, batches, Adam and
 query sets) with a longer window:
 
-- at the picked rate, each start trained once for 1,000 steps and scored at steps 100, 200,
-  300, 400, 600 and 1,000 (its step-200 scores are the chapter's runs);
-- a finer grid of scaled-equivalent rates (0.001, 0.0025, 0.004, 0.0063, 0.01) trained for 600
-  steps, scored at steps 100 to 600 on both query sets, to retune the rate at 600 steps.
+- a grid of scaled-equivalent rates (0.001, 0.0025, 0.004, 0.0063, 0.01, 0.016, 0.025; the
+  picked 0.01 inside it, so that no retuned pick need sit on the grid's edge), each start trained
+  once at each rate for 1,200 steps and scored at steps 100, 200, 300, 400, 600, 800, 1,000 and
+  1,200 on both query sets (the step-200 scores at 0.01 are the chapter's runs), to retune the
+  rate at each checkpoint.
 
 Every score is the loss on a query set and its top-1 errors (queries whose largest output
 weight is on a wrong label). Command-line rules of :func:`mini_transformer.cli.run_cli`
@@ -23,7 +24,7 @@ The committed result (the command, commit, wall time and device are stored in it
 
     python tools/adam_long_window.py --out mini_transformer/results/04_long_window.json
 
-(90 runs, 61,200 Adam steps, on one thread of a 2-core CPU shared with other jobs.)
+(126 runs, 151,200 Adam steps, on one thread of a 2-core CPU shared with other jobs.)
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ PROG = "python tools/adam_long_window.py"
 D_K = 256
 C = D_K**0.25  # the identity's c = d_k^(1/4) = 4: unscaled at r / c is scaled from c W at r
 PICKED = 0.01  # section 4.11's picked scaled-equivalent rate, for both starts
-CHECKPOINTS = (100, 200, 300, 400, 600, 1000)  # the picked rate's runs are scored here
-RATES = (0.001, 0.0025, 0.004, 0.0063, 0.01)  # the retuning grid (scaled-equivalent rates)
-GRID_STEPS = 600
+CHECKPOINTS = (100, 200, 300, 400, 600, 800, 1000, 1200)  # every run is scored here
+RATES = (0.001, 0.0025, 0.004, 0.0063, 0.01, 0.016, 0.025)  # scaled-equivalent rates
+GRID_STEPS = 1200
 PICK_SEED, FRESH_SEED, QUERIES = 6000, 5000, 4096  # section 4.11's two query sets
 
 __all__ = [
