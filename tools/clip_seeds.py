@@ -40,6 +40,15 @@ only that arm (``unclipped_at_lr``: grad_clip 0 at the given peak rate), on the 
     python tools/clip_seeds.py --unclipped-lr 0.004 --first-seed 20 --seeds 60 \
         --out mini_transformer/results/06_clip_unclipped_004.json
 
+A reviewer then asked whether a longer warm-up does what clipping does (clipping fires mostly
+in the first steps). ``--warmup-steps`` sets the unclipped arm's warm-up; two runs, 60 seeds
+each, at the preset's rate and at ``LOWER_LR``::
+
+    python tools/clip_seeds.py --unclipped-lr 0.01 --warmup-steps 15 --first-seed 20 --seeds 60 \
+        --out mini_transformer/results/06_clip_warmup_15.json
+    python tools/clip_seeds.py --unclipped-lr 0.006 --warmup-steps 15 --first-seed 20 --seeds 60 \
+        --out mini_transformer/results/06_clip_warmup_15_006.json
+
 A reviewer then asked whether clipping's benefit outlives the 60-step schedule. ``--steps 600``
 trains the tiny preset for 600 steps (warm-up, peak rate and floor kept; the cosine reaches the
 floor at step 600), clipped and unclipped at the preset's rate only, on seeds 20-39: two
@@ -71,10 +80,15 @@ LOWER_LR = 6e-3
 
 
 def tiny_run(
-    seed: int, grad_clip: float, val_ids, lr: float | None = None, steps: int | None = None
+    seed: int,
+    grad_clip: float,
+    val_ids,
+    lr: float | None = None,
+    steps: int | None = None,
+    warmup_steps: int | None = None,
 ) -> dict:
-    """One tiny run (``steps=None``: the preset's 60); its log's last held-out loss and its
-    final weights' whole-text loss."""
+    """One tiny run (``None``: the preset's 60 steps, 5 warm-up steps); its log's last
+    held-out loss and its final weights' whole-text loss."""
     cfg = train.get_preset(
         "tiny",
         device="cpu",
@@ -84,6 +98,7 @@ def tiny_run(
         grad_clip=grad_clip,
         lr=lr,
         steps=steps,
+        warmup_steps=warmup_steps,
     )
     built = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -117,6 +132,12 @@ def main(argv: list[str] | None = None) -> dict:
         help="run only unclipped_at_lr (grad_clip 0 at this peak rate)",
     )
     p.add_argument(
+        "--warmup-steps",
+        type=positive_int,
+        default=None,
+        help="with --unclipped-lr: warm up over this many steps (default: the preset's 5)",
+    )
+    p.add_argument(
         "--steps",
         type=positive_int,
         default=None,
@@ -125,13 +146,15 @@ def main(argv: list[str] | None = None) -> dict:
     )
     p.add_argument("--overwrite", action="store_true")
     args = p.parse_args(argv)
+    if args.warmup_steps is not None and args.unclipped_lr is None:
+        p.error("--warmup-steps needs --unclipped-lr")
 
     def sweep(save) -> dict:
         preset = (
             f"tiny, precision fp32, device cpu; clipped_lower_lr: grad_clip 1 at lr {LOWER_LR:g}"
             if args.fourth_arm
             else f"tiny, precision fp32, device cpu; unclipped_at_lr: grad_clip 0 at lr "
-            f"{args.unclipped_lr:g}"
+            f"{args.unclipped_lr:g}, warm-up {args.warmup_steps or 5} steps"
             if args.unclipped_lr
             else f"tiny, precision fp32, device cpu, steps {args.steps}; grad_clip 1 (clipped)"
             " or 0 (not) at lr 1e-2"
@@ -151,7 +174,11 @@ def main(argv: list[str] | None = None) -> dict:
             if args.fourth_arm:
                 arms = {"clipped_lower_lr": tiny_run(seed, 1.0, val_ids, lr=LOWER_LR)}
             elif args.unclipped_lr:
-                arms = {"unclipped_at_lr": tiny_run(seed, 0.0, val_ids, lr=args.unclipped_lr)}
+                arms = {
+                    "unclipped_at_lr": tiny_run(
+                        seed, 0.0, val_ids, lr=args.unclipped_lr, warmup_steps=args.warmup_steps
+                    )
+                }
             elif args.steps:
                 arms = {
                     "clipped": tiny_run(seed, 1.0, val_ids, steps=args.steps),
