@@ -18,6 +18,15 @@ rows (a reviewer's control: is keeping only the replayed W^2 damaged enough to s
     python tools/reset_control.py --out mini_transformer/results/05_reset_keep.json \\
         --rows "all but the embeddings and W^2 of layers 1-3" \\
         "all but the embeddings and W^1 of layers 1-3"
+
+The direction control (a reviewer's: W^1 replays too, so the W^1 row is no non-replay control):
+keep W^2 of layers 1-3 moved from its initial value as far as the 20 steps moved it (same
+Frobenius norm), but in a random Gaussian direction, or by the same entries shuffled::
+
+    python tools/reset_control.py --out mini_transformer/results/05_reset_dir.json \
+        --rows "all but the embeddings and W^2 of layers 1-3" \
+        "all but the embeddings; W^2 of layers 1-3 moved as far, randomly" \
+        "all but the embeddings; W^2 of layers 1-3 moved by its entries shuffled"
 """
 
 from __future__ import annotations
@@ -41,6 +50,24 @@ def _blocks(*numbers):  # parameter names of TransformerLM's blocks, numbered fr
     return lambda name: any(name.startswith(f"blocks.{i - 1}.") for i in numbers)
 
 
+def _keep(name: str, linear: str) -> bool:  # reset unless an embedding or ffn.<linear> of 1-3
+    kept = name.endswith(f"ffn.{linear}.weight") and _blocks(1, 2, 3)(name)
+    return not (kept or name.endswith("emb.weight"))
+
+
+def _keep_w2(name: str) -> bool:
+    return _keep(name, "linear2")
+
+
+def redirected(d: torch.Tensor, how: str, g: torch.Generator) -> torch.Tensor:
+    """The displacement ``d`` turned ``how``: ``"random"`` (a Gaussian direction, ``d``'s
+    Frobenius norm) or ``"shuffled"`` (``d``'s entries permuted: same norm and magnitudes)."""
+    if how == "random":
+        r = torch.randn(d.shape, generator=g)
+        return r * d.norm() / r.norm()
+    return d.flatten()[torch.randperm(d.numel(), generator=g)].view_as(d)
+
+
 # row -> (a fresh Adam at the switch, the weights reset there); "head": the output layer lm_head
 ROWS = {
     "damaged, Adam kept": (False, lambda name: False),
@@ -52,13 +79,15 @@ ROWS = {
     # the two-sided test (a reviewer's): keep the replayed W^2 damaged, or a same-size control
     "all but the embeddings and W^2 of layers 1-3": (True, lambda n: _keep(n, "linear2")),
     "all but the embeddings and W^1 of layers 1-3": (True, lambda n: _keep(n, "linear1")),
+    # the direction control (a reviewer's): W^2 of 1-3 kept as far from its start, redirected
+    "all but the embeddings; W^2 of layers 1-3 moved as far, randomly": (True, _keep_w2),
+    "all but the embeddings; W^2 of layers 1-3 moved by its entries shuffled": (True, _keep_w2),
+}
+REDIRECT = {  # row -> how the kept W^2's displacement d from its initial value is redirected
+    "all but the embeddings; W^2 of layers 1-3 moved as far, randomly": "random",
+    "all but the embeddings; W^2 of layers 1-3 moved by its entries shuffled": "shuffled",
 }
 FIRST_ROWS = tuple(ROWS)[:6]  # the rows of the first result, 05_reset.json
-
-
-def _keep(name: str, linear: str) -> bool:  # reset unless an embedding or ffn.<linear> of 1-3
-    kept = name.endswith(f"ffn.{linear}.weight") and _blocks(1, 2, 3)(name)
-    return not (kept or name.endswith("emb.weight"))
 
 
 __all__ = ["PROG", "ROWS", "control_run", "run_all", "parser", "main"]
@@ -69,8 +98,12 @@ def switch(step: int) -> float:
     return 1e-2 if step < SWITCH_AT else 1e-3
 
 
-def control_run(seed, rate=switch, steps=300, restart_at=None, reset=lambda name: False):
-    """Section 5.9's ``control_run``: ``(held-out copy loss, training losses every 10 steps)``."""
+def control_run(
+    seed, rate=switch, steps=300, restart_at=None, reset=lambda name: False, redirect=None
+):
+    """Section 5.9's ``control_run``: ``(held-out copy loss, training losses every 10 steps)``;
+    ``redirect`` (see :func:`redirected`) turns the kept W^2 of layers 1-3 at the restart
+    (generator ``77 + seed``)."""
     cfg = S.StabilityConfig()
     torch.manual_seed(seed)
     model = S.xiong_lm(cfg, "post")
@@ -80,12 +113,17 @@ def control_run(seed, rate=switch, steps=300, restart_at=None, reset=lambda name
         return torch.optim.Adam(model.parameters(), lr=rate(0), betas=(0.9, 0.98), eps=1e-9)
 
     opt, batches, losses = adam(), torch.Generator().manual_seed(1_000 + seed), []
+    turn = torch.Generator().manual_seed(77 + seed)
     for step in range(steps):
         if step == restart_at:
             with torch.no_grad():
                 for name, w in model.named_parameters():
                     if reset(name):
                         w.copy_(initial[name])
+                    elif (
+                        redirect and name.endswith("ffn.linear2.weight") and _blocks(1, 2, 3)(name)
+                    ):
+                        w.copy_(initial[name] + redirected(w - initial[name], redirect, turn))
             opt = adam()
         loss, _ = train_step(model, opt, *S.copy_task_batch(cfg, batches), rate(step))
         if step % 10 == 0:
@@ -120,7 +158,8 @@ def run_all(seeds=(0, 1, 2, 3, 4), verbose=True, on_progress=None, rows=FIRST_RO
         for row in rows:
             fresh, reset = ROWS[row]
             t1 = time.perf_counter()
-            final, losses = control_run(seed, restart_at=SWITCH_AT if fresh else None, reset=reset)
+            restart_at, how = SWITCH_AT if fresh else None, REDIRECT.get(row)
+            final, losses = control_run(seed, restart_at=restart_at, reset=reset, redirect=how)
             wall = round(time.perf_counter() - t1, 2)
             runs.append({"row": row, "seed": seed, "final_loss": final, "losses": losses})
             runs[-1]["wall_s"] = wall
