@@ -27,6 +27,15 @@ Run (about 200 wall-seconds a model on one thread)::
     python tools/shifted_positions.py --runs learned/0 learned/1 learned/2 rope/0 \\
         --out mini_transformer/results/03_shifted.json
 
+``--position-lists`` (a reviewer's control: which positions before the untrained ones sink
+them?) reads the same sequences at arbitrary positions, each list ``L`` long, given as comma-
+separated inclusive ranges (``0-15,32-47``); only for the added encodings (learned, sinusoidal)::
+
+    python tools/shifted_positions.py --runs sinusoidal/0 sinusoidal/1 sinusoidal/2 --starts 16 \
+        --position-lists 16-31,32-47 0-15,32-47 200-215,32-47 8-23,32-47 0-7,24-31,32-47 \
+        16-31,200-215 232-247,200-215 0-15,48-63 16-31,48-63 \
+        --out mini_transformer/results/03_position_lists.json
+
 Chapter 3's file merges that run with ``--runs sinusoidal/0 sinusoidal/1 sinusoidal/2``, made
 side by side with its own ``--out``; ``added_runs`` lists the second (command, runs, machine
 and wall time).
@@ -77,6 +86,42 @@ def positions_from(model, start: int):
             setattr(o, name, m)
 
 
+class _At(torch.nn.Module):
+    """An added encoding (learned, sinusoidal) read at the positions ``pos`` ``(T,)``:
+    ``x + table[pos]`` where the module itself adds ``x + table[offset : offset + T]``."""
+
+    def __init__(self, module: torch.nn.Module, pos: list[int]) -> None:
+        super().__init__()
+        self.module, self.pos = module, torch.as_tensor(pos)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        table = self.module.pe if hasattr(self.module, "pe") else self.module.weight
+        return x + table[self.pos].to(x.dtype)
+
+
+def position_list(spec: str) -> list[int]:
+    """``"0-15,32-47"`` -> ``[0, ..., 15, 32, ..., 47]`` (comma-separated inclusive ranges)."""
+    try:
+        ranges = [tuple(int(v) for v in part.split("-")) for part in spec.split(",")]
+        if any(len(r) != 2 or not 0 <= r[0] <= r[1] for r in ranges):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{spec!r} is not ranges like 0-15,32-47") from None
+    return [p for a, b in ranges for p in range(a, b + 1)]
+
+
+@torch.no_grad()
+def listed_correct(model, idx, targets, pos: list[int], offset: int) -> torch.Tensor:
+    """As :func:`shifted_correct`, the encoding read at the positions ``pos`` instead."""
+    kept = model.pos_emb
+    try:
+        model.pos_emb = _At(kept, pos)
+        logits = model(idx)[0]
+    finally:
+        model.pos_emb = kept
+    return (logits.argmax(-1) == targets)[:, offset:].float()
+
+
 @torch.no_grad()
 def shifted_accuracy(model, idx, targets, start: int, offset: int) -> float:
     """Accuracy on the queries ``t >= offset`` of ``idx`` read at positions ``start ..``."""
@@ -97,6 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--out", required=True)
     p.add_argument("--runs", nargs="+", default=[f"{s}/0" for s in SCHEMES], help="scheme/seed")
     p.add_argument("--starts", type=non_negative_int, nargs="+", default=[0, 16, 32, 64, 128, 224])
+    p.add_argument("--position-lists", nargs="+", default=[], help="e.g. 0-15,32-47")
     p.add_argument("--overwrite", action="store_true")
     args = p.parse_args(argv)
     sweep_result, cfg = the_sweep()
@@ -107,6 +153,13 @@ def main(argv: list[str] | None = None) -> dict:
         p.error(
             f"--runs: scheme/seed with a scheme of {SCHEMES}, a seed of {sweep_result['seeds']}"
         )
+    try:
+        lists = {spec: position_list(spec) for spec in args.position_lists}
+    except argparse.ArgumentTypeError as e:
+        p.error(f"--position-lists: {e}")
+    if lists and (any(len(v) != L or max(v) >= cfg.block_size for v in lists.values())
+                  or any(s == "rope" for s, _ in runs)):  # fmt: skip
+        p.error(f"--position-lists: each list {L} positions below {cfg.block_size}; no rope runs")
     if max(args.starts) + L > cfg.block_size:
         p.error(f"--starts: p0 + L = p0 + {L} must be at most block_size = {cfg.block_size}")
 
@@ -121,7 +174,9 @@ def main(argv: list[str] | None = None) -> dict:
                 "per_position_by_start[p0][i]: accuracy (mean over the eval_samples sequences) "
                 "of the query at t = offset + i, i.e. at absolute position p0 + offset + i; "
                 "per_position_2L[i]: the same at t = offset + i of the sweep's length-2L "
-                "sequences (generator 10_000 + seed, restarted) read from position 0"
+                "sequences (generator 10_000 + seed, restarted) read from position 0; "
+                "per_position_by_list[spec][i]: as by_start, the sequences read at the positions "
+                "of spec (comma-separated inclusive ranges)"
             ),
             where_it_ran=where_it_ran("cpu"),
             runs={},
@@ -132,11 +187,19 @@ def main(argv: list[str] | None = None) -> dict:
             correct = {p0: shifted_correct(model, idx, targets, p0, offset) for p0 in args.starts}
             g = torch.Generator().manual_seed(10_000 + int(seed))
             idx_2L, targets_2L = cfg.batch(cfg.eval_samples, 2 * L, g)
+            listed = {k: listed_correct(model, idx, targets, v, offset) for k, v in lists.items()}
+            for k, c in listed.items():  # a contiguous list must reproduce its start
+                if lists[k] == list(range(lists[k][0], lists[k][0] + L)) and lists[k][0] in correct:
+                    if not torch.equal(c, correct[lists[k][0]]):
+                        raise RuntimeError(f"{k} does not reproduce p0 = {lists[k][0]}")
             result["runs"][f"{scheme}/{seed}"] = {
                 "max_accuracy_difference": diff,
                 "by_start": {str(p0): round(float(c.mean()), 4) for p0, c in correct.items()},
                 "per_position_by_start": {
                     str(p0): [round(float(a), 4) for a in c.mean(0)] for p0, c in correct.items()
+                },
+                "per_position_by_list": {
+                    k: [round(float(a), 4) for a in c.mean(0)] for k, c in listed.items()
                 },
                 "per_position_2L": [
                     round(float(a), 4)
