@@ -962,8 +962,7 @@ def test_the_long_window_command_asks_for_the_stored_runs(long_window):
     assert result["rates"] == list(tool.RATES) and result["checkpoints"] == list(tool.CHECKPOINTS)
     assert len(result["runs"]) == 9 * len(tool.RATES) * 2
     for r in result["runs"]:
-        long_run = r["rate"] == tool.PICKED
-        assert r["steps"] == (1000 if long_run else 600)
+        assert r["steps"] == tool.GRID_STEPS == 1200  # every run, every rate
         assert [int(t) for t in r["scores"]] == [t for t in tool.CHECKPOINTS if t <= r["steps"]]
         assert r["lr"] == (r["rate"] if r["start"] == "W" else r["rate"] / 4)
 
@@ -978,29 +977,56 @@ def test_the_long_window_starts_as_section_4_11s_runs(long_window):
 
 
 def test_the_long_window_verdicts_of_section_4_11(long_window):
-    """Section 4.11's "Why divide" paragraph and Summary, pinned on the stored runs: at the picked
-    rate W's lead (9 of 9 at 200 steps) is gone by 400 and reversed by 600 (more errors on 8 of 9),
-    as W's loss rises; retuned at 600 steps both pick 0.0063 and W makes fewer errors on 7 of 9,
-    more on 1 (p = 0.07)."""
+    """Section 4.11's "Why divide" paragraph, its grid fold and the Summary, pinned on the stored
+    runs: at the picked rate W's lead (9 of 9 at 200 steps) is gone by 400 and reversed by 600
+    (more errors on 8 of 9), as W's loss rises; retuned on the grid to 0.025, W makes fewer
+    errors at every checkpoint, but the lead shrinks to 6 of 9 (more on 2, p = 0.29) at 1,200
+    steps; the two starts' picks differ by one grid step at 200, 400 and 800 steps."""
     import numpy as np
 
-    splits = {t: _split(long_window, (0.01, 0.01), t) for t in (100, 200, 300, 400, 600, 1000)}
-    assert splits == {100: (9, 0), 200: (9, 0), 300: (8, 1), 400: (3, 5), 600: (1, 8), 1000: (0, 9)}
+    steps = (100, 200, 300, 400, 600, 800, 1000, 1200)
+    splits = {t: _split(long_window, (0.01, 0.01), t) for t in steps}
+    assert splits == {
+        100: (9, 0),
+        200: (9, 0),
+        300: (8, 1),
+        400: (3, 5),
+        600: (1, 8),
+        800: (0, 9),
+        1000: (0, 9),
+        1200: (0, 9),
+    }
     loss_w = {t: float(np.median(_window(long_window, "W", 0.01, t, "fresh_loss"))) for t in splits}
-    rising = [round(loss_w[t], 5) for t in (200, 300, 600, 1000)]
-    assert rising == [0.00423, 0.00375, 0.01444, 0.02573]
+    rising = [round(loss_w[t], 5) for t in (200, 300, 600, 1000, 1200)]
+    assert rising == [0.00423, 0.00375, 0.01444, 0.02573, 0.02222]
     loss_4w = float(np.median(_window(long_window, "4W", 0.01, 600, "fresh_loss")))
     assert round(loss_4w, 5) == 0.00264
-    assert {t: _picks(long_window, t) for t in (200, 300, 400, 600)} == {
-        200: (0.01, 0.01),
+    picks = {t: _picks(long_window, t) for t in steps}
+    assert picks == {
+        100: (0.016, 0.016),
+        200: (0.01, 0.016),
         300: (0.01, 0.01),
         400: (0.0063, 0.01),
         600: (0.0063, 0.0063),
+        800: (0.004, 0.0063),
+        1000: (0.004, 0.004),
+        1200: (0.004, 0.004),
+    }
+    retuned = {t: _split(long_window, picks[t], t) for t in steps}
+    assert retuned == {
+        100: (9, 0),
+        200: (9, 0),
+        300: (8, 1),
+        400: (8, 0),
+        600: (7, 1),
+        800: (8, 0),
+        1000: (7, 1),
+        1200: (6, 2),
     }
     assert _window(long_window, "W", 0.0063, 600) == [1, 2, 2, 2, 2, 3, 0, 2, 1]
     assert _window(long_window, "4W", 0.0063, 600) == [1, 5, 8, 3, 1, 4, 3, 5, 6]
-    assert _split(long_window, (0.0063, 0.0063), 600) == (7, 1)
-    assert _split(long_window, (0.0063, 0.01), 400) == (8, 0)
+    assert _window(long_window, "W", 0.004, 1200) == [2, 1, 1, 2, 2, 3, 2, 2, 2]
+    assert _window(long_window, "4W", 0.004, 1200) == [0, 1, 5, 1, 3, 6, 4, 4, 5]
 
 
 def test_the_long_window_reruns_to_its_stored_scores(long_window):
