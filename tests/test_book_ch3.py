@@ -1246,6 +1246,40 @@ def test_code_spacing_fractions_are_the_three_variants():
     assert np.allclose(code_spacing.fractions("trained", 48, L, 3), np.arange(1, L + 1) / L)
 
 
+def test_spacing_end_reruns_code_spacing_and_pins_variant_d(res, spacing):
+    # 03_spacing_end (section 3.7's cell reads it): the same tool, models and sequences with
+    # variant d added; its a, b, c equal 03_code_spacing's exactly, and d is pinned
+    end = data.load_result("03_spacing_end")
+    assert end["command"].startswith("python tools/code_spacing.py ")
+    assert end["lab"] == res["config"] and end["variants"]["d"] == "1 - (L - j)/J"
+    assert sorted(end["runs"]) == sorted(spacing["runs"])
+    for run, r in end["runs"].items():
+        old = spacing["runs"][run]
+        assert r["max_accuracy_difference"] == 0 and r["trained"] == old["trained"]
+        for J, by in r["by_J"].items():
+            assert {v: by[v] for v in "abc"} == old["by_J"][J], (run, J)
+    d = {
+        J: [end["runs"][f"memn2n/{seed}"]["by_J"][J]["d"] for seed in (0, 1, 2)]
+        for J in ("48", "64", "256")
+    }
+    assert d == {
+        "48": [0.7796, 0.6641, 0.5292],
+        "64": [0.5346, 0.4172, 0.2345],
+        "256": [0.2026, 0.1596, 0.0974],
+    }
+
+
+def test_spacing_end_fractions_never_below_the_trained_ones():
+    import code_spacing
+
+    L = 32
+    for J in (48, 64, 256):
+        d = code_spacing.fractions("d", J, L, 3)
+        assert np.allclose(np.diff(d), 1 / J) and d[-1] == 1  # spacing 1/J, ending at 1
+        assert (d >= np.arange(1, L + 1) / L - 1e-12).all()  # no upper dimension shrinks
+        assert d[3] > 1 / 8  # j = 4 (t = 3) moved up: the confound section 3.7 names
+
+
 def test_code_spacing_tool_refuses_bad_input_before_any_work(tmp_path):
     import code_spacing
 
@@ -1497,3 +1531,30 @@ def test_token_std_control_is_the_sweeps_sinusoidal_run_with_tokens_drawn_at_std
     assert (_r2(beyond[0].min()), _r2(beyond[0].max())) == (0.50, 0.66)
     assert (_r2(beyond[-1].min()), _r2(beyond[-1].max())) == (0.25, 0.31)
     assert sin["accuracy"][str(L)]["per_seed"] == [1.0, 1.0, 1.0] and sin["final_loss"] == [0.0] * 3
+
+
+def test_position_lists_pins_and_matches_the_shifted_window(shifted):
+    # 03_position_lists (section 3.7's position lists): the same retrained sinusoidal models;
+    # the list 16-31,32-47 is the window at p0 = 16 of 03_shifted, query by query
+    lists = data.load_result("03_position_lists")
+    assert lists["command"].startswith("python tools/shifted_positions.py --runs sinusoidal/0 ")
+    runs = [lists["runs"][f"sinusoidal/{seed}"] for seed in (0, 1, 2)]
+    assert all(r["max_accuracy_difference"] == 0 for r in runs)
+    for seed, r in enumerate(runs):
+        same = shifted["runs"][f"sinusoidal/{seed}"]["per_position_by_start"]["16"]
+        assert r["per_position_by_list"]["16-31,32-47"] == same
+    late = {
+        spec: [round(float(np.mean(r["per_position_by_list"][spec][13:])), 3) for r in runs]
+        for spec in runs[0]["per_position_by_list"]
+    }
+    assert late == {
+        "16-31,32-47": [0.114, 0.124, 0.102],
+        "0-15,32-47": [0.684, 0.59, 0.535],
+        "200-215,32-47": [0.525, 0.491, 0.512],
+        "8-23,32-47": [0.362, 0.282, 0.275],
+        "0-7,24-31,32-47": [0.241, 0.203, 0.164],
+        "16-31,200-215": [0.104, 0.065, 0.069],
+        "232-247,200-215": [0.603, 0.708, 0.758],
+        "0-15,48-63": [0.574, 0.677, 0.512],
+        "16-31,48-63": [0.126, 0.076, 0.065],
+    }
