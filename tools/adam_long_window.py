@@ -24,7 +24,14 @@ The committed result (the command, commit, wall time and device are stored in it
 
     python tools/adam_long_window.py --out mini_transformer/results/04_long_window.json
 
-(126 runs, 151,200 Adam steps, on one thread of a 2-core CPU shared with other jobs.)
+(126 runs, 151,200 Adam steps, on one thread of a 2-core CPU shared with other jobs.) A
+reviewer then asked whether the verdict holds at other widths: the same protocol at d_k = 64
+and 1,024 (c = 2.83, 5.66; the larger start is still labelled ``'4W'``), 200 steps::
+
+    python tools/adam_long_window.py --d-k 64 --rates 0.004 0.01 0.016 0.025 \
+        --checkpoints 100 200 --out mini_transformer/results/04_dk_64.json
+    python tools/adam_long_window.py --d-k 1024 --rates 0.004 0.01 0.016 0.025 \
+        --checkpoints 100 200 --out mini_transformer/results/04_dk_1024.json
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from sweep_cli import non_negative_int, provenance, sweep_main, sweep_parser
 
+from mini_transformer.cli import positive_float, positive_int
 from mini_transformer.hardware import where_it_ran
 from mini_transformer.scoring import ScoreModel, retrieval_batch
 
@@ -87,18 +95,18 @@ def score_fresh(model: ScoreModel, batch) -> tuple[float, int]:
     return q_loss.mean().item(), int((out.argmax(-1) != target).sum())
 
 
-def start_of(seed: int) -> dict:
+def start_of(seed: int, d_k: int = D_K) -> dict:
     """Section 4.11's random start W for ``seed`` (PyTorch's default initialisation)."""
     torch.manual_seed(seed)
-    return ScoreModel("scaled", D_K).state_dict()
+    return ScoreModel("scaled", d_k).state_dict()
 
 
 def train_scored(
-    kind: str, lr: float, start: dict, data_seed: int, checkpoints, pick, fresh
+    kind: str, lr: float, start: dict, data_seed: int, checkpoints, pick, fresh, d_k: int = D_K
 ) -> dict:
     """Adam (PyTorch defaults) from ``start`` up to the last checkpoint, batch order
     ``data_seed``; ``{step: scores}`` on both query sets at each checkpoint."""
-    model = ScoreModel(kind, D_K)
+    model = ScoreModel(kind, d_k)
     model.load_state_dict(start)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     batches = torch.Generator().manual_seed(data_seed)
@@ -114,24 +122,33 @@ def train_scored(
     return scores
 
 
-def run_all(seeds=tuple(range(9)), verbose: bool = True, on_progress=None) -> dict:
-    """Every (seed, rate, start); the JSON-ready result."""
+def run_all(
+    seeds=tuple(range(9)),
+    verbose: bool = True,
+    on_progress=None,
+    d_k: int = D_K,
+    rates=RATES,
+    checkpoints=CHECKPOINTS,
+) -> dict:
+    """Every (seed, rate, start); the JSON-ready result. At another ``d_k`` the larger start is
+    ``c W`` with ``c = d_k^(1/4)``, still labelled ``'4W'`` (the chapter's name for it)."""
     t0, head, runs = time.perf_counter(), provenance(), []
     pick = retrieval_batch(torch.Generator().manual_seed(PICK_SEED), batch_size=QUERIES)
     fresh = retrieval_batch(torch.Generator().manual_seed(FRESH_SEED), batch_size=QUERIES)
-    grid_checkpoints = tuple(s for s in CHECKPOINTS if s <= GRID_STEPS)
+    c = d_k**0.25
+    grid_checkpoints = tuple(s for s in checkpoints if s <= GRID_STEPS)
 
     def result(complete: bool) -> dict:
         return head | {
-            "what": "section 4.11's retrieval layer, d_k = 256: scaled from W at rate r ('W') and "
-            "unscaled at r / 4 (= scaled from 4W at r, '4W'); Adam (PyTorch defaults), batch "
-            "order 100 + seed, start W = seed's ScoreModel('scaled', 256); scores: loss -ln(o_y* "
-            "+ 1e-9) and top-1 errors on 4,096 picking queries (seed 6000) and 4,096 fresh ones "
-            "(seed 5000), at each checkpoint",
-            "d_k": D_K,
+            "what": f"section 4.11's retrieval layer, d_k = {d_k}: scaled from W at rate r ('W') "
+            f"and unscaled at r / c, c = d_k^(1/4) = {c:.4g} (= scaled from cW at r, '4W'); Adam "
+            "(PyTorch defaults), batch order 100 + seed, start W = seed's ScoreModel('scaled', "
+            "d_k); scores: loss -ln(o_y* + 1e-9) and top-1 errors on 4,096 picking queries (seed "
+            "6000) and 4,096 fresh ones (seed 5000), at each checkpoint",
+            "d_k": d_k,
             "picked_rate": PICKED,
-            "checkpoints": list(CHECKPOINTS),
-            "rates": list(RATES),
+            "checkpoints": list(checkpoints),
+            "rates": list(rates),
             "grid_steps": GRID_STEPS,
             "seeds": list(seeds),
             "runs": runs,
@@ -141,12 +158,12 @@ def run_all(seeds=tuple(range(9)), verbose: bool = True, on_progress=None) -> di
         }
 
     for seed in seeds:
-        start = start_of(seed)
-        for rate in RATES:
-            marks = CHECKPOINTS if rate == PICKED else grid_checkpoints
-            for name, kind, lr in (("W", "scaled", rate), ("4W", "unscaled", rate / C)):
+        start = start_of(seed, d_k)
+        for rate in rates:
+            marks = checkpoints if rate == PICKED else grid_checkpoints
+            for name, kind, lr in (("W", "scaled", rate), ("4W", "unscaled", rate / c)):
                 t1 = time.perf_counter()
-                scores = train_scored(kind, lr, start, 100 + seed, marks, pick, fresh)
+                scores = train_scored(kind, lr, start, 100 + seed, marks, pick, fresh, d_k)
                 runs.append({"start": name, "kind": kind, "rate": rate, "lr": lr, "seed": seed,
                              "steps": max(marks), "scores": scores,
                              "wall_s": round(time.perf_counter() - t1, 2)})  # fmt: skip
@@ -163,13 +180,25 @@ def parser() -> argparse.ArgumentParser:
     """The tool's arguments (also used by the tests to parse the command stored in the JSON)."""
     p = sweep_parser(PROG, __doc__)
     p.add_argument("--seeds", type=non_negative_int, nargs="+", default=list(range(9)))
+    p.add_argument("--d-k", type=positive_int, default=D_K, help=f"default {D_K}")
+    p.add_argument("--rates", type=positive_float, nargs="+", default=list(RATES))
+    p.add_argument("--checkpoints", type=positive_int, nargs="+", default=list(CHECKPOINTS))
     return p
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Run every configuration and write ``--out``; bad input exits with status 2 first."""
     return sweep_main(
-        PROG, parser(), argv, lambda a, save: run_all(tuple(a.seeds), on_progress=save)
+        PROG,
+        parser(),
+        argv,
+        lambda a, save: run_all(
+            tuple(a.seeds),
+            on_progress=save,
+            d_k=a.d_k,
+            rates=tuple(a.rates),
+            checkpoints=tuple(sorted(set(a.checkpoints))),
+        ),
     )
 
 
