@@ -1284,3 +1284,79 @@ def test_the_summary_tools_refuse_to_overwrite_a_shipped_summary(tmp_path, capsy
     assert {k: v for k, v in written.items() if k not in ("command", "full_result")} == {
         k: v for k, v in stored.items() if k not in ("command", "full_result")
     }
+
+
+def test_the_warm_up_control_unclipped_with_15_warm_up_steps_and_seed_20_rerun(corpus):
+    """Section 6.4's warm-up control (06_clip_warmup_15 and 06_clip_warmup_15_006,
+    ``tools/clip_seeds.py --unclipped-lr R --warmup-steps 15``, R = 0.01 and 0.006): unclipped tiny
+    runs whose rate climbs over 15 steps (preset: 5) to the same peak and floor, seeds 20-79, the
+    s61 expert's control for 'clipping is a lower early rate in disguise'. Pins the chapter's three
+    comparisons (mean, standard error, seeds where the first arm ends higher; 20-seed means):
+    warm-up 15 minus warm-up 5 at 0.01 (both unclipped), warm-up 15 unclipped minus clipped at 0.01,
+    and the same at 0.006. Then seed 20 of the 0.01 file retrained at today's code (float32 kernels
+    of other CPUs: within 2e-3)."""
+    runs = {}
+    for name in ("06_clip_seeds_20_39", "06_clip_seeds_40_79", "06_clip_low_rate"):
+        for k, v in data.load_result(name)["runs"].items():
+            runs.setdefault(int(k), {}).update(v)
+    for name, arm, lr in (
+        ("06_clip_warmup_15", "warm15", "0.01"),
+        ("06_clip_warmup_15_006", "warm15_006", "0.006"),
+    ):
+        res = data.load_result(name)
+        assert res["command"].startswith(
+            f"tools/clip_seeds.py --unclipped-lr {lr} --warmup-steps 15 --first-seed 20"
+        )
+        assert "warm-up 15 steps" in res["preset"] and "wall_time_s" in res
+        assert sorted(map(int, res["runs"])) == list(range(20, 80))
+        assert all(set(r) == {"unclipped_at_lr"} for r in res["runs"].values())
+        for k, v in res["runs"].items():
+            runs[int(k)][arm] = v["unclipped_at_lr"]
+
+    def diffs(a, b, seeds=range(20, 80)):
+        return np.array(
+            [runs[s][a]["whole_text_loss"] - runs[s][b]["whole_text_loss"] for s in seeds]
+        )
+
+    def summary(d):  # mean, standard error, seeds where a is above b
+        return round(d.mean(), 3), round(d.std(ddof=1) / math.sqrt(len(d)), 3), int((d > 0).sum())
+
+    for (a, b), key in (
+        (("warm15", "unclipped"), "w15_minus_unclipped"),
+        (("warm15", "clipped"), "w15_minus_clipped"),
+        (("warm15_006", "clipped_lower_lr"), "w15_006_minus_clipped_006"),
+    ):
+        pins = {
+            "w15_minus_unclipped": ([-0.059, 0.014, 18], [-0.035, -0.092, -0.05]),
+            "w15_minus_clipped": ([0.03, 0.015, 38], [0.01, 0.043, 0.039]),
+            "w15_006_minus_clipped_006": (
+                [0.074, 0.01, 51],
+                [0.076, 0.079, 0.065],
+            ),
+        }[key]
+        assert summary(diffs(a, b)) == tuple(pins[0]), key
+        blocks = [diffs(a, b, range(s, s + 20)).mean() for s in (20, 40, 60)]
+        assert [round(m, 3) for m in blocks] == pins[1], key
+    means = [
+        np.mean([runs[s][arm]["whole_text_loss"] for s in range(20, 80)])
+        for arm in ("warm15", "warm15_006")
+    ]
+    assert [round(float(m), 3) for m in means] == [3.057, 3.017]
+    # seed 20 at 0.01, warm-up 15, unclipped, retrained at HEAD
+    torch.set_num_threads(1)
+    cfg = train.get_preset(
+        "tiny",
+        device="cpu",
+        progress=False,
+        precision="fp32",
+        seed=20,
+        grad_clip=0.0,
+        lr=0.01,
+        warmup_steps=15,
+    )
+    built = []
+    with tempfile.TemporaryDirectory() as tmp:
+        train.train(cfg, tmp, argv=[], setup_hook=built.append)
+    val_ids = corpus[4]
+    live = train.estimate_loss(built[0].eval(), val_ids, n_batches=None, batch_size=256, seed=None)
+    assert abs(live - runs[20]["warm15"]["whole_text_loss"]) < 2e-3
