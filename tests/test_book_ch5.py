@@ -712,7 +712,7 @@ def test_the_reset_rows_pick_the_weights_they_name():
     assert not low & high and low | high == picked["all but the embeddings"]
     assert set(names) - picked["all but the embeddings"] == {"tok_emb.weight", "pos_emb.weight"}
     assert picked["damaged, Adam kept"] == picked["no reset"] == set()
-    assert [fresh for fresh, _ in tool.ROWS.values()] == [False] + [True] * 7
+    assert [fresh for fresh, _ in tool.ROWS.values()] == [False] + [True] * (len(tool.ROWS) - 1)
     for linear in (
         "linear1",
         "linear2",
@@ -757,3 +757,55 @@ def test_the_reset_verdicts_of_section_5_9(reset):
     }
     # blocks 1-3 reset: the four seeds not stuck ended between the plateau and the line
     assert all(1 < end["blocks 1-3", s] < 2.5 for s in (0, 1, 3, 4))
+
+
+@pytest.fixture(scope="module")
+def keep_and_dir() -> dict:
+    files = {name: data.load_result(name) for name in ("05_reset_keep", "05_reset_dir")}
+    return {
+        name: (f, {(r["row"], r["seed"]): r["final_loss"] for r in f["runs"]})
+        for name, f in files.items()
+    }
+
+
+def test_the_keep_and_direction_files_hold_what_their_commands_ask(keep_and_dir):
+    """Section 5.9's last four rows: each stored command parses with its tool and names the rows
+    and seeds 0 to 4 the file holds, complete, with the tools' provenance."""
+    import shlex
+
+    import reset_control as tool
+
+    for name, (result, end) in keep_and_dir.items():
+        args = tool.parser().parse_args(shlex.split(result["command"])[2:])
+        assert args.out == f"mini_transformer/results/{name}.json" and result["complete"]
+        assert args.rows == result["rows"] and all(row in tool.ROWS for row in args.rows)
+        assert args.seeds == result["seeds"] == [0, 1, 2, 3, 4]
+        assert set(end) == {(row, s) for row in args.rows for s in args.seeds}
+        assert len(result["commit"]) == 40 and result["where_it_ran"]["threads"] == 1
+
+
+def test_the_direction_control_reruns_the_kept_w2_row(keep_and_dir):
+    """05_reset_dir's first row is 05_reset_keep's W^2 row run again: the same held-out losses."""
+    (keep, keep_end), (moved, moved_end) = (
+        keep_and_dir["05_reset_keep"],
+        keep_and_dir["05_reset_dir"],
+    )
+    row = keep["rows"][0]
+    assert moved["rows"][0] == row == "all but the embeddings and W^2 of layers 1-3"
+    assert all(abs(moved_end[row, s] - keep_end[row, s]) < 1e-3 for s in range(5))
+
+
+def test_the_kept_rows_of_section_5_9(keep_and_dir):
+    """Pins of committed data: W^2 of layers 1-3 kept damaged (with the embeddings) left all five
+    seeds off the plateau but none below 0.5; W^1 kept instead (also replayed, the same size)
+    ended lower in every seed; W^2 moved as far, at random or shuffled, lower than W^2 kept."""
+    (keep, end), (moved, moved_end) = keep_and_dir["05_reset_keep"], keep_and_dir["05_reset_dir"]
+    w2, w1 = keep["rows"]
+    assert all(S.LEARNED_BELOW < end[w2, s] < 2.5 and end[w1, s] < end[w2, s] for s in range(5))
+    assert [s for s in range(5) if end[w1, s] < S.LEARNED_BELOW] == [1, 3, 4]
+    for row in moved["rows"][1:]:
+        assert all(moved_end[row, s] < end[w2, s] for s in range(5)), row
+    learned = {
+        row: [s for s in range(5) if moved_end[row, s] < S.LEARNED_BELOW] for row in moved["rows"]
+    }
+    assert list(learned.values()) == [[], [0, 1, 2, 3, 4], [2, 3, 4]]  # W^2 kept; random; shuffled
