@@ -1772,4 +1772,4 @@ def test_a4_a_trained_block_form_reads_key_m_minus_3_better_than_r3():
     h_r3, h_block, h_free = hit(R3), hit(W_block), hit(trained(False))
     assert f"{h_r3:.1%}" == "4.7%"  # near chance, 1/24 = 4.2%
     assert 0.12 < h_block < 0.135  # "about 13%"
-    assert h_free < h_block + 0.01  # an unconstrained W_QK does no better
+    assert abs(h_free - h_block) < 0.02  # an unconstrained W_QK does about as well
