@@ -27,6 +27,16 @@ Frobenius norm), but in a random Gaussian direction, or by the same entries shuf
         --rows "all but the embeddings and W^2 of layers 1-3" \
         "all but the embeddings; W^2 of layers 1-3 moved as far, randomly" \
         "all but the embeddings; W^2 of layers 1-3 moved by its entries shuffled"
+
+The structure control (a reviewer's: the replayed move is nearly rank 1 with its right factor
+near the all-ones vector, so a full-rank move of the same Frobenius norm is far smaller in
+operator norm): its singular values with random singular vectors; a common offset ``u 1^T``;
+a rank-1 ``u v^T`` that is no offset::
+
+    python tools/reset_control.py --out mini_transformer/results/05_reset_shape.json \
+        --rows "all but the embeddings; W^2 of layers 1-3 moved with its spectrum, randomly" \
+        "all but the embeddings; W^2 of layers 1-3 moved as far as an offset u 1^T" \
+        "all but the embeddings; W^2 of layers 1-3 moved as far at rank 1, u v^T"
 """
 
 from __future__ import annotations
@@ -59,13 +69,33 @@ def _keep_w2(name: str) -> bool:
     return _keep(name, "linear2")
 
 
+def _haar(n: int, g: torch.Generator) -> torch.Tensor:  # a uniformly random orthogonal (n, n)
+    q, r = torch.linalg.qr(torch.randn(n, n, generator=g))
+    return q * torch.sign(torch.diagonal(r))
+
+
 def redirected(d: torch.Tensor, how: str, g: torch.Generator) -> torch.Tensor:
-    """The displacement ``d`` turned ``how``: ``"random"`` (a Gaussian direction, ``d``'s
-    Frobenius norm) or ``"shuffled"`` (``d``'s entries permuted: same norm and magnitudes)."""
+    """The displacement ``d`` ``(out, in)`` turned ``how``: ``"random"`` (a Gaussian direction,
+    ``d``'s Frobenius norm), ``"shuffled"`` (``d``'s entries permuted: same norm and magnitudes),
+    ``"spectrum"`` (``d``'s singular values, random singular vectors), ``"offset"`` (``u 1^T``
+    with random signs ``u``: every input unit adds the same output vector, ``d``'s Frobenius
+    norm) or ``"rank1"`` (``u v^T`` with random signs ``u``, ``v``: rank 1, not an offset)."""
     if how == "random":
         r = torch.randn(d.shape, generator=g)
         return r * d.norm() / r.norm()
-    return d.flatten()[torch.randperm(d.numel(), generator=g)].view_as(d)
+    if how == "shuffled":
+        return d.flatten()[torch.randperm(d.numel(), generator=g)].view_as(d)
+    if how == "spectrum":
+        s = torch.linalg.svdvals(d)
+        u, v = _haar(d.shape[0], g)[:, : s.numel()], _haar(d.shape[1], g)[: s.numel()]
+        return u @ torch.diag(s) @ v
+    u = torch.sign(torch.randn(d.shape[0], 1, generator=g))
+    v = (
+        torch.ones(1, d.shape[1])
+        if how == "offset"
+        else torch.sign(torch.randn(1, d.shape[1], generator=g))
+    )
+    return u @ v * d.norm() / (u @ v).norm()
 
 
 # row -> (a fresh Adam at the switch, the weights reset there); "head": the output layer lm_head
@@ -82,10 +112,17 @@ ROWS = {
     # the direction control (a reviewer's): W^2 of 1-3 kept as far from its start, redirected
     "all but the embeddings; W^2 of layers 1-3 moved as far, randomly": (True, _keep_w2),
     "all but the embeddings; W^2 of layers 1-3 moved by its entries shuffled": (True, _keep_w2),
+    # the structure control (a reviewer's): which property of the replayed move does the damage?
+    "all but the embeddings; W^2 of layers 1-3 moved with its spectrum, randomly": (True, _keep_w2),
+    "all but the embeddings; W^2 of layers 1-3 moved as far as an offset u 1^T": (True, _keep_w2),
+    "all but the embeddings; W^2 of layers 1-3 moved as far at rank 1, u v^T": (True, _keep_w2),
 }
 REDIRECT = {  # row -> how the kept W^2's displacement d from its initial value is redirected
     "all but the embeddings; W^2 of layers 1-3 moved as far, randomly": "random",
     "all but the embeddings; W^2 of layers 1-3 moved by its entries shuffled": "shuffled",
+    "all but the embeddings; W^2 of layers 1-3 moved with its spectrum, randomly": "spectrum",
+    "all but the embeddings; W^2 of layers 1-3 moved as far as an offset u 1^T": "offset",
+    "all but the embeddings; W^2 of layers 1-3 moved as far at rank 1, u v^T": "rank1",
 }
 FIRST_ROWS = tuple(ROWS)[:6]  # the rows of the first result, 05_reset.json
 
