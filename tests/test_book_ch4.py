@@ -1050,6 +1050,40 @@ def test_the_long_window_reruns_to_its_stored_scores(long_window):
             assert abs(got[key] / want[key] - 1) < 1e-4, (name, key)
 
 
+@pytest.mark.parametrize(
+    "name, d_k, picks, split, cw_lower",
+    [("04_dk_64", 64, (0.016, 0.016), (7, 2), 3), ("04_dk_1024", 1024, (0.01, 0.01), (7, 2), 3)],
+)
+def test_the_verdict_at_other_widths(name, d_k, picks, split, cw_lower):
+    """Section 4.11's fold "The verdict at d_k = 64 and 1,024", pinned on the stored runs: the
+    tool's protocol at that width (c = d_k^(1/4), the larger start stored as "4W"), 200 steps; at
+    step 200 both picks inside the grid, W fewer errors on 7 of 9 starts, more on 2 (p = 0.18)."""
+    import shlex
+
+    import adam_long_window as tool
+
+    result = data.load_result(name)
+    argv = shlex.split(result["command"])
+    args = tool.parser().parse_args(argv[2:])
+    assert argv[:2] == ["python", "tools/adam_long_window.py"] and result["complete"]
+    assert args.out == f"mini_transformer/results/{name}.json" and args.d_k == result["d_k"] == d_k
+    assert result["rates"] == [0.004, 0.01, 0.016, 0.025] and result["checkpoints"] == [100, 200]
+    assert result["seeds"] == list(range(9)) and len(result["runs"]) == 9 * 4 * 2
+    for r in result["runs"]:
+        assert r["steps"] == 200 and [int(t) for t in r["scores"]] == [100, 200]
+        assert abs(r["lr"] - (r["rate"] if r["start"] == "W" else r["rate"] / d_k**0.25)) < 1e-12
+    runs = {
+        "result": result,
+        "scores": {(r["start"], r["rate"], r["seed"]): r["scores"] for r in result["runs"]},
+    }
+    assert _picks(runs, 200) == picks and _split(runs, picks, 200) == split
+    loss = [
+        _window(runs, s, rate, 200, "fresh_loss")
+        for s, rate in zip(("W", "4W"), picks, strict=True)
+    ]
+    assert sum(b < a for a, b in zip(*loss, strict=True)) == cw_lower
+
+
 def test_batch_summed_gradient_to_wq_is_larger_unscaled_on_other_seeds():
     # section 4.3's batch side on five other seeds: at d_k = 1024, 16 keys, 2,000 rows, the gradient
     # reaching W^Q, sum_i x_i^T dL/dq_i (random inputs x_i, per unit of raw q . k), is larger
