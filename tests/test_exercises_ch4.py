@@ -151,8 +151,8 @@ CASES_CH4 = {
 
 
 def test_softmax_jacobian_written_out_with_the_maximum_subtracted_passes(capsys):
-    # Exercise 5 asks for the Jacobian without calling softmax (section 4.1's caution): the
-    # subtraction of the row maximum is what separates it from the unstable version above.
+    # Exercise 5's Jacobian written out by hand (section 4.1's caution): the subtraction of the
+    # row maximum is what separates it from the unstable version above.
     def by_hand(s):
         e = (s - s.max()).exp()
         p = e / e.sum()
