@@ -1176,3 +1176,17 @@ def test_a1_unscaled_gap_at_1024_is_not_the_floor():
     # float32 training: a tolerance around this CPU's 1.431, 0.0093 and 0.399
     assert 1.3 < ex_u < 1.6 and ex_s < 0.015, (ex_u, ex_s)  # the gap survives the exact loss
     assert 0.35 < fl_ex < 0.45 and fl_ex > 1.4 * fl_fl, (fl_ex, fl_fl)  # floored below exact
+
+
+def test_exercise5_float32_exp_overflows_above_about_89():
+    """Exercise 5's hint, "a score above about 89 in float32": exp overflows past ln(max), 88.72."""
+    import math
+
+    import torch
+
+    limit = math.log(torch.finfo(torch.float32).max)
+    assert round(limit) == 89 and 88.7 < limit < 88.73
+    big, small = torch.tensor([89.0]).exp(), torch.tensor([88.0]).exp()
+    assert torch.isinf(big).item() and torch.isfinite(small).item()
+    broken = torch.tensor([89.0, 0.0]).exp()  # Exercise 5's first line, e = s.exp()
+    assert torch.isnan(broken / broken.sum()).any()  # inf / inf: the NaN the exercise asks for
