@@ -712,7 +712,12 @@ def test_the_reset_rows_pick_the_weights_they_name():
     assert not low & high and low | high == picked["all but the embeddings"]
     assert set(names) - picked["all but the embeddings"] == {"tok_emb.weight", "pos_emb.weight"}
     assert picked["damaged, Adam kept"] == picked["no reset"] == set()
+    assert len(tool.ROWS) == 13  # the first six, two kept, two redirected, three reshaped
     assert [fresh for fresh, _ in tool.ROWS.values()] == [False] + [True] * (len(tool.ROWS) - 1)
+    reshaped = [row for row, how in tool.REDIRECT.items() if how in ("spectrum", "offset", "rank1")]
+    assert len(reshaped) == 3 and all(
+        picked[row] == picked["all but the embeddings and W^2 of layers 1-3"] for row in reshaped
+    )
     for linear in (
         "linear1",
         "linear2",
@@ -761,7 +766,9 @@ def test_the_reset_verdicts_of_section_5_9(reset):
 
 @pytest.fixture(scope="module")
 def keep_and_dir() -> dict:
-    files = {name: data.load_result(name) for name in ("05_reset_keep", "05_reset_dir")}
+    files = {
+        name: data.load_result(name) for name in ("05_reset_keep", "05_reset_dir", "05_reset_shape")
+    }
     return {
         name: (f, {(r["row"], r["seed"]): r["final_loss"] for r in f["runs"]})
         for name, f in files.items()
@@ -769,7 +776,7 @@ def keep_and_dir() -> dict:
 
 
 def test_the_keep_and_direction_files_hold_what_their_commands_ask(keep_and_dir):
-    """Section 5.9's last four rows: each stored command parses with its tool and names the rows
+    """Section 5.9's last seven rows: each stored command parses with its tool and names the rows
     and seeds 0 to 4 the file holds, complete, with the tools' provenance."""
     import shlex
 
@@ -809,3 +816,18 @@ def test_the_kept_rows_of_section_5_9(keep_and_dir):
         row: [s for s in range(5) if moved_end[row, s] < S.LEARNED_BELOW] for row in moved["rows"]
     }
     assert list(learned.values()) == [[], [0, 1, 2, 3, 4], [2, 3, 4]]  # W^2 kept; random; shuffled
+
+
+def test_the_shape_rows_of_section_5_9(keep_and_dir):
+    """Pins of committed data: W^2 of layers 1-3 kept moved as far as a common offset u 1^T
+    learned in no seed and ended above the move with the damage's singular values and random
+    singular vectors, and above a rank-1 move with no offset, in every seed; those two ended below
+    the real move (W^2 kept damaged) in every seed."""
+    (keep, end), (shape, shape_end) = keep_and_dir["05_reset_keep"], keep_and_dir["05_reset_shape"]
+    w2 = keep["rows"][0]
+    spectrum, offset, rank1 = shape["rows"]
+    assert [tool_row.split("; ")[0] for tool_row in shape["rows"]] == ["all but the embeddings"] * 3
+    for s in range(5):
+        assert shape_end[spectrum, s] < end[w2, s] and shape_end[rank1, s] < end[w2, s], s
+        assert S.LEARNED_BELOW < shape_end[offset, s] < 2.5, s
+        assert shape_end[offset, s] > max(shape_end[spectrum, s], shape_end[rank1, s]), s
