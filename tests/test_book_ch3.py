@@ -1165,15 +1165,18 @@ def test_past_L_learned_and_sinusoidal_fall_below_no_encoding_in_every_seed(res)
     ) == (0.22, 0.12)
 
 
-def test_appending_8_tokens_moves_memn2n_first_logits_by_the_quoted_1_0_stds():
-    """Appendix A.6 quotes "up to 1.0 standard deviations"; the chapter's assert keeps the
-    qualitative > 0.1, this pins the quoted number (same model, seeds and inputs as its cell)."""
+def test_appending_8_tokens_moves_memn2n_first_logits_by_the_quoted_range():
+    """Appendix A.6 quotes "up to 1.0 standard deviations ... at this initialisation (0.70 to 1.26
+    over ten)": the chapter's cell prints and asserts the 1.0 of its initialisation (seed 0); this
+    pins the range over ten initialisations (seeds 0-9, same model and inputs as its cell), and
+    checks over all ten that the sinusoid's logits do not move, nor MemN2N's when the appended
+    tokens are replaced (the causal mask)."""
     import torch
 
     from mini_transformer.model import TransformerConfig, TransformerLM
 
-    def largest_change(scheme, T=8):
-        torch.manual_seed(0)
+    def largest_changes(scheme, init, T=8):  # (appended, replaced), in the logits' std
+        torch.manual_seed(init)
         model = TransformerLM(
             TransformerConfig(
                 vocab_size=16,
@@ -1185,13 +1188,20 @@ def test_appending_8_tokens_moves_memn2n_first_logits_by_the_quoted_1_0_stds():
             )
         ).eval()
         idx = torch.randint(0, 16, (1, 2 * T), generator=torch.Generator().manual_seed(1))
+        other = torch.cat([idx[:, :T], (idx[:, T:] + 1) % 16], dim=1)
         with torch.no_grad():
             full = model(idx)[0][:, :T]
             early = model(idx[:, :T])[0]
-        return float((early - full).abs().max() / full.std())
+            replaced = model(other)[0][:, :T]
+        sd = full.std()
+        return float((early - full).abs().max() / sd), float((replaced - full).abs().max() / sd)
 
-    assert round(largest_change("memn2n"), 1) == 1.0
-    assert largest_change("sinusoidal") < 1e-4
+    memn2n = [largest_changes("memn2n", k) for k in range(10)]
+    appended = [a for a, _ in memn2n]
+    assert round(appended[0], 1) == 1.0  # the cell's initialisation
+    assert (round(min(appended), 2), round(max(appended), 2)) == (0.70, 1.26)
+    assert max(r for _, r in memn2n) < 1e-5
+    assert max(largest_changes("sinusoidal", k)[0] for k in range(10)) < 1e-4
 
 
 # --- section 3.7: MemN2N-style codes replaced (tools/code_spacing.py) ---
