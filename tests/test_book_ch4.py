@@ -884,8 +884,8 @@ def test_more_keys_per_row_ratio_over_twenty_draws():
     # the "More keys per row" dropdown (section 4.3): its cell's generator, seeds [T, draw], for 20
     # draws of 2,000 rows at d_k = 1024 (the cell's three are draws 0-2); per unit of raw q . k,
     # the median ||J||_F scaled over unscaled. Single draws spread widely; the median draw falls
-    # below 1 at 1,024 keys. Quoted in the dropdown: 252 to 877 at 16 keys, 0.36 to 0.84 (median
-    # 0.62) at 1,024
+    # below 1 at 1,024 keys. Pinned: 252 to 877 at 16 keys, 0.36 to 0.84 (median 0.62) at 1,024;
+    # the dropdown says only: in the hundreds at 16 keys, below 1 at 1,024, in every draw
     import numpy as np
 
     def j_size(a):
