@@ -59,6 +59,13 @@ control: Vaswani et al.'s times sqrt(d_model) goes with that draw, not with 0.02
 
     python tools/extrapolation_lab.py --steps 10000 --schemes sinusoidal --token-std 0.125 \\
         --eval-lengths 32 48 64 128 256 --out mini_transformer/results/03_token_std.json
+
+(its config names the option ``sinusoidal_token_std``, as the tool did then; now ``token_std``).
+The same draw for the learned model (``results/03_learned_std.json``; a reviewer's control, s71:
+is the learned model's failure past L also the 0.02 draw's?) is one run, copied as above::
+
+    python tools/extrapolation_lab.py --steps 10000 --schemes learned --token-std 0.125 \\
+        --eval-lengths 32 48 64 128 256 --out mini_transformer/results/03_learned_std.json
 """
 
 from __future__ import annotations
@@ -133,8 +140,8 @@ def _train_and_evaluate(scheme: str, cfg: LabConfig, seed: int) -> tuple[dict, d
     pos_scale = cfg.extra.get("sinusoidal_pos_scale")
     if scheme == "sinusoidal" and pos_scale is not None:  # the other control (--pos-scale)
         model.pos_emb.pe.mul_(pos_scale)
-    token_std = cfg.extra.get("sinusoidal_token_std")
-    if scheme == "sinusoidal" and token_std is not None:  # the third control (--token-std)
+    token_std = cfg.extra.get("token_std", cfg.extra.get("sinusoidal_token_std"))  # old name
+    if scheme in ("sinusoidal", "learned") and token_std is not None:  # third control (--token-std)
         with torch.no_grad():  # the same N(0, 0.02^2) draw, rescaled (the tied head with it)
             model.tok_emb.weight.mul_(token_std / 0.02)
     w_init = lab.learned_position_weight(model) if scheme == "learned" else None
@@ -376,9 +383,9 @@ def parser() -> argparse.ArgumentParser:
         type=positive_float,
         default=None,
         metavar="S",
-        help="draw the sinusoidal model's token embeddings (tied to its output layer) with std S "
-        "instead of 0.02, still times sqrt(d_model) (a control: S = d_model**-0.5, the draw "
-        "that tensor2tensor pairs with Vaswani et al.'s sqrt(d_model))",
+        help="draw the sinusoidal or learned model's token embeddings (tied to its output layer) "
+        "with std S instead of 0.02 (the sinusoidal model's still times sqrt(d_model); a control: "
+        "S = d_model**-0.5, the draw that tensor2tensor pairs with Vaswani et al.'s sqrt(d_model))",
     )
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads (1 = bit-stable)")
     p.add_argument(
@@ -432,7 +439,7 @@ def _config(args: argparse.Namespace) -> LabConfig:
         eval_lengths=args.eval_lengths,
         extra=({} if args.embed_scale is None else {"sinusoidal_embed_scale": args.embed_scale})
         | ({} if args.pos_scale is None else {"sinusoidal_pos_scale": args.pos_scale})
-        | ({} if args.token_std is None else {"sinusoidal_token_std": args.token_std}),
+        | ({} if args.token_std is None else {"token_std": args.token_std}),
     )
 
 
