@@ -1084,6 +1084,66 @@ def test_the_verdict_at_other_widths(name, d_k, picks, split, cw_lower):
     assert sum(b < a for a, b in zip(*loss, strict=True)) == cw_lower
 
 
+def _picks_by_errors(runs, step):
+    """Each start's rate with the fewest mean top-1 errors on the picking queries (ties: the lower
+    median picking loss), as section 4.11's ``picked(step, "errors")``."""
+    import numpy as np
+
+    rates = runs["result"]["rates"]
+
+    def key(s, r):
+        errors = float(np.mean(_window(runs, s, r, step, "pick_errors")))
+        return errors, float(np.median(_window(runs, s, r, step, "pick_loss")))
+
+    return tuple(min(rates, key=lambda r, s=s: key(s, r)) for s in ("W", "4W"))
+
+
+def test_section_4_11_both_picking_rules(long_window):
+    """Section 4.11's table "rates picked by loss | by errors", pinned on the stored runs: picked
+    by the picking queries' errors (the metric judged), W makes fewer fresh errors than 4W at
+    every checkpoint to 1,200 steps (7 / 0 there, p = 0.016) and at d_k = 64 (8 / 1) and 1,024
+    (9 / 0); picked by loss the lead narrows to 6 / 2 at 1,200 (p = 0.29) and 7 / 2 at both
+    widths. W's error pick is the grid's lowest rate at 1,000 and 1,200 steps and at both widths."""
+    runs = {256: long_window}
+    for d in (64, 1024):
+        result = data.load_result(f"04_dk_{d}")
+        scores = {(r["start"], r["rate"], r["seed"]): r["scores"] for r in result["runs"]}
+        runs[d] = {"result": result, "scores": scores}
+    rows = [(256, t) for t in long_window["result"]["checkpoints"]] + [(64, 200), (1024, 200)]
+    table, err_picks = {}, {}
+    for d, t in rows:
+        by_err = _picks_by_errors(runs[d], t)
+        err_picks[d, t] = by_err
+        table[d, t] = (_split(runs[d], _picks(runs[d], t), t), _split(runs[d], by_err, t))
+    assert table == {
+        (256, 100): ((9, 0), (9, 0)),
+        (256, 200): ((9, 0), (9, 0)),
+        (256, 300): ((8, 1), (8, 0)),
+        (256, 400): ((8, 0), (9, 0)),
+        (256, 600): ((7, 1), (8, 0)),
+        (256, 800): ((8, 0), (9, 0)),
+        (256, 1000): ((7, 1), (9, 0)),
+        (256, 1200): ((6, 2), (7, 0)),
+        (64, 200): ((7, 2), (8, 1)),
+        (1024, 200): ((7, 2), (9, 0)),
+    }
+    assert err_picks == {
+        (256, 100): (0.004, 0.016),
+        (256, 200): (0.004, 0.016),
+        (256, 300): (0.004, 0.01),
+        (256, 400): (0.004, 0.01),
+        (256, 600): (0.004, 0.01),
+        (256, 800): (0.0025, 0.0063),
+        (256, 1000): (0.001, 0.004),
+        (256, 1200): (0.001, 0.004),
+        (64, 200): (0.004, 0.016),
+        (1024, 200): (0.004, 0.01),
+    }
+    # 1,200 steps by errors: two ties (seeds 0 and 3), W fewer on the other seven
+    assert _window(long_window, "W", 0.001, 1200) == [0, 0, 2, 1, 0, 0, 0, 0, 0]
+    assert _window(long_window, "4W", 0.004, 1200) == [0, 1, 5, 1, 3, 6, 4, 4, 5]
+
+
 def test_batch_summed_gradient_to_wq_is_larger_unscaled_on_other_seeds():
     # section 4.3's batch side on five other seeds: at d_k = 1024, 16 keys, 2,000 rows, the gradient
     # reaching W^Q, sum_i x_i^T dL/dq_i (random inputs x_i, per unit of raw q . k), is larger
