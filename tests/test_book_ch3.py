@@ -1543,6 +1543,40 @@ def test_token_std_control_is_the_sweeps_sinusoidal_run_with_tokens_drawn_at_std
     assert sin["accuracy"][str(L)]["per_seed"] == [1.0, 1.0, 1.0] and sin["final_loss"] == [0.0] * 3
 
 
+def test_learned_std_control_is_the_sweeps_learned_run_with_tokens_drawn_at_std_0_125(res):
+    # section 3.6's learned row at std 0.125 (a reviewer's control, the twin of 03_token_std): the
+    # same recipe and seeds, the learned model's token rows (and the tied output layer) drawn
+    # with std d_model^-1/2 = 0.125 (no factor 8: the learned model has none)
+    import shlex
+
+    import extrapolation_lab
+
+    run = data.load_result("03_learned_std")
+    assert run["command"] == (
+        "python tools/extrapolation_lab.py --steps 10000 --schemes learned --token-std 0.125 "
+        "--eval-lengths 32 48 64 128 256 --out mini_transformer/results/03_learned_std.json"
+    )
+    args = extrapolation_lab.parser().parse_args(shlex.split(run["command"])[2:])
+    assert args.token_std == 0.125 and args.schemes == ["learned"] and args.steps == 10000
+    assert run["config"] == res["config"] | {"extra": {"token_std": 0.125}}
+    assert run["seeds"] == res["seeds"] == [0, 1, 2] and run["complete"]
+    lrn = run["results"]["learned"]
+    L = res["config"]["train_length"]
+    beyond = {
+        T: lrn["accuracy_beyond"][str(T)]["per_seed"] for T in (3 * L // 2, 2 * L, 4 * L, 8 * L)
+    }
+    # section 3.6 and the Summary quote 0.058 to 0.072 (chance 1/16), every seed and length
+    assert beyond == {
+        48: [0.0581, 0.0588, 0.071],
+        64: [0.0635, 0.067, 0.0719],
+        128: [0.0643, 0.0618, 0.0723],
+        256: [0.0632, 0.0604, 0.0693],
+    }
+    every = [v for seeds in beyond.values() for v in seeds]
+    assert (_r3(min(every)), _r3(max(every))) == (0.058, 0.072)
+    assert lrn["accuracy"][str(L)]["per_seed"] == [1.0, 1.0, 1.0] and lrn["final_loss"] == [0.0] * 3
+
+
 def test_position_lists_pins_and_matches_the_shifted_window(shifted):
     # 03_position_lists (section 3.7's position lists): the same retrained sinusoidal models;
     # the list 16-31,32-47 is the window at p0 = 16 of 03_shifted, query by query
