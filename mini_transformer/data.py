@@ -46,7 +46,7 @@ RESULTS = ("extrapolation", "03_scale_control", "04_score_functions", "05_stabil
     "06_clip_seeds_20_39", "06_clip_seeds_40_79", "03_code_spacing", "06_gap_split",
     "06_cpu_recipe_sweep", "03_shifted", "05_long_budget", "06_clip_low_rate", "04_long_window",
     "05_reset", "06_clip_600", "06_clip_unclipped_004", "03_token_std", "05_reset_keep",
-    "03_spacing_end", "06_clip_warmup_15", "06_clip_warmup_15_006", "05_reset_dir",
+    "03_spacing_end", "06_clip_warmup_15", "06_clip_warmup_15_006", "05_reset_dir", "06_cpu_seeds",
     "03_position_lists", "04_dk_64", "04_dk_1024", "05_reset_shape", "03_learned_std")  # fmt: skip
 
 
