@@ -43,7 +43,7 @@ WORK_SEPARATOR = "\n\n"
 RESULTS = ("extrapolation", "03_scale_control", "04_score_functions", "05_stability",
     "05_seeds_5_9", "attention_benchmark", "attention_benchmark_h100", "06_gpu_whole_text",
     "03_lab_attention", "05_logged_runs", "06_clip_seeds", "03_alibi_long", "03_pos_scale",
-    "06_clip_seeds_20_39", "06_clip_seeds_40_79", "03_code_spacing", "06_gap_split",
+    "06_clip_seeds_20_39", "06_clip_seeds_40_79", "03_code_spacing", "06_gap_split", "04_new_seeds",
     "06_cpu_recipe_sweep", "03_shifted", "05_long_budget", "06_clip_low_rate", "04_long_window",
     "05_reset", "06_clip_600", "06_clip_unclipped_004", "03_token_std", "05_reset_keep",
     "03_spacing_end", "06_clip_warmup_15", "06_clip_warmup_15_006", "05_reset_dir", "06_cpu_seeds",

@@ -32,6 +32,12 @@ and 1,024 (c = 2.83, 5.66; the larger start is still labelled ``'4W'``), 200 ste
         --checkpoints 100 200 --out mini_transformer/results/04_dk_64.json
     python tools/adam_long_window.py --d-k 1024 --rates 0.004 0.01 0.016 0.025 \
         --checkpoints 100 200 --out mini_transformer/results/04_dk_1024.json
+
+A reviewer then asked whether the 200-step verdict holds on new starts: the chapter's protocol at
+its picked rate only, on seeds 9-17 (25 s)::
+
+    python tools/adam_long_window.py --seeds 9 10 11 12 13 14 15 16 17 --rates 0.01 \
+        --checkpoints 200 --out mini_transformer/results/04_new_seeds.json
 """
 
 from __future__ import annotations
