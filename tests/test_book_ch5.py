@@ -831,3 +831,29 @@ def test_the_shape_rows_of_section_5_9(keep_and_dir):
         assert shape_end[spectrum, s] < end[w2, s] and shape_end[rank1, s] < end[w2, s], s
         assert S.LEARNED_BELOW < shape_end[offset, s] < 2.5, s
         assert shape_end[offset, s] > max(shape_end[spectrum, s], shape_end[rank1, s]), s
+
+
+def test_section_5_9_moves_as_far_are_the_tools():
+    """Section 5.9's stream-change cell rebuilds the table's random and offset moves inline
+    (``as_far``, generator 77 + seed, layers 1-3 in order): they must be the moves that
+    tools/reset_control.py's ``redirected`` made for the stored rows."""
+    import ast
+    import json
+    from pathlib import Path
+
+    import reset_control as tool
+
+    cells = json.loads((Path(__file__).parent.parent / "book/05_layernorm.ipynb").read_text())
+    sources = ["".join(c["source"]) for c in cells["cells"]]
+    source = next(s for s in sources if "def as_far(" in s)
+    tree = ast.parse(source)
+    as_far = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "as_far")
+    space = {"torch": torch}
+    exec(compile(ast.Module([as_far], []), "as_far", "exec"), space)
+    moves = [torch.randn(64, 256, generator=torch.Generator().manual_seed(k)) for k in range(3)]
+    for how in ("random", "offset"):
+        mine, theirs = torch.Generator().manual_seed(77), torch.Generator().manual_seed(77)
+        for d in moves:
+            a, b = space["as_far"](d, how, mine), tool.redirected(d, how, theirs)
+            assert torch.equal(a, b), how
+            assert abs(a.norm().item() / d.norm().item() - 1) < 1e-4  # the same norm (float32)
