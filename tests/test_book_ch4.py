@@ -1084,6 +1084,36 @@ def test_the_verdict_at_other_widths(name, d_k, picks, split, cw_lower):
     assert sum(b < a for a, b in zip(*loss, strict=True)) == cw_lower
 
 
+def test_the_verdict_on_nine_new_seeds():
+    """Section 4.11's verdict cell and its "Why divide" paragraph, pinned on the stored
+    ``04_new_seeds``: the chapter's protocol (``tools/adam_long_window.py``) at the loss-picked
+    scaled-equivalent rate 0.01 on nine new seeds (9-17), 200 steps; scaled (W) made fewer
+    top-1 errors than unscaled (4W) on 8 seeds, more on 0, with 1 tie."""
+    import shlex
+
+    import adam_long_window as tool
+
+    result = data.load_result("04_new_seeds")
+    argv = shlex.split(result["command"])
+    assert argv[:2] == ["python", "tools/adam_long_window.py"] and result["complete"]
+    args = tool.parser().parse_args(argv[2:])
+    assert args.out == "mini_transformer/results/04_new_seeds.json"
+    assert args.seeds == result["seeds"] == list(range(9, 18)) and args.d_k == result["d_k"] == 256
+    assert args.rates == result["rates"] == [0.01]
+    assert args.checkpoints == result["checkpoints"] == [200]
+    assert len(result["runs"]) == 2 * 9
+    for r in result["runs"]:
+        assert r["steps"] == 200 and list(r["scores"]) == ["200"]
+        assert r["lr"] == (0.01 if r["start"] == "W" else 0.01 / 4)
+    errors = {(r["start"], r["seed"]): r["scores"]["200"]["fresh_errors"] for r in result["runs"]}
+    e_w = [errors["W", s] for s in range(9, 18)]
+    e_4w = [errors["4W", s] for s in range(9, 18)]
+    assert e_w == [1, 1, 0, 3, 0, 3, 3, 7, 0]
+    assert e_4w == [7, 3, 4, 5, 6, 10, 9, 7, 7]
+    pairs = list(zip(e_w, e_4w, strict=True))
+    assert (sum(a < b for a, b in pairs), sum(a > b for a, b in pairs)) == (8, 0)
+
+
 def _picks_by_errors(runs, step):
     """Each start's rate with the fewest mean top-1 errors on the picking queries (ties: the lower
     median picking loss), as section 4.11's ``picked(step, "errors")``."""
