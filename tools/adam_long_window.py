@@ -38,6 +38,13 @@ its picked rate only, on seeds 9-17 (25 s)::
 
     python tools/adam_long_window.py --seeds 9 10 11 12 13 14 15 16 17 --rates 0.01 \
         --checkpoints 200 --out mini_transformer/results/04_new_seeds.json
+
+A reviewer then asked whether a still smaller start does better still: ``--small-start 4`` adds a
+third start, scaled attention from ``W / 4`` at each rate ``r`` (labelled ``'W/4'``), on the
+chapter's seeds and a grid around its pick, 200 steps::
+
+    python tools/adam_long_window.py --small-start 4 --rates 0.0025 0.004 0.0063 0.01 0.016 \
+        --checkpoints 200 --out mini_transformer/results/04_small_start.json
 """
 
 from __future__ import annotations
@@ -101,10 +108,11 @@ def score_fresh(model: ScoreModel, batch) -> tuple[float, int]:
     return q_loss.mean().item(), int((out.argmax(-1) != target).sum())
 
 
-def start_of(seed: int, d_k: int = D_K) -> dict:
-    """Section 4.11's random start W for ``seed`` (PyTorch's default initialisation)."""
+def start_of(seed: int, d_k: int = D_K, divide: float = 1.0) -> dict:
+    """Section 4.11's random start W for ``seed`` (PyTorch's default initialisation), or W /
+    ``divide`` (the still smaller start of ``--small-start``)."""
     torch.manual_seed(seed)
-    return ScoreModel("scaled", d_k).state_dict()
+    return {name: w / divide for name, w in ScoreModel("scaled", d_k).state_dict().items()}
 
 
 def train_scored(
@@ -135,9 +143,11 @@ def run_all(
     d_k: int = D_K,
     rates=RATES,
     checkpoints=CHECKPOINTS,
+    small_start: int | None = None,
 ) -> dict:
     """Every (seed, rate, start); the JSON-ready result. At another ``d_k`` the larger start is
-    ``c W`` with ``c = d_k^(1/4)``, still labelled ``'4W'`` (the chapter's name for it)."""
+    ``c W`` with ``c = d_k^(1/4)``, still labelled ``'4W'`` (the chapter's name for it). With
+    ``small_start = K`` a third start, scaled from ``W / K`` at ``r``, is labelled ``'W/K'``."""
     t0, head, runs = time.perf_counter(), provenance(), []
     pick = retrieval_batch(torch.Generator().manual_seed(PICK_SEED), batch_size=QUERIES)
     fresh = retrieval_batch(torch.Generator().manual_seed(FRESH_SEED), batch_size=QUERIES)
@@ -150,8 +160,14 @@ def run_all(
             f"and unscaled at r / c, c = d_k^(1/4) = {c:.4g} (= scaled from cW at r, '4W'); Adam "
             "(PyTorch defaults), batch order 100 + seed, start W = seed's ScoreModel('scaled', "
             "d_k); scores: loss -ln(o_y* + 1e-9) and top-1 errors on 4,096 picking queries (seed "
-            "6000) and 4,096 fresh ones (seed 5000), at each checkpoint",
+            "6000) and 4,096 fresh ones (seed 5000), at each checkpoint"
+            + (
+                f"; a third start, scaled from W / {small_start} at r ('W/{small_start}')"
+                if small_start
+                else ""
+            ),
             "d_k": d_k,
+            "small_start": small_start,
             "picked_rate": PICKED,
             "checkpoints": list(checkpoints),
             "rates": list(rates),
@@ -164,12 +180,17 @@ def run_all(
         }
 
     for seed in seeds:
-        start = start_of(seed, d_k)
+        starts = {"W": start_of(seed, d_k)}
+        arms = [("W", "W", "scaled", 1.0), ("4W", "W", "unscaled", 1 / c)]
+        if small_start:
+            starts["small"] = start_of(seed, d_k, small_start)
+            arms.append((f"W/{small_start}", "small", "scaled", 1.0))
         for rate in rates:
             marks = checkpoints if rate == PICKED else grid_checkpoints
-            for name, kind, lr in (("W", "scaled", rate), ("4W", "unscaled", rate / c)):
+            for name, begin, kind, factor in arms:
+                lr = rate * factor
                 t1 = time.perf_counter()
-                scores = train_scored(kind, lr, start, 100 + seed, marks, pick, fresh, d_k)
+                scores = train_scored(kind, lr, starts[begin], 100 + seed, marks, pick, fresh, d_k)
                 runs.append({"start": name, "kind": kind, "rate": rate, "lr": lr, "seed": seed,
                              "steps": max(marks), "scores": scores,
                              "wall_s": round(time.perf_counter() - t1, 2)})  # fmt: skip
@@ -189,6 +210,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--d-k", type=positive_int, default=D_K, help=f"default {D_K}")
     p.add_argument("--rates", type=positive_float, nargs="+", default=list(RATES))
     p.add_argument("--checkpoints", type=positive_int, nargs="+", default=list(CHECKPOINTS))
+    p.add_argument("--small-start", type=positive_int, default=None, metavar="K",
+                   help="add a third start, scaled attention from W / K at each rate")  # fmt: skip
     return p
 
 
@@ -204,6 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
             d_k=a.d_k,
             rates=tuple(a.rates),
             checkpoints=tuple(sorted(set(a.checkpoints))),
+            small_start=a.small_start,
         ),
     )
 
