@@ -64,7 +64,6 @@ jobs; load average 3 to 5), their files then merged into one (``runs``; each par
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -193,7 +192,6 @@ def main(argv: list[str] | None = None) -> dict:
             result["runs"][str(seed)] = arms
             save(result)
         result["wall_time_s"] = round(time.perf_counter() - t0, 1)
-        result["load_average_1min_after"] = os.getloadavg()[0]
         return result
 
     command = command_line("tools/clip_seeds.py", argv)

@@ -17,7 +17,6 @@ Run (about 1.2 min a seed on 1 thread of a quiet 2-core AMD EPYC with avx512_bf1
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -74,7 +73,6 @@ def main(argv: list[str] | None = None) -> dict:
             result["runs"][str(seed)] = cpu_run(seed, val_ids)
             save(result)
         result["wall_time_s"] = round(time.perf_counter() - t0, 1)
-        result["load_average_1min_after"] = os.getloadavg()[0]
         return result
 
     command = command_line("tools/cpu_seeds.py", argv)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
 
 import numpy as np
@@ -240,7 +239,6 @@ def main(argv: list[str] | None = None) -> dict:
             args.windows, args.draws, args.seed, args.batch_size, works,
         )  # fmt: skip
         result["wall_time_s"] = round(time.perf_counter() - t0, 1)
-        result["load_average_1min_after"] = os.getloadavg()[0]
         return result
 
     command = command_line("tools/gap_split.py", argv)

@@ -14,7 +14,6 @@ Run (about 15 min on 1 thread of a loaded 2-core machine)::
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import torch
@@ -67,7 +66,6 @@ def main(argv: list[str] | None = None) -> dict:
             }
             save(result)
         result["wall_time_s"] = round(time.perf_counter() - t0, 1)
-        result["load_average_1min_after"] = os.getloadavg()[0]
         return result
 
     command = command_line("tools/gpu_whole_text.py", argv)

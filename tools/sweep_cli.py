@@ -64,7 +64,9 @@ def run_sweep_cli(
     """:func:`run_cli` for a sweep that writes one JSON file.
 
     Checks ``out`` before any work, runs ``sweep(save)`` on one torch thread (``save``
-    rewrites ``out`` with the result so far), writes the result with ``"command"`` first.
+    rewrites ``out`` with the result so far), writes the result with ``"command"`` first and
+    the 1-minute load average after the run last (with :func:`provenance`'s "before", it says
+    how busy the machine was while the timed runs ran).
     """
     import torch
 
@@ -73,6 +75,7 @@ def run_sweep_cli(
     def work(_) -> dict:
         torch.set_num_threads(1)
         result = head | sweep(lambda so_far: write_json(head | so_far, out))
+        result["load_average_1min_after"] = os.getloadavg()[0]
         write_json(result, out)
         print(printable(f"wrote {out} in {result['wall_time_s']} s"))
         return result
