@@ -1114,6 +1114,52 @@ def test_the_verdict_on_nine_new_seeds():
     assert (sum(a < b for a, b in pairs), sum(a > b for a, b in pairs)) == (8, 0)
 
 
+def test_the_still_smaller_start():
+    """Section 4.11's "Why divide" paragraph and its fold "A still smaller start", pinned on the
+    stored ``04_small_start``: the chapter's protocol (``tools/adam_long_window.py``) with a third
+    start, scaled attention from W / 4, seeds 0-8, 200 steps. Picked by median picking loss, W and
+    W/4 take 0.01 and 4W 0.016; at 0.01 W/4 made more fresh top-1 errors than W on 9 of 9 seeds,
+    while at 0.0025 it matched W (2 more, 3 fewer)."""
+    import shlex
+    import statistics
+
+    import adam_long_window as tool
+
+    result = data.load_result("04_small_start")
+    argv = shlex.split(result["command"])
+    assert argv[:2] == ["python", "tools/adam_long_window.py"] and result["complete"]
+    args = tool.parser().parse_args(argv[2:])
+    assert args.out == "mini_transformer/results/04_small_start.json"
+    assert args.small_start == result["small_start"] == 4
+    assert args.seeds == result["seeds"] == list(range(9)) and args.d_k == result["d_k"] == 256
+    assert args.rates == result["rates"] == [0.0025, 0.004, 0.0063, 0.01, 0.016]
+    assert args.checkpoints == result["checkpoints"] == [200]
+    assert len(result["runs"]) == 3 * 5 * 9
+    factor = {"W": 1.0, "4W": 1 / 4, "W/4": 1.0}  # learning rate over scaled-equivalent rate
+    for r in result["runs"]:
+        assert r["steps"] == 200 and list(r["scores"]) == ["200"]
+        assert r["lr"] == r["rate"] * factor[r["start"]]
+    at = {(r["start"], r["rate"], r["seed"]): r["scores"]["200"] for r in result["runs"]}
+
+    def runs(start, rate, what="fresh_errors"):
+        return [at[start, rate, s][what] for s in range(9)]
+
+    picks = {
+        s: min(result["rates"], key=lambda r, s=s: statistics.median(runs(s, r, "pick_loss")))
+        for s in ("W", "4W", "W/4")
+    }
+    assert picks == {"W": 0.01, "4W": 0.016, "W/4": 0.01}
+    assert runs("W", 0.01) == [0, 1, 1, 2, 1, 1, 3, 1, 2]
+    assert runs("4W", 0.01) == [3, 5, 12, 8, 9, 5, 7, 7, 5]
+    assert runs("W/4", 0.01) == [5, 3, 4, 4, 2, 4, 7, 2, 4]
+    assert runs("W/4", 0.0025) == [1, 2, 1, 0, 1, 1, 1, 1, 0]
+    assert round(statistics.median(runs("W/4", 0.0025, "pick_loss")), 4) == 0.0199
+    more = sum(a > b for a, b in zip(runs("W/4", 0.01), runs("W", 0.01), strict=True))
+    assert more == 9  # the 9 of 9
+    pairs = list(zip(runs("W/4", 0.0025), runs("W", 0.01), strict=True))
+    assert (sum(a > b for a, b in pairs), sum(a < b for a, b in pairs)) == (2, 3)
+
+
 def _picks_by_errors(runs, step):
     """Each start's rate with the fewest mean top-1 errors on the picking queries (ties: the lower
     median picking loss), as section 4.11's ``picked(step, "errors")``."""
