@@ -37,6 +37,15 @@ a rank-1 ``u v^T`` that is no offset::
         --rows "all but the embeddings; W^2 of layers 1-3 moved with its spectrum, randomly" \
         "all but the embeddings; W^2 of layers 1-3 moved as far as an offset u 1^T" \
         "all but the embeddings; W^2 of layers 1-3 moved as far at rank 1, u v^T"
+
+The stream-matched control (a reviewer's: a random move of the real move's Frobenius norm changes
+the stream 7-8 times less, so the direction rows mix direction and size): each layer's random or
+offset move scaled so that it changes that layer's FFN output on the held-out batch as much as
+the real move does (mean per-token ``||h M^T||``, ``h`` the layer's ReLU activations there)::
+
+    python tools/reset_control.py --out mini_transformer/results/05_reset_stream.json \
+        --rows "all but the embeddings; W^2 of layers 1-3 moved randomly, as far in the stream" \
+        "all but the embeddings; W^2 of layers 1-3 as an offset u 1^T, as far in the stream"
 """
 
 from __future__ import annotations
@@ -116,6 +125,15 @@ ROWS = {
     "all but the embeddings; W^2 of layers 1-3 moved with its spectrum, randomly": (True, _keep_w2),
     "all but the embeddings; W^2 of layers 1-3 moved as far as an offset u 1^T": (True, _keep_w2),
     "all but the embeddings; W^2 of layers 1-3 moved as far at rank 1, u v^T": (True, _keep_w2),
+    # the stream-matched control (a reviewer's): as far in the layer's output, not in norm
+    "all but the embeddings; W^2 of layers 1-3 moved randomly, as far in the stream": (
+        True,
+        _keep_w2,
+    ),
+    "all but the embeddings; W^2 of layers 1-3 as an offset u 1^T, as far in the stream": (
+        True,
+        _keep_w2,
+    ),
 }
 REDIRECT = {  # row -> how the kept W^2's displacement d from its initial value is redirected
     "all but the embeddings; W^2 of layers 1-3 moved as far, randomly": "random",
@@ -123,7 +141,10 @@ REDIRECT = {  # row -> how the kept W^2's displacement d from its initial value 
     "all but the embeddings; W^2 of layers 1-3 moved with its spectrum, randomly": "spectrum",
     "all but the embeddings; W^2 of layers 1-3 moved as far as an offset u 1^T": "offset",
     "all but the embeddings; W^2 of layers 1-3 moved as far at rank 1, u v^T": "rank1",
+    "all but the embeddings; W^2 of layers 1-3 moved randomly, as far in the stream": "random",
+    "all but the embeddings; W^2 of layers 1-3 as an offset u 1^T, as far in the stream": "offset",
 }
+STREAM_MATCHED = {row for row in REDIRECT if row.endswith("as far in the stream")}
 FIRST_ROWS = tuple(ROWS)[:6]  # the rows of the first result, 05_reset.json
 
 
@@ -135,12 +156,32 @@ def switch(step: int) -> float:
     return 1e-2 if step < SWITCH_AT else 1e-3
 
 
+def _ffn_input(model, layer: int, idx: torch.Tensor) -> torch.Tensor:
+    """``h`` ``(tokens, d_ff)``: the ReLU activations entering W^2 of ``layer`` (0-based) on
+    ``idx``."""
+    seen = []
+    hook = model.blocks[layer].ffn.linear2.register_forward_pre_hook(
+        lambda module, args: seen.append(args[0])
+    )
+    model(idx)
+    hook.remove()
+    return seen[0].flatten(0, 1)
+
+
 def control_run(
-    seed, rate=switch, steps=300, restart_at=None, reset=lambda name: False, redirect=None
+    seed,
+    rate=switch,
+    steps=300,
+    restart_at=None,
+    reset=lambda name: False,
+    redirect=None,
+    stream_matched=False,
 ):
     """Section 5.9's ``control_run``: ``(held-out copy loss, training losses every 10 steps)``;
     ``redirect`` (see :func:`redirected`) turns the kept W^2 of layers 1-3 at the restart
-    (generator ``77 + seed``)."""
+    (generator ``77 + seed``). With ``stream_matched`` each layer's turned move ``r`` is then
+    rescaled, layer 1 first (the layers below already moved), so that the mean per-token
+    ``||h r^T||`` on the first held-out batch equals the real move's ``||h d^T||``."""
     cfg = S.StabilityConfig()
     torch.manual_seed(seed)
     model = S.xiong_lm(cfg, "post")
@@ -158,9 +199,23 @@ def control_run(
                     if reset(name):
                         w.copy_(initial[name])
                     elif (
-                        redirect and name.endswith("ffn.linear2.weight") and _blocks(1, 2, 3)(name)
+                        redirect
+                        and not stream_matched
+                        and name.endswith("ffn.linear2.weight")
+                        and _blocks(1, 2, 3)(name)
                     ):
                         w.copy_(initial[name] + redirected(w - initial[name], redirect, turn))
+                if stream_matched:
+                    idx = S.copy_task_batch(cfg, torch.Generator().manual_seed(999_999))[0]
+                    for layer in range(3):
+                        w = model.blocks[layer].ffn.linear2.weight
+                        start = initial[f"blocks.{layer}.ffn.linear2.weight"]
+                        d = w - start
+                        w.copy_(start)
+                        h = _ffn_input(model, layer, idx)
+                        r = redirected(d, redirect, turn)
+                        k = (h @ d.T).norm(dim=-1).mean() / (h @ r.T).norm(dim=-1).mean()
+                        w.copy_(start + k * r)
             opt = adam()
         loss, _ = train_step(model, opt, *S.copy_task_batch(cfg, batches), rate(step))
         if step % 10 == 0:
@@ -196,7 +251,13 @@ def run_all(seeds=(0, 1, 2, 3, 4), verbose=True, on_progress=None, rows=FIRST_RO
             fresh, reset = ROWS[row]
             t1 = time.perf_counter()
             restart_at, how = SWITCH_AT if fresh else None, REDIRECT.get(row)
-            final, losses = control_run(seed, restart_at=restart_at, reset=reset, redirect=how)
+            final, losses = control_run(
+                seed,
+                restart_at=restart_at,
+                reset=reset,
+                redirect=how,
+                stream_matched=row in STREAM_MATCHED,
+            )
             wall = round(time.perf_counter() - t1, 2)
             runs.append({"row": row, "seed": seed, "final_loss": final, "losses": losses})
             runs[-1]["wall_s"] = wall
