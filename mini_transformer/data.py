@@ -24,10 +24,8 @@ from . import checks
 from .checks import check_choice, check_device, check_instance, check_int, check_size, check_tensor
 from .tasks import IGNORE_INDEX, SYNTHETIC_TASKS, copy_offset_task  # noqa: F401 (contract)
 
-__all__ = [
-    "VAL_WORKS", "WORK_SEPARATOR", "load_works", "load_corpus", "CharTokenizer", "get_batch",
-    "load_result",
-]  # fmt: skip
+__all__ = ["VAL_WORKS", "WORK_SEPARATOR", "load_works", "load_corpus", "CharTokenizer",
+    "get_batch", "load_result"]  # fmt: skip
 
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 CORPUS_ARCHIVE = ASSETS_DIR / "shakespeare.tar.gz"
