@@ -59,6 +59,15 @@ jobs; load average 3 to 5), their files then merged into one (``runs``; each par
     python tools/clip_seeds.py --steps 600 --first-seed 20 --seeds 10 --out part_20.json &
     python tools/clip_seeds.py --steps 600 --first-seed 30 --seeds 10 --out part_30.json
     # merged: mini_transformer/results/06_clip_600.json
+
+A reviewer then asked which of section 6.3's cases makes clipping help. Two unclipped arms at the
+preset's rate, on the 60 seeds: ``early_clip`` clips (to norm 1, as ``grad_clip=1``) only the
+first 6 steps, where clipping mostly fires; ``constant_scale`` multiplies every gradient by 0.2,
+about the clip factor at the start, and never clips (Adam should undo a constant factor, up to
+its epsilon). Both act through an optimizer step pre-hook, with ``grad_clip=0``::
+
+    python tools/clip_seeds.py --mechanism-arms --first-seed 20 --seeds 60 \
+        --out mini_transformer/results/06_clip_mechanism.json
 """
 
 from __future__ import annotations
@@ -68,7 +77,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
 from sweep_cli import command_line, provenance, run_sweep_cli
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from mini_transformer import data, train
 from mini_transformer.cli import _number, positive_float, positive_int
@@ -78,6 +89,26 @@ from mini_transformer.hardware import where_it_ran
 LOWER_LR = 6e-3
 
 
+EARLY_STEPS, CONSTANT_SCALE = 6, 0.2  # the mechanism arms (see the module docstring)
+
+
+def _grad_hook(clip_first: int | None, scale: float | None):
+    """An optimizer step pre-hook: clip the gradients' global norm to 1 in the first
+    ``clip_first`` steps, or multiply every gradient by ``scale``."""
+    steps = [0]
+
+    def hook(optimizer, args, kwargs):
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if clip_first is not None and steps[0] < clip_first:
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+        if scale is not None:
+            for p in params:
+                p.grad.mul_(scale)
+        steps[0] += 1
+
+    return hook
+
+
 def tiny_run(
     seed: int,
     grad_clip: float,
@@ -85,9 +116,12 @@ def tiny_run(
     lr: float | None = None,
     steps: int | None = None,
     warmup_steps: int | None = None,
+    clip_first: int | None = None,
+    scale: float | None = None,
 ) -> dict:
     """One tiny run (``None``: the preset's 60 steps, 5 warm-up steps); its log's last
-    held-out loss and its final weights' whole-text loss."""
+    held-out loss and its final weights' whole-text loss. ``clip_first`` or ``scale``: the
+    mechanism arms' gradient hook (:func:`_grad_hook`), with ``grad_clip=0``."""
     cfg = train.get_preset(
         "tiny",
         device="cpu",
@@ -99,10 +133,16 @@ def tiny_run(
         steps=steps,
         warmup_steps=warmup_steps,
     )
-    built = []
-    with tempfile.TemporaryDirectory() as tmp:
-        train.train(cfg, tmp, argv=[], setup_hook=built.append)  # keeps the model object
-        log = train.read_log(Path(tmp) / "metrics.jsonl")
+    built, handle = [], None
+    if clip_first is not None or scale is not None:
+        handle = register_optimizer_step_pre_hook(_grad_hook(clip_first, scale))
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            train.train(cfg, tmp, argv=[], setup_hook=built.append)  # keeps the model object
+            log = train.read_log(Path(tmp) / "metrics.jsonl")
+    finally:
+        if handle is not None:
+            handle.remove()
     sampled = [r["val_loss"] for r in log if r["event"] == "eval"][-1]
     model = built[0].eval()
     whole = train.estimate_loss(model, val_ids, n_batches=None, batch_size=256, seed=None)
@@ -143,6 +183,12 @@ def main(argv: list[str] | None = None) -> dict:
         help="train this many steps (warm-up, peak rate and floor kept; the cosine ends there)"
         " and run only clipped and unclipped at the preset's rate (default: the preset's 60)",
     )
+    p.add_argument(
+        "--mechanism-arms",
+        action="store_true",
+        help=f"run only early_clip (clip the first {EARLY_STEPS} steps) and constant_scale"
+        f" (every gradient times {CONSTANT_SCALE:g}, never clipped)",
+    )
     p.add_argument("--overwrite", action="store_true")
     args = p.parse_args(argv)
     if args.warmup_steps is not None and args.unclipped_lr is None:
@@ -152,6 +198,10 @@ def main(argv: list[str] | None = None) -> dict:
         preset = (
             f"tiny, precision fp32, device cpu; clipped_lower_lr: grad_clip 1 at lr {LOWER_LR:g}"
             if args.fourth_arm
+            else f"tiny, precision fp32, device cpu, grad_clip 0 at lr 1e-2; early_clip: global"
+            f" norm clipped to 1 in the first {EARLY_STEPS} steps only; constant_scale: every"
+            f" gradient times {CONSTANT_SCALE:g}, never clipped"
+            if args.mechanism_arms
             else f"tiny, precision fp32, device cpu; unclipped_at_lr: grad_clip 0 at lr "
             f"{args.unclipped_lr:g}, warm-up {args.warmup_steps or 5} steps"
             if args.unclipped_lr
@@ -172,6 +222,11 @@ def main(argv: list[str] | None = None) -> dict:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             if args.fourth_arm:
                 arms = {"clipped_lower_lr": tiny_run(seed, 1.0, val_ids, lr=LOWER_LR)}
+            elif args.mechanism_arms:
+                arms = {
+                    "early_clip": tiny_run(seed, 0.0, val_ids, clip_first=EARLY_STEPS),
+                    "constant_scale": tiny_run(seed, 0.0, val_ids, scale=CONSTANT_SCALE),
+                }
             elif args.unclipped_lr:
                 arms = {
                     "unclipped_at_lr": tiny_run(
