@@ -1396,3 +1396,32 @@ def test_the_warm_up_control_unclipped_with_15_warm_up_steps_and_seed_20_rerun(c
     val_ids = corpus[4]
     live = train.estimate_loss(built[0].eval(), val_ids, n_batches=None, batch_size=256, seed=None)
     assert abs(live - runs[20]["warm15"]["whole_text_loss"]) < 2e-3
+
+
+def test_the_mechanism_arms_early_clip_and_constant_scale():
+    """Section 6.4's mechanism control (06_clip_mechanism, ``tools/clip_seeds.py
+    --mechanism-arms``, seeds 20-79, the s75 expert's): unclipped tiny runs at the preset's rate
+    with clipping only in steps 0-5 (early_clip), or every gradient times 0.2 and never clipped
+    (constant_scale). Pins the chapter's three comparisons (mean, standard error, seeds where the
+    first arm ends higher) and the command, parsed as the tool's."""
+    res = data.load_result("06_clip_mechanism")
+    assert res["command"] == (
+        "tools/clip_seeds.py --mechanism-arms --first-seed 20 --seeds 60 "
+        "--out mini_transformer/results/06_clip_mechanism.json"
+    )
+    assert "early_clip" in res["preset"] and "constant_scale" in res["preset"]
+    assert sorted(map(int, res["runs"])) == list(range(20, 80))
+    assert all(set(r) == {"early_clip", "constant_scale"} for r in res["runs"].values())
+    runs = {}
+    for name in ("06_clip_seeds_20_39", "06_clip_seeds_40_79", "06_clip_mechanism"):
+        for k, v in data.load_result(name)["runs"].items():
+            runs.setdefault(int(k), {}).update(v)
+
+    def summary(a, b):  # mean, standard error, seeds where a is above b
+        d = np.array([runs[s][a]["whole_text_loss"] - runs[s][b]["whole_text_loss"] for s in runs])
+        return round(d.mean(), 3), round(d.std(ddof=1) / math.sqrt(len(d)), 3), int((d > 0).sum())
+
+    assert len(runs) == 60
+    assert summary("unclipped", "early_clip") == (0.035, 0.014, 42)
+    assert summary("early_clip", "clipped") == (0.054, 0.01, 47)
+    assert summary("constant_scale", "unclipped") == (-0.002, 0.005, 30)
