@@ -712,11 +712,17 @@ def test_the_reset_rows_pick_the_weights_they_name():
     assert not low & high and low | high == picked["all but the embeddings"]
     assert set(names) - picked["all but the embeddings"] == {"tok_emb.weight", "pos_emb.weight"}
     assert picked["damaged, Adam kept"] == picked["no reset"] == set()
-    assert len(tool.ROWS) == 13  # the first six, two kept, two redirected, three reshaped
+    assert len(tool.ROWS) == 15  # first six, 2 kept, 2 redirected, 3 reshaped, 2 stream-matched
     assert [fresh for fresh, _ in tool.ROWS.values()] == [False] + [True] * (len(tool.ROWS) - 1)
-    reshaped = [row for row, how in tool.REDIRECT.items() if how in ("spectrum", "offset", "rank1")]
-    assert len(reshaped) == 3 and all(
-        picked[row] == picked["all but the embeddings and W^2 of layers 1-3"] for row in reshaped
+    reshaped = [
+        row
+        for row, how in tool.REDIRECT.items()
+        if how in ("spectrum", "offset", "rank1") and row not in tool.STREAM_MATCHED
+    ]
+    assert len(reshaped) == 3 and len(tool.STREAM_MATCHED) == 2
+    assert all(
+        picked[row] == picked["all but the embeddings and W^2 of layers 1-3"]
+        for row in reshaped + sorted(tool.STREAM_MATCHED)
     )
     for linear in (
         "linear1",
@@ -857,3 +863,41 @@ def test_section_5_9_moves_as_far_are_the_tools():
             a, b = space["as_far"](d, how, mine), tool.redirected(d, how, theirs)
             assert torch.equal(a, b), how
             assert abs(a.norm().item() / d.norm().item() - 1) < 1e-4  # the same norm (float32)
+
+
+def test_the_stream_matched_rows_of_section_5_9(keep_and_dir):
+    """05_reset_stream: the stored command parses with tools/reset_control.py and asks for the two
+    stream-matched rows, seeds 0 to 4; pins of committed data: the random move scaled to the real
+    move's change to the stream ended below the real move (05_reset_keep's W^2 row) and below the
+    offset so scaled in every seed, and learned (below 0.5) only in seeds 1 and 3; the offset in
+    none."""
+    import shlex
+
+    import reset_control as tool
+
+    result = data.load_result("05_reset_stream")
+    argv = shlex.split(result["command"])
+    assert argv[:2] == ["python", "tools/reset_control.py"] and result["complete"]
+    args = tool.parser().parse_args(argv[2:])
+    assert args.out == "mini_transformer/results/05_reset_stream.json"
+    stream_rows = [
+        "all but the embeddings; W^2 of layers 1-3 moved randomly, as far in the stream",
+        "all but the embeddings; W^2 of layers 1-3 as an offset u 1^T, as far in the stream",
+    ]
+    assert args.rows == result["rows"] == stream_rows
+    assert set(args.rows) == tool.STREAM_MATCHED
+    assert args.seeds == result["seeds"] == [0, 1, 2, 3, 4]
+    end = {(r["row"], r["seed"]): r["final_loss"] for r in result["runs"]}
+    assert set(end) == {(row, s) for row in args.rows for s in args.seeds}
+    assert len(result["commit"]) == 40 and result["where_it_ran"]["threads"] == 1
+    (keep, keep_end), (random, offset) = keep_and_dir["05_reset_keep"], args.rows
+    real = keep["rows"][0]
+    assert real == "all but the embeddings and W^2 of layers 1-3"
+    for s in range(5):  # the per-seed verdict: random below the real move and below the offset
+        assert end[random, s] < keep_end[real, s] and end[random, s] < end[offset, s], s
+    assert [s for s in range(5) if end[random, s] < S.LEARNED_BELOW] == [1, 3]
+    assert all(S.LEARNED_BELOW < end[offset, s] < 2.5 for s in range(5))
+    gaps = [keep_end[real, s] - end[random, s] for s in range(5)]
+    assert f"{min(gaps):.2f} to {max(gaps):.2f}" == "0.11 to 1.29"
+    gaps = [end[offset, s] - end[random, s] for s in range(5)]
+    assert f"{min(gaps):.2f} to {max(gaps):.2f}" == "0.40 to 0.76"
