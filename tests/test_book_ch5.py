@@ -712,7 +712,7 @@ def test_the_reset_rows_pick_the_weights_they_name():
     assert not low & high and low | high == picked["all but the embeddings"]
     assert set(names) - picked["all but the embeddings"] == {"tok_emb.weight", "pos_emb.weight"}
     assert picked["damaged, Adam kept"] == picked["no reset"] == set()
-    assert len(tool.ROWS) == 15  # first six, 2 kept, 2 redirected, 3 reshaped, 2 stream-matched
+    assert len(tool.ROWS) == 17  # 6 first, 2 kept, 2 redirected, 3 reshaped, 2 matched, 2 split
     assert [fresh for fresh, _ in tool.ROWS.values()] == [False] + [True] * (len(tool.ROWS) - 1)
     reshaped = [
         row
@@ -724,6 +724,12 @@ def test_the_reset_rows_pick_the_weights_they_name():
         picked[row] == picked["all but the embeddings and W^2 of layers 1-3"]
         for row in reshaped + sorted(tool.STREAM_MATCHED)
     )
+    # the real move split in two: its row means d_bar 1^T (constant along each row) and the rest
+    d = torch.randn(8, 32, generator=torch.Generator().manual_seed(3))
+    part = tool.redirected(d, "offset_part", None)
+    rest = tool.redirected(d, "without_offset", None)
+    assert torch.allclose(part + rest, d) and torch.allclose(part, part[:, :1].expand_as(part))
+    assert torch.allclose(rest.sum(dim=1), torch.zeros(8), atol=1e-5)
     for linear in (
         "linear1",
         "linear2",

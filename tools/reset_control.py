@@ -46,6 +46,14 @@ the real move does (mean per-token ``||h M^T||``, ``h`` the layer's ReLU activat
     python tools/reset_control.py --out mini_transformer/results/05_reset_stream.json \
         --rows "all but the embeddings; W^2 of layers 1-3 moved randomly, as far in the stream" \
         "all but the embeddings; W^2 of layers 1-3 as an offset u 1^T, as far in the stream"
+
+The real offset (a reviewer's: the offset rows above are random-sign offsets of the whole move's
+size, not the real move's own offset part): keep only the real move's row means ``d_bar 1^T``,
+or only the rest ``d - d_bar 1^T``::
+
+    python tools/reset_control.py --out mini_transformer/results/05_reset_offset_part.json \
+        --rows "all but the embeddings; W^2 of layers 1-3 kept as its offset part only" \
+        "all but the embeddings; W^2 of layers 1-3 kept without its offset part"
 """
 
 from __future__ import annotations
@@ -88,10 +96,14 @@ def redirected(d: torch.Tensor, how: str, g: torch.Generator) -> torch.Tensor:
     ``d``'s Frobenius norm), ``"shuffled"`` (``d``'s entries permuted: same norm and magnitudes),
     ``"spectrum"`` (``d``'s singular values, random singular vectors), ``"offset"`` (``u 1^T``
     with random signs ``u``: every input unit adds the same output vector, ``d``'s Frobenius
-    norm) or ``"rank1"`` (``u v^T`` with random signs ``u``, ``v``: rank 1, not an offset)."""
+    norm), ``"rank1"`` (``u v^T`` with random signs ``u``, ``v``: rank 1, not an offset),
+    ``"offset_part"`` (``d``'s own row means, ``d_bar 1^T``) or ``"without_offset"`` (the rest)."""
     if how == "random":
         r = torch.randn(d.shape, generator=g)
         return r * d.norm() / r.norm()
+    if how in ("offset_part", "without_offset"):  # the real move's row means d_bar 1^T, or the rest
+        part = d.mean(dim=1, keepdim=True).expand_as(d)
+        return part.clone() if how == "offset_part" else d - part
     if how == "shuffled":
         return d.flatten()[torch.randperm(d.numel(), generator=g)].view_as(d)
     if how == "spectrum":
@@ -134,6 +146,9 @@ ROWS = {
         True,
         _keep_w2,
     ),
+    # the real offset (a reviewer's): the real move split into its row means and the rest
+    "all but the embeddings; W^2 of layers 1-3 kept as its offset part only": (True, _keep_w2),
+    "all but the embeddings; W^2 of layers 1-3 kept without its offset part": (True, _keep_w2),
 }
 REDIRECT = {  # row -> how the kept W^2's displacement d from its initial value is redirected
     "all but the embeddings; W^2 of layers 1-3 moved as far, randomly": "random",
@@ -143,6 +158,8 @@ REDIRECT = {  # row -> how the kept W^2's displacement d from its initial value 
     "all but the embeddings; W^2 of layers 1-3 moved as far at rank 1, u v^T": "rank1",
     "all but the embeddings; W^2 of layers 1-3 moved randomly, as far in the stream": "random",
     "all but the embeddings; W^2 of layers 1-3 as an offset u 1^T, as far in the stream": "offset",
+    "all but the embeddings; W^2 of layers 1-3 kept as its offset part only": "offset_part",
+    "all but the embeddings; W^2 of layers 1-3 kept without its offset part": "without_offset",
 }
 STREAM_MATCHED = {row for row in REDIRECT if row.endswith("as far in the stream")}
 FIRST_ROWS = tuple(ROWS)[:6]  # the rows of the first result, 05_reset.json
