@@ -907,3 +907,31 @@ def test_the_stream_matched_rows_of_section_5_9(keep_and_dir):
     assert f"{min(gaps):.2f} to {max(gaps):.2f}" == "0.11 to 1.29"
     gaps = [end[offset, s] - end[random, s] for s in range(5)]
     assert f"{min(gaps):.2f} to {max(gaps):.2f}" == "0.40 to 0.76"
+
+
+def test_the_real_offset_part_rows_of_section_5_9(keep_and_dir):
+    """05_reset_offset_part (the s77 expert's control): the stored command parses with
+    tools/reset_control.py and asks for the two split rows, seeds 0 to 4; pins of committed data:
+    kept alone, the real W^2 move's own offset part (its row means) leaves every seed off the
+    plateau and none learned, near the whole move (05_reset_keep's W^2 row); the rest of the move
+    learns in four of five seeds."""
+    import shlex
+
+    import reset_control as tool
+
+    result = data.load_result("05_reset_offset_part")
+    argv = shlex.split(result["command"])
+    assert argv[:2] == ["python", "tools/reset_control.py"] and result["complete"]
+    args = tool.parser().parse_args(argv[2:])
+    assert args.out == "mini_transformer/results/05_reset_offset_part.json"
+    part, rest = args.rows
+    assert tool.REDIRECT[part] == "offset_part" and tool.REDIRECT[rest] == "without_offset"
+    assert args.rows == result["rows"] and args.seeds == result["seeds"] == [0, 1, 2, 3, 4]
+    end = {(r["row"], r["seed"]): r["final_loss"] for r in result["runs"]}
+    assert set(end) == {(row, s) for row in args.rows for s in args.seeds}
+    keep, keep_end = keep_and_dir["05_reset_keep"]
+    real = keep["rows"][0]
+    assert all(S.LEARNED_BELOW < end[part, s] < 2.5 for s in range(5))  # off the plateau, unlearned
+    assert [s for s in range(5) if end[rest, s] < S.LEARNED_BELOW] == [0, 2, 3, 4]
+    assert all(end[rest, s] < end[part, s] and end[rest, s] < keep_end[real, s] for s in range(5))
+    assert [round(end[part, s], 2) for s in range(5)] == [1.62, 1.24, 1.77, 1.2, 0.9]
