@@ -45,6 +45,13 @@ chapter's seeds and a grid around its pick, 200 steps::
 
     python tools/adam_long_window.py --small-start 4 --rates 0.0025 0.004 0.0063 0.01 0.016 \
         --checkpoints 200 --out mini_transformer/results/04_small_start.json
+
+A reviewer then showed that the mean loss on 4,096 queries is too heavy-tailed to order the two
+starts: ``--large-fresh 65536`` also scores every checkpoint on 65,536 fresh queries (seed 7000),
+at the picked rate, the chapter's seeds, up to step 600::
+
+    python tools/adam_long_window.py --rates 0.01 --checkpoints 200 400 600 --large-fresh 65536 \
+        --out mini_transformer/results/04_large_fresh.json
 """
 
 from __future__ import annotations
@@ -68,6 +75,7 @@ CHECKPOINTS = (100, 200, 300, 400, 600, 800, 1000, 1200)  # every run is scored 
 RATES = (0.001, 0.0025, 0.004, 0.0063, 0.01, 0.016, 0.025)  # scaled-equivalent rates
 GRID_STEPS = 1200
 PICK_SEED, FRESH_SEED, QUERIES = 6000, 5000, 4096  # section 4.11's two query sets
+LARGE_SEED, CHUNK = 7000, 8192  # --large-fresh: a larger fresh set, scored in chunks
 
 __all__ = [
     "PROG",
@@ -108,6 +116,22 @@ def score_fresh(model: ScoreModel, batch) -> tuple[float, int]:
     return q_loss.mean().item(), int((out.argmax(-1) != target).sum())
 
 
+def score_large(model: ScoreModel, chunks) -> tuple[float, int, float]:
+    """``score_fresh`` over a larger fresh set given as chunks: the mean loss over all its
+    queries, the total top-1 errors and the largest single query's loss (the mean is heavy-tailed:
+    one query on a wrong key costs up to about 10 nats, so 4,096 queries may not order two close
+    means)."""
+    total, errors, worst, n = 0.0, 0, 0.0, 0
+    with torch.no_grad():
+        for query, keys, values, target in chunks:
+            out = (model(query, keys).softmax(-1) @ values)[:, 0]
+            q_loss = -torch.log(out.gather(1, target[:, None])[:, 0] + 1e-9)
+            total, n = total + q_loss.double().sum().item(), n + len(target)
+            errors += int((out.argmax(-1) != target).sum())
+            worst = max(worst, q_loss.max().item())
+    return total / n, errors, worst
+
+
 def start_of(seed: int, d_k: int = D_K, divide: float = 1.0) -> dict:
     """Section 4.11's random start W for ``seed`` (PyTorch's default initialisation), or W /
     ``divide`` (the still smaller start of ``--small-start``)."""
@@ -116,10 +140,19 @@ def start_of(seed: int, d_k: int = D_K, divide: float = 1.0) -> dict:
 
 
 def train_scored(
-    kind: str, lr: float, start: dict, data_seed: int, checkpoints, pick, fresh, d_k: int = D_K
+    kind: str,
+    lr: float,
+    start: dict,
+    data_seed: int,
+    checkpoints,
+    pick,
+    fresh,
+    d_k: int = D_K,
+    large=(),
 ) -> dict:
     """Adam (PyTorch defaults) from ``start`` up to the last checkpoint, batch order
-    ``data_seed``; ``{step: scores}`` on both query sets at each checkpoint."""
+    ``data_seed``; ``{step: scores}`` on both query sets at each checkpoint (and on ``large``,
+    chunks of a larger fresh set, when given)."""
     model = ScoreModel(kind, d_k)
     model.load_state_dict(start)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
@@ -133,6 +166,9 @@ def train_scored(
             (pl, pe), (fl, fe) = score_pick(model, pick), score_fresh(model, fresh)
             scores[str(step)] = {"pick_loss": pl, "pick_errors": pe}
             scores[str(step)] |= {"fresh_loss": fl, "fresh_errors": fe}
+            if large:
+                ll, le, lw = score_large(model, large)
+                scores[str(step)] |= {"large_loss": ll, "large_errors": le, "large_worst": lw}
     return scores
 
 
@@ -144,13 +180,18 @@ def run_all(
     rates=RATES,
     checkpoints=CHECKPOINTS,
     small_start: int | None = None,
+    large_fresh: int = 0,
 ) -> dict:
     """Every (seed, rate, start); the JSON-ready result. At another ``d_k`` the larger start is
     ``c W`` with ``c = d_k^(1/4)``, still labelled ``'4W'`` (the chapter's name for it). With
-    ``small_start = K`` a third start, scaled from ``W / K`` at ``r``, is labelled ``'W/K'``."""
+    ``small_start = K`` a third start, scaled from ``W / K`` at ``r``, is labelled ``'W/K'``. With
+    ``large_fresh = N`` every checkpoint is also scored on N fresh queries (seed 7000)."""
     t0, head, runs = time.perf_counter(), provenance(), []
     pick = retrieval_batch(torch.Generator().manual_seed(PICK_SEED), batch_size=QUERIES)
     fresh = retrieval_batch(torch.Generator().manual_seed(FRESH_SEED), batch_size=QUERIES)
+    large_gen = torch.Generator().manual_seed(LARGE_SEED)
+    sizes = [min(CHUNK, large_fresh - i) for i in range(0, large_fresh, CHUNK)]
+    large = [retrieval_batch(large_gen, batch_size=n) for n in sizes]
     c = d_k**0.25
     grid_checkpoints = tuple(s for s in checkpoints if s <= GRID_STEPS)
 
@@ -165,7 +206,14 @@ def run_all(
                 f"; a third start, scaled from W / {small_start} at r ('W/{small_start}')"
                 if small_start
                 else ""
+            )
+            + (
+                f"; also scored on {large_fresh:,} fresh queries (seed 7000, drawn in chunks of "
+                f"{CHUNK:,}): large_loss (mean), large_errors, large_worst (largest query loss)"
+                if large_fresh
+                else ""
             ),
+            "large_fresh": large_fresh,
             "d_k": d_k,
             "small_start": small_start,
             "picked_rate": PICKED,
@@ -190,7 +238,9 @@ def run_all(
             for name, begin, kind, factor in arms:
                 lr = rate * factor
                 t1 = time.perf_counter()
-                scores = train_scored(kind, lr, starts[begin], 100 + seed, marks, pick, fresh, d_k)
+                scores = train_scored(
+                    kind, lr, starts[begin], 100 + seed, marks, pick, fresh, d_k, large
+                )
                 runs.append({"start": name, "kind": kind, "rate": rate, "lr": lr, "seed": seed,
                              "steps": max(marks), "scores": scores,
                              "wall_s": round(time.perf_counter() - t1, 2)})  # fmt: skip
@@ -212,6 +262,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoints", type=positive_int, nargs="+", default=list(CHECKPOINTS))
     p.add_argument("--small-start", type=positive_int, default=None, metavar="K",
                    help="add a third start, scaled attention from W / K at each rate")  # fmt: skip
+    p.add_argument("--large-fresh", type=non_negative_int, default=0, metavar="N",
+                   help="also score every checkpoint on N fresh queries (seed 7000)")  # fmt: skip
     return p
 
 
@@ -228,6 +280,7 @@ def main(argv: list[str] | None = None) -> dict:
             rates=tuple(a.rates),
             checkpoints=tuple(sorted(set(a.checkpoints))),
             small_start=a.small_start,
+            large_fresh=a.large_fresh,
         ),
     )
 
