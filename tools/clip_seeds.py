@@ -63,8 +63,9 @@ jobs; load average 3 to 5), their files then merged into one (``runs``; each par
 A reviewer then asked which of section 6.3's cases makes clipping help. Two unclipped arms at the
 preset's rate, on the 60 seeds: ``early_clip`` clips (to norm 1, as ``grad_clip=1``) only the
 first 6 steps, where clipping mostly fires; ``constant_scale`` multiplies every gradient by 0.2,
-about the clip factor at the start, and never clips (Adam should undo a constant factor, up to
-its epsilon). Both act through an optimizer step pre-hook, with ``grad_clip=0``::
+a constant below any clip factor of the book's seed-0 tiny run (section 6.4: gradient norms up to
+2.31, so factors of 0.43 and up), and never clips (Adam should undo a constant factor, up to its
+epsilon). Both act through an optimizer step pre-hook, with ``grad_clip=0``::
 
     python tools/clip_seeds.py --mechanism-arms --first-seed 20 --seeds 60 \
         --out mini_transformer/results/06_clip_mechanism.json
