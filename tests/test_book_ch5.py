@@ -935,3 +935,23 @@ def test_the_real_offset_part_rows_of_section_5_9(keep_and_dir):
     assert [s for s in range(5) if end[rest, s] < S.LEARNED_BELOW] == [0, 2, 3, 4]
     assert all(end[rest, s] < end[part, s] and end[rest, s] < keep_end[real, s] for s in range(5))
     assert [round(end[part, s], 2) for s in range(5)] == [1.62, 1.24, 1.77, 1.2, 0.9]
+
+
+def test_the_offset_part_against_the_stream_matched_random_move():
+    """Section 5.9's main-text comparison, from committed data: the real W^2 move's own offset part
+    (05_reset_offset_part) against the random move scaled to the whole real move's change to the
+    stream (05_reset_stream). The two rows are the same control_run up to the switch (identical
+    logged losses at steps 0 and 10), and the offset part ends higher in every seed, by the printed
+    0.24 to 1.17 nats."""
+    part_file = data.load_result("05_reset_offset_part")
+    stream_file = data.load_result("05_reset_stream")
+    part, random = part_file["rows"][0], stream_file["rows"][0]
+    assert part.endswith("kept as its offset part only")
+    assert random.endswith("moved randomly, as far in the stream")
+    assert part_file["seeds"] == stream_file["seeds"] == [0, 1, 2, 3, 4]
+    runs = {(r["row"], r["seed"]): r for f in (part_file, stream_file) for r in f["runs"]}
+    for s in range(5):
+        assert runs[part, s]["losses"][:2] == runs[random, s]["losses"][:2], s
+    gaps = [runs[part, s]["final_loss"] - runs[random, s]["final_loss"] for s in range(5)]
+    assert min(gaps) > 0
+    assert f"{min(gaps):.2f} to {max(gaps):.2f}" == "0.24 to 1.17"
