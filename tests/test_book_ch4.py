@@ -967,18 +967,27 @@ def _picks(long_window, step):
     return tuple(min(rates, key=lambda r, s=s: med[s, r]) for s in ("W", "4W"))
 
 
-def test_the_long_window_command_asks_for_the_stored_runs(long_window):
-    """``tools/adam_long_window.py``: the stored command parses with the tool and asks for what
-    the file holds; provenance recorded (a clean commit, the machine, torch)."""
-    import re
+def _tool_args(result: dict):
+    """The command stored in a complete ``tools/adam_long_window.py`` result, parsed by the
+    tool's own parser."""
     import shlex
 
     import adam_long_window as tool
 
-    result = long_window["result"]
     argv = shlex.split(result["command"])
     assert argv[:2] == ["python", "tools/adam_long_window.py"] and result["complete"]
-    args = tool.parser().parse_args(argv[2:])
+    return tool.parser().parse_args(argv[2:])
+
+
+def test_the_long_window_command_asks_for_the_stored_runs(long_window):
+    """``tools/adam_long_window.py``: the stored command parses with the tool and asks for what
+    the file holds; provenance recorded (a clean commit, the machine, torch)."""
+    import re
+
+    import adam_long_window as tool
+
+    result = long_window["result"]
+    args = _tool_args(result)
     assert args.out == "mini_transformer/results/04_long_window.json"
     assert args.seeds == result["seeds"] == list(range(9))
     assert re.fullmatch(r"[0-9a-f]{40}", result["commit"])  # not "+uncommitted"
@@ -1082,14 +1091,8 @@ def test_the_verdict_at_other_widths(name, d_k, picks, split, cw_lower):
     """Section 4.11's fold "The verdict at d_k = 64 and 1,024", pinned on the stored runs: the
     tool's protocol at that width (c = d_k^(1/4), the larger start stored as "4W"), 200 steps; at
     step 200 both picks inside the grid, W fewer errors on 7 of 9 starts, more on 2 (p = 0.18)."""
-    import shlex
-
-    import adam_long_window as tool
-
     result = data.load_result(name)
-    argv = shlex.split(result["command"])
-    args = tool.parser().parse_args(argv[2:])
-    assert argv[:2] == ["python", "tools/adam_long_window.py"] and result["complete"]
+    args = _tool_args(result)
     assert args.out == f"mini_transformer/results/{name}.json" and args.d_k == result["d_k"] == d_k
     assert result["rates"] == [0.004, 0.01, 0.016, 0.025] and result["checkpoints"] == [100, 200]
     assert result["seeds"] == list(range(9)) and len(result["runs"]) == 9 * 4 * 2
@@ -1113,14 +1116,8 @@ def test_the_verdict_on_nine_new_seeds():
     ``04_new_seeds``: the chapter's protocol (``tools/adam_long_window.py``) at the loss-picked
     scaled-equivalent rate 0.01 on nine new seeds (9-17), 200 steps; scaled (W) made fewer
     top-1 errors than unscaled (4W) on 8 seeds, more on 0, with 1 tie."""
-    import shlex
-
-    import adam_long_window as tool
-
     result = data.load_result("04_new_seeds")
-    argv = shlex.split(result["command"])
-    assert argv[:2] == ["python", "tools/adam_long_window.py"] and result["complete"]
-    args = tool.parser().parse_args(argv[2:])
+    args = _tool_args(result)
     assert args.out == "mini_transformer/results/04_new_seeds.json"
     assert args.seeds == result["seeds"] == list(range(9, 18)) and args.d_k == result["d_k"] == 256
     assert args.rates == result["rates"] == [0.01]
@@ -1145,14 +1142,8 @@ def test_the_verdict_on_65536_more_queries():
     control: the 4,096-query errors at step 200 are the verdict cell's. At step 200 W's loss is
     lower on 8 of 9 seeds (on 4,096: 4), its errors on 9 of 9, its largest single-query loss
     2.0-4.4 nats against 6.9-12.2; at step 600 4W is lower on 9 of 9 in loss and errors."""
-    import shlex
-
-    import adam_long_window as tool
-
     result = data.load_result("04_large_fresh")
-    argv = shlex.split(result["command"])
-    assert argv[:2] == ["python", "tools/adam_long_window.py"] and result["complete"]
-    args = tool.parser().parse_args(argv[2:])
+    args = _tool_args(result)
     assert args.out == "mini_transformer/results/04_large_fresh.json"
     assert args.large_fresh == result["large_fresh"] == 65536
     assert args.seeds == result["seeds"] == list(range(9)) and args.d_k == result["d_k"] == 256
@@ -1192,15 +1183,10 @@ def test_the_still_smaller_start():
     start, scaled attention from W / 4, seeds 0-8, 200 steps. Picked by median picking loss, W and
     W/4 take 0.01 and 4W 0.016; at 0.01 W/4 made more fresh top-1 errors than W on 9 of 9 seeds,
     while at 0.0025 it matched W (2 more, 3 fewer)."""
-    import shlex
     import statistics
 
-    import adam_long_window as tool
-
     result = data.load_result("04_small_start")
-    argv = shlex.split(result["command"])
-    assert argv[:2] == ["python", "tools/adam_long_window.py"] and result["complete"]
-    args = tool.parser().parse_args(argv[2:])
+    args = _tool_args(result)
     assert args.out == "mini_transformer/results/04_small_start.json"
     assert args.small_start == result["small_start"] == 4
     assert args.seeds == result["seeds"] == list(range(9)) and args.d_k == result["d_k"] == 256
