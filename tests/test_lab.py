@@ -389,3 +389,21 @@ def test_committed_results_follow_the_schema():
 
 def test_the_lab_compares_every_scheme_of_the_model():
     assert tool.parser().parse_args(["--out", "x.json"]).schemes == list(POSITIONAL_SCHEMES)
+
+
+def test_fixed_j_memn2n_is_the_package_encoding_at_t_equal_j_and_prefix_stable():
+    from mini_transformer.memn2n import MemN2NPositionalEncoding
+
+    x = torch.randn(2, 12, 8, generator=torch.Generator().manual_seed(0))
+    fixed = tool.FixedJMemN2N(8, 12)
+    torch.testing.assert_close(fixed(x), MemN2NPositionalEncoding(8)(x), rtol=0, atol=0)
+    assert torch.equal(fixed(x[:, :5]), fixed(x)[:, :5])  # a prefix keeps its codes
+    assert not torch.equal(MemN2NPositionalEncoding(8)(x[:, :5]), fixed(x)[:, :5])  # J = T does not
+    with pytest.raises(ValueError, match="exceeds the fixed J = 12"):
+        fixed(torch.zeros(1, 13, 8))
+
+
+def test_memn2n_fixed_j_below_the_block_size_is_refused_before_training(capsys):
+    with pytest.raises(SystemExit) as exc:
+        tool.main(["--steps", "1", "--memn2n-fixed-j", "100", "--eval-lengths", "32", "256"])
+    assert exc.value.code == 2 and "--memn2n-fixed-j must be at least" in capsys.readouterr().err

@@ -127,6 +127,24 @@ def _learned_info(w_init: torch.Tensor, w: torch.Tensor, seed: int, L: int) -> d
     }
 
 
+class FixedJMemN2N(torch.nn.Module):
+    r"""MemN2N's $x \odot l_j$ with $J$ fixed (not $J = T$): position $j$ gets the same code in
+    every sequence, so the codes are prefix-stable; ``(B, T, d) -> (B, T, d)``, ``T <= J``."""
+
+    def __init__(self, d_model: int, J: int) -> None:
+        super().__init__()
+        self.d_model, self.J = d_model, J
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        T, d, J = x.shape[1], self.d_model, self.J
+        if T > J:
+            raise ValueError(f"sequence length {T} exceeds the fixed J = {J}")
+        j = torch.arange(1, T + 1, dtype=torch.float64, device=x.device)[:, None]
+        k = torch.arange(1, d + 1, dtype=torch.float64, device=x.device)[None, :]
+        l = (1 - j / J) - (k / d) * (1 - 2 * j / J)  # (T, d), the paper's l_kj
+        return x * l.to(dtype=x.dtype)
+
+
 def _train_and_evaluate(scheme: str, cfg: LabConfig, seed: int) -> tuple[dict, dict | None]:
     """One run: ``({accuracy, accuracy_beyond, final_loss, train_seconds, loss_curve}, info)``.
 
@@ -141,9 +159,12 @@ def _train_and_evaluate(scheme: str, cfg: LabConfig, seed: int) -> tuple[dict, d
     if scheme == "sinusoidal" and pos_scale is not None:  # the other control (--pos-scale)
         model.pos_emb.pe.mul_(pos_scale)
     token_std = cfg.extra.get("token_std", cfg.extra.get("sinusoidal_token_std"))  # old name
-    if scheme in ("sinusoidal", "learned") and token_std is not None:  # third control (--token-std)
+    if token_std is not None:  # third control (--token-std; any scheme since 2026-12-01)
         with torch.no_grad():  # the same N(0, 0.02^2) draw, rescaled (the tied head with it)
             model.tok_emb.weight.mul_(token_std / 0.02)
+    fixed_j = cfg.extra.get("memn2n_fixed_j")
+    if scheme == "memn2n" and fixed_j is not None:  # the prefix-stable control (--memn2n-fixed-j)
+        model.pos_emb = FixedJMemN2N(cfg.d_model, fixed_j)
     w_init = lab.learned_position_weight(model) if scheme == "learned" else None
     losses = lab.train_model(model, cfg, seed)
     seconds = time.perf_counter() - t0
@@ -387,6 +408,14 @@ def parser() -> argparse.ArgumentParser:
         "with std S instead of 0.02 (the sinusoidal model's still times sqrt(d_model); a control: "
         "S = d_model**-0.5, the draw that tensor2tensor pairs with Vaswani et al.'s sqrt(d_model))",
     )
+    p.add_argument(
+        "--memn2n-fixed-j",
+        type=positive_int,
+        default=None,
+        metavar="J",
+        help="give the memn2n scheme a fixed J (e.g. the block size, 256) instead of J = T, so its "
+        "codes are prefix-stable (a control for chapter 3's J = T adaptation)",
+    )
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads (1 = bit-stable)")
     p.add_argument(
         "--merge",
@@ -439,7 +468,8 @@ def _config(args: argparse.Namespace) -> LabConfig:
         eval_lengths=args.eval_lengths,
         extra=({} if args.embed_scale is None else {"sinusoidal_embed_scale": args.embed_scale})
         | ({} if args.pos_scale is None else {"sinusoidal_pos_scale": args.pos_scale})
-        | ({} if args.token_std is None else {"token_std": args.token_std}),
+        | ({} if args.token_std is None else {"token_std": args.token_std})
+        | ({} if args.memn2n_fixed_j is None else {"memn2n_fixed_j": args.memn2n_fixed_j}),
     )
 
 
@@ -472,7 +502,13 @@ def main(argv: list[str] | None = None) -> dict:
             raise ValueError("--attach only works together with --merge")
         if args.merge:  # reading and merging the parts is the check; nothing runs
             return _merge(args, command)
-        return _config(args)
+        cfg = _config(args)
+        if args.memn2n_fixed_j is not None and args.memn2n_fixed_j < cfg.block_size:
+            raise ValueError(
+                f"--memn2n-fixed-j must be at least the longest evaluation length "
+                f"{cfg.block_size}, got {args.memn2n_fixed_j}"
+            )
+        return cfg
 
     def work(checked) -> dict:
         result = checked if args.merge else _sweep(args, checked, command)
