@@ -66,6 +66,21 @@ is the learned model's failure past L also the 0.02 draw's?) is one run, copied 
 
     python tools/extrapolation_lab.py --steps 10000 --schemes learned --token-std 0.125 \\
         --eval-lengths 32 48 64 128 256 --out mini_transformer/results/03_learned_std.json
+
+Two controls of 2026-12-01 (a reviewer's, s81), each written to ``runs/`` and copied: MemN2N
+with ``J`` fixed at the block size, prefix-stable, against the book's ``J = T``
+(``results/03_memn2n_fixed_j.json``), and RoPE and ALiBi with their tokens drawn at std 0.125
+like the std-0.125 sinusoidal and learned rows (``results/03_rope_alibi_std.json``, two processes
+side by side and a merge)::
+
+    python tools/extrapolation_lab.py --steps 10000 --schemes memn2n --memn2n-fixed-j 256 \\
+        --eval-lengths 32 48 64 128 256 --out runs/memn2n_fixed_j.json
+    python tools/extrapolation_lab.py --steps 10000 --schemes rope --token-std 0.125 \\
+        --eval-lengths 32 48 64 128 256 --out runs/rope_std.json
+    python tools/extrapolation_lab.py --steps 10000 --schemes alibi --token-std 0.125 \\
+        --eval-lengths 32 48 64 128 256 --out runs/alibi_std.json
+    python tools/extrapolation_lab.py --merge runs/rope_std.json runs/alibi_std.json \\
+        --out runs/03_rope_alibi_std.json
 """
 
 from __future__ import annotations
