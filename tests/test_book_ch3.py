@@ -1602,3 +1602,81 @@ def test_position_lists_pins_and_matches_the_shifted_window(shifted):
         "0-15,48-63": [0.574, 0.677, 0.512],
         "16-31,48-63": [0.126, 0.076, 0.065],
     }
+
+
+def test_memn2n_fixed_j_control_is_the_sweeps_memn2n_run_with_j_fixed_at_the_block_size(res):
+    # section 3.6's MemN2N bullet and the Summary: the sweep's memn2n model, recipe and seeds,
+    # with J fixed at block_size = 256 (prefix-stable) instead of J = T
+    import shlex
+
+    import extrapolation_lab
+
+    run = data.load_result("03_memn2n_fixed_j")
+    args = extrapolation_lab.parser().parse_args(shlex.split(run["command"])[2:])
+    assert args.memn2n_fixed_j == 256 == res["config"]["block_size"]
+    assert args.schemes == ["memn2n"] and args.steps == 10000
+    assert run["config"] == res["config"] | {"extra": {"memn2n_fixed_j": 256}}
+    assert run["seeds"] == res["seeds"] == [0, 1, 2] and run["complete"]
+    mem = run["results"]["memn2n"]
+    L = res["config"]["train_length"]
+    longer = (3 * L // 2, 2 * L, 4 * L, 8 * L)
+    beyond = {T: mem["accuracy_beyond"][str(T)]["per_seed"] for T in longer}
+    assert beyond == {
+        48: [0.2783, 0.3796, 0.4033],
+        64: [0.2029, 0.3027, 0.3059],
+        128: [0.1372, 0.2203, 0.1735],
+        256: [0.0992, 0.1381, 0.1173],
+    }
+    # quoted: 0.28 to 0.40 at 1.5L (Summary too), 0.10 to 0.14 at 8L
+    assert (_r2(min(beyond[48])), _r2(max(beyond[48]))) == (0.28, 0.40)
+    assert (_r2(min(beyond[256])), _r2(max(beyond[256]))) == (0.10, 0.14)
+    # every seed below every J = T seed past L at 1.5L and 2L (the J = T lift); at 4L and 8L
+    # the two overlap
+    sweep = res["results"]["memn2n"]["accuracy_beyond"]
+    assert all(max(beyond[T]) < min(sweep[str(T)]["per_seed"]) for T in longer[:2])
+    # "no loss on t < L": prefix-stable, and at T = L at least 0.998 in every seed
+    assert mem["accuracy"][str(L)]["per_seed"] == [0.9996, 0.9999, 0.9981]
+    assert mem["final_loss"] == [0.0006, 0.0003, 0.0032]
+
+
+def test_rope_alibi_std_control_is_the_sweeps_rope_and_alibi_with_tokens_drawn_at_std_0_125(res):
+    # section 3.6's std-0.125 bullet, section 3.7's Press et al. comparison and the Summary: the
+    # sweep's RoPE and ALiBi models, recipe and seeds, token rows drawn with std d_model^-1/2
+    import shlex
+
+    import extrapolation_lab
+
+    run = data.load_result("03_rope_alibi_std")
+    assert len(run["commands"]) == 2 and run["merge_command"].split()[2] == "--merge"
+    for cmd, scheme in zip(run["commands"], ("rope", "alibi"), strict=True):
+        args = extrapolation_lab.parser().parse_args(shlex.split(cmd)[2:])
+        assert args.token_std == 0.125 and args.schemes == [scheme] and args.steps == 10000
+    assert run["config"] == res["config"] | {"extra": {"token_std": 0.125}}
+    assert run["seeds"] == res["seeds"] == [0, 1, 2] and run["complete"]
+    assert 0.125 == res["config"]["d_model"] ** -0.5
+    L = res["config"]["train_length"]
+    longer = (3 * L // 2, 2 * L, 4 * L, 8 * L)
+    rope, alibi = (
+        {T: run["results"][s]["accuracy_beyond"][str(T)]["per_seed"] for T in longer}
+        for s in ("rope", "alibi")
+    )
+    assert rope == {
+        48: [0.9944, 0.8313, 0.8408],
+        64: [0.8877, 0.5543, 0.5504],
+        128: [0.5744, 0.27, 0.2525],
+        256: [0.3142, 0.1545, 0.1456],
+    }
+    assert alibi[48] == [0.9888, 0.9827, 0.9839] and alibi[256] == [0.9586, 0.9554, 0.9696]
+    # quoted: RoPE 0.83 to 0.99 at 1.5L, 0.15 to 0.31 at 8L; ALiBi 0.96 to 0.97 at 8L
+    assert (_r2(min(rope[48])), _r2(max(rope[48]))) == (0.83, 0.99)
+    assert (_r2(min(rope[256])), _r2(max(rope[256]))) == (0.15, 0.31)
+    assert (_r2(min(alibi[256])), _r2(max(alibi[256]))) == (0.96, 0.97)
+    # against the std-0.125 sinusoid (03_token_std): RoPE above every seed at 1.5L, its mean
+    # below the sinusoid's at 8L ("no longer beats the sinusoid there"); ALiBi above both
+    sin = data.load_result("03_token_std")["results"]["sinusoidal"]["accuracy_beyond"]
+    assert min(rope[48]) > max(sin["48"]["per_seed"])
+    assert np.mean(rope[256]) < np.mean(sin["256"]["per_seed"]) < min(alibi[256])
+    assert [run["results"][s]["accuracy"][str(L)]["per_seed"] for s in ("rope", "alibi")] == [
+        [1.0, 1.0, 1.0],
+        [0.996, 0.9938, 0.9949],
+    ]
