@@ -103,6 +103,7 @@ from mini_transformer.cli import positive_float, positive_int, printable, run_cl
 from mini_transformer.data import SYNTHETIC_TASKS
 from mini_transformer.hardware import where_it_ran
 from mini_transformer.lab import LabConfig
+from mini_transformer.memn2n import memn2n_encoding
 from mini_transformer.model import POSITIONAL_SCHEMES as SCHEMES
 
 PROG = "python tools/extrapolation_lab.py"
@@ -148,16 +149,14 @@ class FixedJMemN2N(torch.nn.Module):
 
     def __init__(self, d_model: int, J: int) -> None:
         super().__init__()
-        self.d_model, self.J = d_model, J
+        self.J = J
+        self.register_buffer("l", torch.from_numpy(memn2n_encoding(J, d_model)), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        T, d, J = x.shape[1], self.d_model, self.J
-        if T > J:
-            raise ValueError(f"sequence length {T} exceeds the fixed J = {J}")
-        j = torch.arange(1, T + 1, dtype=torch.float64, device=x.device)[:, None]
-        k = torch.arange(1, d + 1, dtype=torch.float64, device=x.device)[None, :]
-        l = (1 - j / J) - (k / d) * (1 - 2 * j / J)  # (T, d), the paper's l_kj
-        return x * l.to(dtype=x.dtype)
+        T = x.shape[1]
+        if T > self.J:
+            raise ValueError(f"sequence length {T} exceeds the fixed J = {self.J}")
+        return x * self.l[:T].to(dtype=x.dtype)  # the first T rows of the J-word code
 
 
 def _train_and_evaluate(scheme: str, cfg: LabConfig, seed: int) -> tuple[dict, dict | None]:
