@@ -14,6 +14,33 @@ import pytest
 
 from mini_transformer import data
 
+
+def exact_loss(model, batch):
+    """Section 4.11's log loss without its floor: -ln o_y* as a logsumexp over all keys minus one
+    over the keys that carry the right label (appendix A.4)."""
+    import math
+
+    query, keys, values, target = batch
+    s = model(query, keys)[:, 0]  # (B, T) scores
+    right = values.argmax(-1) == target[:, None]
+    return (s.logsumexp(-1) - s.masked_fill(~right, -math.inf).logsumexp(-1)).mean()
+
+
+def _adam_200(model, loss_fn, lr, seed):
+    """Section 4.11's training: 200 Adam steps at ``lr`` on batches seeded ``100 + seed``."""
+    import torch
+
+    from mini_transformer.scoring import retrieval_batch
+
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    batches = torch.Generator().manual_seed(100 + seed)
+    for _ in range(200):
+        opt.zero_grad()
+        loss_fn(model, retrieval_batch(batches)).backward()
+        opt.step()
+    return model
+
+
 KINDS = ("additive", "unscaled", "scaled")
 DOTS = ("unscaled", "scaled")
 
@@ -636,17 +663,10 @@ def test_section_4_11_error_gap_survives_the_exact_loss():
     # Adam steps, its best rates: scaled at 1e-2, unscaled at 1e-2 / 4) rerun under the exact loss
     # -ln o_y* (a logsumexp over all keys minus one over the right keys: no floor), scored on
     # section 4.11's 4,096 fresh queries: unscaled still makes more top-1 errors on 9 of 9 starts
-    import math
 
     import torch
 
     from mini_transformer.scoring import ScoreModel, retrieval_batch
-
-    def exact_loss(model, batch):
-        query, keys, values, target = batch
-        s = model(query, keys)[:, 0]  # (B, T) scores
-        right = values.argmax(-1) == target[:, None]  # the keys that carry the right label
-        return (s.logsumexp(-1) - s.masked_fill(~right, -math.inf).logsumexp(-1)).mean()
 
     q, k, v, t = fresh = retrieval_batch(torch.Generator().manual_seed(5000), batch_size=4096)
     torch.manual_seed(0)
@@ -667,12 +687,7 @@ def test_section_4_11_error_gap_survives_the_exact_loss():
         for kind, lr in (("scaled", 1e-2), ("unscaled", 1e-2 / 4)):
             model = ScoreModel(kind, 256)
             model.load_state_dict(start)
-            opt = torch.optim.Adam(model.parameters(), lr=lr)
-            gen = torch.Generator().manual_seed(100 + seed)
-            for _ in range(200):
-                opt.zero_grad()
-                exact_loss(model, retrieval_batch(gen)).backward()
-                opt.step()
+            _adam_200(model, exact_loss, lr, seed)
             with torch.no_grad():
                 out = (model(q, k).softmax(-1) @ v)[:, 0]
             errors[kind].append(int((out.argmax(-1) != t).sum()))
@@ -1396,7 +1411,6 @@ def test_the_verdict_at_each_starts_own_pick_with_and_without_the_floor(long_win
     8 of 9 seeds under each loss. Positive controls: W's floored run is the stored 04_large_fresh
     run (its errors exactly), and 4W's floored run at 0.016 reproduces the stored fine grid's
     4,096-query errors. About 30 s of one CPU thread."""
-    import math
 
     import adam_long_window as tool
     import numpy as np
@@ -1407,12 +1421,6 @@ def test_the_verdict_at_each_starts_own_pick_with_and_without_the_floor(long_win
 
     torch.set_num_threads(1)
     assert _picks(long_window, 200) == (0.01, 0.016)  # the table's picks at step 200
-
-    def exact_loss(model, batch):  # -ln o_y*, no floor
-        query, keys, values, target = batch
-        s = model(query, keys)[:, 0]  # (B, T) scores
-        right = values.argmax(-1) == target[:, None]  # the keys that carry the right label
-        return (s.logsumexp(-1) - s.masked_fill(~right, -math.inf).logsumexp(-1)).mean()
 
     def score(model, chunks):  # the chapter's loss (mean) and top-1 errors, as its label_weights
         total, errors, n = 0.0, 0, 0
@@ -1436,12 +1444,7 @@ def test_the_verdict_at_each_starts_own_pick_with_and_without_the_floor(long_win
             for name, kind, lr in (("W", "scaled", 0.01), ("4W", "unscaled", 0.016 / 4)):
                 model = ScoreModel(kind, 256)
                 model.load_state_dict(start)
-                opt = torch.optim.Adam(model.parameters(), lr=lr)
-                batches = torch.Generator().manual_seed(100 + seed)
-                for _ in range(200):
-                    opt.zero_grad()
-                    loss_fn(model, retrieval_batch(batches)).backward()
-                    opt.step()
+                _adam_200(model, loss_fn, lr, seed)
                 got[loss_name, name, seed] = score(model, large)
                 if (loss_name, name) == ("floor", "4W"):
                     fresh_4w.append(score(model, fresh)[1])
