@@ -677,7 +677,7 @@ def reset() -> dict:
 
 
 def test_the_reset_command_asks_for_the_stored_runs_with_its_provenance(reset):
-    """Section 5.9's reset table: the stored command still parses with its tool and asks for what
+    """Section 5.10's reset table: the stored command still parses with its tool and asks for what
     the file holds, every row of the tool for seeds 0 to 4, with the provenance the tools store
     (a clean commit, date, wall time, machine and torch version)."""
     import shlex
@@ -751,7 +751,7 @@ def test_the_reset_runs_start_as_the_sweeps_run_at_1e_2(sweep, reset):
 
 
 def test_the_reset_verdicts_of_section_5_9(reset):
-    """Section 5.9's sentence, seed by seed (pins of committed data): no seed learned with Adam
+    """Section 5.10's sentence, seed by seed (pins of committed data): no seed learned with Adam
     kept, with a fresh Adam alone, or with W^2 of layers 1-3, blocks 1-3, or blocks 4-6 and the
     head reset (stuck: 5, 5, 5, 1, 3 of 5); all five learned with all but the embeddings reset."""
     end = {k: r["final_loss"] for k, r in reset["runs"].items()}
@@ -788,7 +788,7 @@ def keep_and_dir() -> dict:
 
 
 def test_the_keep_and_direction_files_hold_what_their_commands_ask(keep_and_dir):
-    """Section 5.9's last seven rows: each stored command parses with its tool and names the rows
+    """Section 5.10's last seven rows: each stored command parses with its tool and names the rows
     and seeds 0 to 4 the file holds, complete, with the tools' provenance."""
     import shlex
 
@@ -846,7 +846,7 @@ def test_the_shape_rows_of_section_5_9(keep_and_dir):
 
 
 def test_section_5_9_moves_as_far_are_the_tools():
-    """Section 5.9's stream-change cell rebuilds the table's random and offset moves inline
+    """Section 5.10's stream-change cell rebuilds the table's random and offset moves inline
     (``as_far``, generator 77 + seed, layers 1-3 in order): they must be the moves that
     tools/reset_control.py's ``redirected`` made for the stored rows."""
     import ast
@@ -938,7 +938,7 @@ def test_the_real_offset_part_rows_of_section_5_9(keep_and_dir):
 
 
 def test_the_offset_part_against_the_stream_matched_random_move():
-    """Section 5.9's main-text comparison, from committed data: the real W^2 move's own offset part
+    """Section 5.10's fold comparison, from committed data: the real W^2 move's own offset part
     (05_reset_offset_part) against the random move scaled to the whole real move's change to the
     stream (05_reset_stream). The two rows are the same control_run up to the switch (identical
     logged losses at steps 0 and 10), and the offset part ends higher in every seed, by the printed
@@ -958,13 +958,14 @@ def test_the_offset_part_against_the_stream_matched_random_move():
 
 
 def test_pre_ln_at_1e_2_makes_the_same_offset_shaped_move_and_keeps_its_tokens_apart(sweep):
-    """Section 5.9's cross-placement control for "Why an offset?": Pre-LN at 1e-2, 20 steps, seeds
-    0-2, the chapter's seeds and batch generators (torch.manual_seed(seed), Generator 1000 + seed),
-    against the same Post-LN runs. W^2 of layers 1-3: offset share of the move, g_0's one-sign-per-
-    row fit and the move's Frobenius norm are Post-LN's (margins: 0.05 on the shares, 0.1 on the
-    norm); Pre-LN learns at 1e-2 (the sweep, seeds 0-2). What differs is the stream: the centred
-    share ||x - x_bar||^2 / ||x||^2 of the held-out tokens after each block (section 5.9's fold)
-    falls to float32 rounding in Post-LN, not in Pre-LN."""
+    """Section 5.10's cross-placement control (its folds on the damage's shape and the stream):
+    Pre-LN at 1e-2, 20 steps, seeds 0-2, the chapter's seeds and batch generators
+    (torch.manual_seed(seed), Generator 1000 + seed), against the same Post-LN runs. W^2 of
+    layers 1-3: offset share of the move, g_0's one-sign-per-row fit and the move's Frobenius norm
+    are Post-LN's (margins: 0.05 on the shares, 0.1 on the norm); Pre-LN learns at 1e-2 (the
+    sweep, seeds 0-2). What differs is the stream: the centred share ||x - x_bar||^2 / ||x||^2 of
+    the held-out tokens after each block (section 5.10's fold) falls to float32 rounding in
+    Post-LN, not in Pre-LN."""
 
     def offset_share(d):
         return (d.mean(1).pow(2).sum() * d.shape[1] / d.pow(2).sum()).item()
