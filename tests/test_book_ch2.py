@@ -1112,12 +1112,17 @@ def test_section_2_7_projection_is_the_pinv_refit_at_d16():
 
 def test_section_2_7_pinv_is_not_least_squares_at_d32():
     # expert s37: at d_model = 32 the divided rows' singular values reach the pinv cutoff and the
-    # pinv formula reports far more than the least-squares error (92.7% against 8.0% here)
+    # pinv formula reports far more than the least-squares error. The singular values between the
+    # cutoff and float64 rounding are noise, so how much more depends on the CPU's kernels: 92.7%
+    # (torch/NumPy portable kernels) and 18.4% (an AMD EPYC's AVX path) against 8.1%; the test
+    # asks only for more than twice, and that the spectrum does reach below the cutoff
     p = P.sinusoidal_encoding(512, 32)
     A, F = rows(p, "divided"), p @ p.T
     Ap = np.linalg.pinv(A, rcond=1e-10)
     e_pinv = np.linalg.norm(A @ (Ap @ F @ Ap.T) @ A.T - F) / np.linalg.norm(F - F.mean())
-    assert e_pinv > 5 * projection_error(A, p)
+    sv = np.linalg.svd(A, compute_uv=False)
+    assert sv[-1] / sv[0] < 1e-12  # numerically rank-deficient: pinv keeps rounding noise
+    assert e_pinv > 2 * projection_error(A, p)
     assert f"{projection_error(A, p):.1%}" == "8.1%"
 
 
