@@ -1466,3 +1466,20 @@ def test_the_verdict_at_each_starts_own_pick_with_and_without_the_floor(long_win
         ]
     # the fold's medians of 65,536: W 59 under both losses, 4W 147 floored and 138 exact
     assert medians == {"floor": [59, 147], "exact": [59, 138]}
+
+
+def test_the_loss_picked_median_losses_of_section_4_11(long_window):
+    """Section 4.11's result sentence and its fold "Does the lead last?": with each start at its
+    loss-picked rate, 4W's median fresh loss is the lower at 300, 400, 800, 1,000 and 1,200
+    steps and W's at 100, 200 and 600, so the errors, not the loss, favour W."""
+    import numpy as np
+
+    def median_loss(start, rate, step):
+        return np.median(_window(long_window, start, rate, step, "fresh_loss"))
+
+    steps = (100, 200, 300, 400, 600, 800, 1000, 1200)
+    picks = {t: _picks(long_window, t) for t in steps}
+    lower_4w = [
+        t for t in steps if median_loss("4W", picks[t][1], t) < median_loss("W", picks[t][0], t)
+    ]
+    assert lower_4w == [300, 400, 800, 1000, 1200]
