@@ -1660,7 +1660,9 @@ def _rows_free_left(S):
 def test_appendix_a4_slowest_pair_changes_are_numbers_per_row_on_longer_windows_too():
     # A.4: adding 0.5 at (0, 15) (pair 0 to the slowest pair) or (14, 15) (inside it) leaves, after
     # the best number per row plus function of n - m, 1.7e-05 and 3.7e-08 on section 2.6's 24
-    # positions (printed), against 0.55 and 1.1 for section 2.6's changes (1, 1) and (0, 2). The
+    # positions (printed), against 0.55 and 1.1 for section 2.6's changes (1, 1) and (0, 2) (least
+    # squares, an upper bound; the chapter prints the floor, 0.50 and 0.88: the linear-program test
+    # below). The
     # block form itself is relative, so the residual is that of the added term alone. First
     # variation, longer windows: the slow pair turns more and its residuals grow, yet stay small
     d, added = 16, [(0, 15), (14, 15), (1, 1), (0, 2)]
@@ -1716,10 +1718,10 @@ def test_section_2_8_float32_range_over_f1():
 
 def test_section_2_6_random_w_far_from_relative_with_a_number_per_row_free():
     # section 2.6: after the best (least squares) c_m + h(n - m), the random W_QK's
-    # position-position term keeps 4.29 of its 7.19 span (printed in A.4, moved there from section
-    # 2.6 in s15c2c; asserted there as over half
-    # the span). First variations: longer windows of the same draw stay over half; ten other
-    # draws (A.4's seeds 100 to 109) all keep over a quarter: not one draw's luck
+    # position-position term keeps 4.29 of its 7.19 span (least squares: an upper bound on the
+    # best fit's range; A.4 prints the floor, 3.71, pinned in the linear-program test below).
+    # First variations: longer windows of the same draw stay over half; ten other draws (A.4's
+    # seeds 100 to 109) all keep over a quarter: not one draw's luck
     _, W, _, Pm = chapter_tables()
     S = Pm @ W @ Pm.T
     assert f"{_rows_free_left(S):.2f}" == "4.29" and f"{np.ptp(S):.2f}" == "7.19"
@@ -2480,3 +2482,65 @@ def test_appendix_a6_fits_after_the_division():
     assert raw_in.max() < 1e-5 and round(np.trace(W_raw)) == 52
     orders = [math.floor(math.log10(v)) for k, v in norm_fit.items() if k[-1] == "divided"]
     assert (min(orders), max(orders)) == (12, 15)  # "of order 1e+12 to 1e+15"
+
+
+# --- s19: the s85 expert's M2, the best-range fit as a linear program -----------------------
+
+
+def _best_range(S):
+    """The least range max - min of S - c_m - h(n - m) over all c and h, by another route than
+    the chapter's linprog call: minimise t with |S - c_m - h(n - m) - mid| <= t (half the range)."""
+    from scipy.optimize import linprog
+
+    T = len(S)
+    m_, n_ = np.indices(S.shape)
+    A = np.zeros((T * T, 3 * T - 1))
+    A[np.arange(T * T), m_.ravel()] = 1
+    A[np.arange(T * T), T + (n_ - m_).ravel() + T - 1] = 1
+    # unknowns (c, h, t); the offset mid is absorbed by c
+    ones = np.ones((T * T, 1))
+    A_ub = np.block([[A, -ones], [-A, -ones]])
+    b_ub = np.concatenate([S.ravel(), -S.ravel()])
+    cost = np.zeros(3 * T)
+    cost[-1] = 2.0
+    res = linprog(cost, A_ub=A_ub, b_ub=b_ub, bounds=(None, None), method="highs")
+    assert res.status == 0
+    return res.fun
+
+
+def test_rows_free_floors_by_linear_program_as_the_s85_expert_measured():
+    # A.4 and A.6 quote the least range any number per row plus function of n - m leaves (a
+    # floor, which the claims "a number per row cannot fix it" need), not the least-squares
+    # residual's range (an upper bound): random W_QK 3.71 of 7.19; section 2.6's two one-entry
+    # changes 0.50 and 0.88; A.6's W_QK = I centred 0.30 and divided 0.32 of the span. Each
+    # floor lies at or below the least-squares range and at or above 2 RMS of its residual
+    _, W, _, Pm = chapter_tables()
+    d = 16
+    S = Pm @ W @ Pm.T
+    assert f"{_best_range(S):.2f}" == "3.71" and f"{np.ptp(S):.2f}" == "7.19"
+    assert _best_range(S) <= _rows_free_left(S) + 1e-9
+    # the expert's floor from least squares alone: twice the residual's root mean square, 1.59
+    T = len(S)
+    m_, n_ = np.indices(S.shape)
+    A = np.zeros((T * T, 3 * T - 1))
+    A[np.arange(T * T), m_.ravel()] = 1
+    A[np.arange(T * T), T + (n_ - m_).ravel() + T - 1] = 1
+    resid = S.ravel() - A @ (np.linalg.pinv(A) @ S.ravel())
+    two_rms = 2 * np.sqrt(np.mean(resid**2))
+    assert f"{two_rms:.2f}" == "1.59" and two_rms <= _best_range(S)
+    W_c = commuting_W(np.random.default_rng(21), d)
+    floors = []
+    for i, j in [(1, 1), (0, 2)]:
+        Wx = W_c.copy()
+        Wx[i, j] += 0.5
+        Sx = Pm @ Wx @ Pm.T
+        floors.append(_best_range(Sx))
+        assert floors[-1] <= _rows_free_left(Sx) + 1e-9
+    assert [f"{v:.2f}" for v in floors] == ["0.50", "0.88"]
+    C = np.eye(d) - 1 / d
+    centred = Pm @ C
+    shares = [
+        _best_range(A @ A.T) / np.ptp(A @ A.T) for A in (centred, centred / Pm.std(1)[:, None])
+    ]
+    assert [f"{v:.2f}" for v in shares] == ["0.30", "0.32"]
+    assert _best_range(Pm @ Pm.T) < 1e-6  # PE PE^T itself: relative
