@@ -438,12 +438,12 @@ def test_alibi_last_query_weight_on_the_newest_key(head, T, quoted):
     assert round(float(w[0]), len(str(quoted)) - 2) == quoted
 
 
-# --- section 3.7: what attention reads from the learned table (live, about 5 s) ------------
+# --- appendix A.10: what attention reads from the learned table (live, about 5 s) ------------
 
 
 def test_live_first_layer_attention_on_the_key_three_back():
     """The live slice's 200-step models read the key three back as the sweep's models do
-    (section 3.7 quotes those): 0.78-0.85 within L, 0.02 past L (learned), 0.53-0.79 past L
+    (appendix A.10 quotes those): 0.78-0.85 within L, 0.02 past L (learned), 0.53-0.79 past L
     (RoPE)."""
     import torch
 
@@ -513,7 +513,7 @@ def test_permutation_test_of_offset_3_in_the_learned_table(res, probe):
     assert got == [(-0.17, 4, 92, 2044), (-0.16, 4, 71, 1814)]
 
 
-# --- section 3.7: what attention reads, in the sweep's own models (tools/lab_attention.py) ---
+# --- appendix A.10: what attention reads, in the sweep's own models (tools/lab_attention.py) ---
 
 
 @pytest.fixture(scope="module")
@@ -586,7 +586,7 @@ def test_lab_attention_tool_refuses_bad_seeds_before_any_work(tmp_path):
 
 
 def test_attention_probe_pins_over_three_seeds(probe):
-    # section 3.7 and the Summary, over the 4 heads x 3 seeds, in the layer that reads the key
+    # appendix A.10, over the 4 heads x 3 seeds, in the layer that reads the key
     # three back: learned (layer 1) 0.74-0.88 within L, 0.02 past it; sinusoidal (layer 2)
     # 0.85-0.98 within, 0.06-0.14 past; RoPE keeps reading it past L
     L = probe["train_length"]
@@ -607,7 +607,7 @@ def test_attention_probe_pins_over_three_seeds(probe):
 
 
 def test_attention_probe_pins(probe):
-    # section 3.7, seed 0: the learned model's first-layer heads read the key three
+    # appendix A.10, seed 0: the learned model's first-layer heads read the key three
     # back within L (0.74 to 0.85) and not past it (0.02, an even spread's size); RoPE's keep
     # reading it past L
     L = probe["train_length"]
@@ -731,7 +731,7 @@ def test_scale_control_pins_at_every_length(res):
 
 
 def test_attention_probe_rope_at_8L_pins(probe):
-    # section 3.7 and the Summary: at 8L RoPE's first-layer heads keep 0.19 to 0.46 (mean 0.32)
+    # appendix A.10: at 8L RoPE's first-layer heads keep 0.19 to 0.46 (mean 0.32)
     # on the key three back for t >= L, every head less than at 2L
     L = probe["train_length"]
     far = np.array(
@@ -914,7 +914,7 @@ def test_even_weight_reader_on_the_models_own_sequences_pairs_the_gaps(res):
 
 
 def test_code_spacing_shift_costs_more_at_8L_but_under_a_third_of_the_drop(spacing):
-    # section 3.7: variant (c) costs at most 0.040 up to 2L and 0.14 to 0.21 at 8L, every seed
+    # appendix A.9: variant (c) costs at most 0.040 up to 2L and 0.14 to 0.21 at 8L, every seed
     # under 0.3 of what the length-J codes (a) cost there
     runs = [spacing["runs"][f"memn2n/{seed}"] for seed in (0, 1, 2)]
     trained = np.array([r["trained"] for r in runs])
@@ -925,7 +925,7 @@ def test_code_spacing_shift_costs_more_at_8L_but_under_a_third_of_the_drop(spaci
 
 
 def test_memn2n_query_fractions_below_the_smallest_in_training(res):
-    # section 3.7: scored training queries (t >= 3, so j >= 4; J from L/2 to L) never had j/J
+    # appendix A.9: scored training queries (t >= 3, so j >= 4; J from L/2 to L) never had j/J
     # below 4/L = 1/8; at length T, the scored queries t < L with j/T below it, by enumeration
     cfg = res["config"]
     L, lo, c = cfg["train_length"], cfg["min_train_length"], cfg["offset"]
