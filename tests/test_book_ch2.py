@@ -232,7 +232,7 @@ def layer_norm(M, centre=True):
 
 
 def test_the_package_offset_share_is_the_least_squares_share_on_the_chapters_tables():
-    # 2.6-2.7 call P.offset_share; the pins in this file use the lstsq helper above
+    # 2.6-2.8 call P.offset_share; the pins in this file use the lstsq helper above
     T, d = 24, 16
     g = np.random.default_rng(20)
     X = g.normal(size=(T, d))
@@ -335,7 +335,7 @@ def test_section_2_6_numbers():
 
 
 def test_layer_norm_splits_and_its_position_term():
-    # 2.7: LN(x + p) = content part + PE's part, against torch's layer_norm (no eps, no gain);
+    # 2.8: LN(x + p) = content part + PE's part, against torch's layer_norm (no eps, no gain);
     # the closed form of the position-position term; the chapter's numbers
     X, _, W_c, Pm = chapter_tables()
     Z = X + Pm
@@ -362,7 +362,7 @@ def test_layer_norm_splits_and_its_position_term():
     # the centring alone (sigma = 1), the chapter's 5.46: relativity fails without the divisor
     C = np.eye(16) - np.ones((16, 16)) / 16
     assert f"{diagonal_spread(Pm @ C @ W_c @ C @ Pm.T):.2f}" == "5.46"
-    # 2.7's form: the centring is C = I - 11^T/d, and the term is PE_m^T (C W C) PE_n / s_m s_n
+    # 2.8's form: the centring is C = I - 11^T/d, and the term is PE_m^T (C W C) PE_n / s_m s_n
     C = np.eye(16) - np.ones((16, 16)) / 16
     assert np.allclose(S, Pm @ C @ W_c @ C @ Pm.T / np.outer(sigma, sigma), rtol=0, atol=1e-12)
     # PE alone (X = 0): the centring alone already breaks it (mu_m differ), the rescaling alone
@@ -453,7 +453,7 @@ def test_the_sinusoidal_lab_model_fails_past_its_trained_length():
     assert mean_beyond["rope"] > 0.95
 
 
-# --- 2.8: limits --------------------------------------------------------------------------
+# --- 2.9: limits --------------------------------------------------------------------------
 
 
 def test_prose_numbers_of_2_2_2_3_and_2_5():
@@ -495,7 +495,7 @@ def test_float32_drift_numbers():
 
 
 def test_float32_drift_is_linear_and_bfloat16_is_the_yardstick():
-    # 2.8: per-octave maxima of the float32-angle error rise with slope 1.03 on log-log axes;
+    # 2.9: per-octave maxima of the float32-angle error rise with slope 1.03 on log-log axes;
     # bfloat16 storage of the encoding errs by 2^-9 (half the gap near 1); in bfloat16 the
     # positions 256 and 257 are one number (8 significant bits), and so are their angles
     omega64 = P.sinusoidal_frequencies(128)
@@ -514,7 +514,7 @@ def test_float32_drift_is_linear_and_bfloat16_is_the_yardstick():
 
 
 def test_rope_drawing_score():
-    # section 2.9's drawing: one pair (d_model = 2), q = (1, 0), key = (-0.2, 0.95), offset 1
+    # section 2.10's drawing: one pair (d_model = 2), q = (1, 0), key = (-0.2, 0.95), offset 1
     q, key = np.array([1.0, 0.0]), np.array([-0.2, 0.95])
     scores = [
         (P.rotation_matrix(m, 2) @ q) @ (P.rotation_matrix(n, 2) @ key) for m, n in [(1, 2), (2, 3)]
@@ -554,7 +554,7 @@ def test_exercise_5_near_repeats_and_the_slow_turn():
 
 
 def test_float32_error_splits_into_a_harmless_and_a_harmful_rounding():
-    # 2.8: rounding omega_i gives an exactly sinusoidal table at other frequencies (its dot
+    # 2.9: rounding omega_i gives an exactly sinusoidal table at other frequencies (its dot
     # products still depend on k alone); rounding each product pos * omega_i does not. Written
     # with torch's float32 arithmetic instead of the chapter's NumPy.
     omega64 = P.sinusoidal_frequencies(128)
@@ -602,7 +602,7 @@ def relative_dimension(A):
 
 @pytest.mark.parametrize("d", [4, 6, 8])
 def test_after_centring_only_c_w_c_zero_is_relative(d):
-    # 2.7: without centring the relative W are the block form (d numbers); with it, the space
+    # 2.8: without centring the relative W are the block form (d numbers); with it, the space
     # has dimension d^2 - (d - 1)^2, the W with C W C = 0, whose term is identically 0
     A = P.sinusoidal_encoding(80, d)
     C = np.eye(d) - np.ones((d, d)) / d
@@ -615,7 +615,7 @@ def test_after_centring_only_c_w_c_zero_is_relative(d):
 
 
 def test_content_position_terms_follow_absolute_position():
-    # 2.6: one token at all 24 positions, block-form W: the expert's table (s15 #1)
+    # 2.7: one token at all 24 positions, block-form W: the expert's table (s15 #1)
     X, _, W_c, Pm = chapter_tables()
     Xs = np.tile(X[0], (24, 1))
     S = (Xs + Pm) @ W_c @ (Xs + Pm).T
@@ -633,7 +633,7 @@ def test_content_position_terms_follow_absolute_position():
 
 
 def test_bfloat16_storage_spreads_the_dot_product_more_than_float32_angles():
-    # 2.8: the exact table stored in bfloat16, measured like the float32 angles
+    # 2.9: the exact table stored in bfloat16, measured like the float32 angles
     pe = torch.from_numpy(P.sinusoidal_encoding(62_001, 128)[60_000:])
     E = pe.to(torch.bfloat16).double().numpy()
     spread = [np.ptp((E[k:] * E[:-k]).sum(1)) for k in (1, 10)]
@@ -643,7 +643,7 @@ def test_bfloat16_storage_spreads_the_dot_product_more_than_float32_angles():
 
 
 def test_float32_product_is_exact_at_powers_of_two():
-    # 2.8's figure: the drops are at pos = 2^j, where pos * omega32 only shifts the exponent
+    # 2.9's figure: the drops are at pos = 2^j, where pos * omega32 only shifts the exponent
     w32 = P.sinusoidal_frequencies(128).astype(np.float32)
     for j in range(17):
         p = np.float32(2**j)
@@ -657,7 +657,7 @@ def test_rms_norm_of_pe_alone_stays_relative_with_tokens_not():
     assert diagonal_spread(R @ W_c @ R.T) < 1e-12
     part = Pm / np.sqrt(((X + Pm) ** 2).mean(1, keepdims=True))
     assert f"{diagonal_spread(part @ W_c @ part.T):.2f}" == "3.49"  # a new token at each position
-    # A.5's control (s30 expert 2): section 2.6's one token at every position, so only the
+    # A.5's control (s30 expert 2): section 2.7's one token at every position, so only the
     # position moves along a diagonal; RMS(x + PE_m) still moves with m through x . PE_m
     Xs = np.tile(X[0], (len(Pm), 1))
     part = Pm / np.sqrt(((Xs + Pm) ** 2).mean(1, keepdims=True))
@@ -670,7 +670,7 @@ def test_rms_norm_of_pe_alone_stays_relative_with_tokens_not():
 
 
 def test_rope_scores_do_not_change_when_the_whole_sequence_shifts():
-    # moved from section 2.9: the offset argument (a starting position) leaves scores unchanged
+    # moved from section 2.10: the offset argument (a starting position) leaves scores unchanged
     rope = P.RotaryEmbedding(16)
     g = torch.Generator().manual_seed(69)
     Qx, Kx = torch.randn(2, 4, 64, 16, generator=g), torch.randn(2, 4, 64, 16, generator=g)
@@ -717,7 +717,7 @@ def spread_over_span(A, W):
 
 
 def test_a_w_fitted_after_centring_is_nearly_relative_and_the_division_breaks_it():
-    # 2.7: the fit on uncentred encodings (the ridge's residual), on the centred rows,
+    # 2.8: the fit on uncentred encodings (the ridge's residual), on the centred rows,
     # then one W fitted to 40 normed sentences and measured on 20 it was not fitted to
     X, _, _, Pm = chapter_tables()
     A = Pm - Pm.mean(1, keepdims=True)  # rows C PE_m
@@ -746,8 +746,8 @@ def test_a_w_fitted_after_centring_is_nearly_relative_and_the_division_breaks_it
     assert f"{23 * P.sinusoidal_frequencies(16)[-1]:.3f}" == "0.007"
 
 
-def test_section_2_7_ridge_and_length_sweep():
-    # 2.7's shares are upper bounds that move with an unscaled ridge and the window (1e-6 is
+def test_section_2_8_ridge_and_length_sweep():
+    # 2.8's shares are upper bounds that move with an unscaled ridge and the window (1e-6 is
     # not converged; the chapter now uses 1e-11 scaled with T^2, tested below); each divided
     # share stays far above centring's and below the random W_QK's 0.76
     _, _, _, Pm = chapter_tables()
@@ -773,8 +773,8 @@ def test_section_2_7_ridge_and_length_sweep():
     assert max(tok9, *(v for k, v in got.items() if k[2] == "x0")) < 0.76
 
 
-def test_section_2_8_float64_angles_stored_in_float32():
-    # 2.8: the fix (float64 angles, float32 storage) leaves a spread of about 1e-6 far out:
+def test_section_2_9_float64_angles_stored_in_float32():
+    # 2.9: the fix (float64 angles, float32 storage) leaves a spread of about 1e-6 far out:
     # above the float64 table's (below 1e-9), far below float32 angles' 0.011
     far = np.arange(60_000, 62_001)
     E = P.sinusoidal_encoding(62_001, 128)[far].astype(np.float32).astype(np.float64)
@@ -783,8 +783,8 @@ def test_section_2_8_float64_angles_stored_in_float32():
     assert 1e-9 < min(s) and max(s) < 1e-5
 
 
-def test_section_2_8_scale_and_bfloat16_near_position_0():
-    # 2.8: f(1) at d_model = 128 is the scale of the spreads; bfloat16 storage spreads the dot
+def test_section_2_9_scale_and_bfloat16_near_position_0():
+    # 2.9: f(1) at d_model = 128 is the scale of the spreads; bfloat16 storage spreads the dot
     # product about as much at positions 0 to 2,000 as far out
     assert f"{f(1, 128):.2f}" == "62.09"
     pe = torch.from_numpy(P.sinusoidal_encoding(2_001, 128))
@@ -803,8 +803,8 @@ def test_random_w_spread_over_span_over_ten_more_seeds():
     assert f"{rel[0]:.2f} {min(rel[1:]):.2f} {max(rel[1:]):.2f}" == "0.76 0.68 0.93"
 
 
-def test_section_2_7_sigma_moves_with_position_without_tokens():
-    # 2.7's X = 0 control: sigma_m^2 = 1/2 - mu_m^2, and a W fitted to LN(PE) alone is far off
+def test_section_2_8_sigma_moves_with_position_without_tokens():
+    # 2.8's X = 0 control: sigma_m^2 = 1/2 - mu_m^2, and a W fitted to LN(PE) alone is far off
     X, _, W_c, Pm = chapter_tables()
     mu, sigma0 = Pm.mean(1), Pm.std(1)
     assert np.allclose(sigma0**2, 0.5 - mu**2, rtol=0, atol=1e-12)
@@ -815,7 +815,7 @@ def test_section_2_7_sigma_moves_with_position_without_tokens():
     assert f"{sigma.min():.2f} {sigma.max():.2f}" == "0.76 1.50"
     alone = (Pm - mu[:, None]) / sigma0[:, None]
     assert f"{spread_over_span(alone, fit_relative_w(alone)):.2f}" == "0.04"
-    # the strawman, moved here from 2.7: section 2.6's block form, chosen before the norm,
+    # the strawman, moved here from 2.8: section 2.6's block form, chosen before the norm,
     # is far from relative after centring
     A = Pm - mu[:, None]
     assert f"{diagonal_spread(A @ W_c @ A.T):.2f}" == "5.46"
@@ -834,7 +834,7 @@ def test_odd_width_norm_stops_below_two():
 
 
 def factored_forms(A, B=None):
-    """Section 2.7's E and S for the table A W B^T, factored over m and n (B = A unless given):
+    """Section 2.8's E and S for the table A W B^T, factored over m and n (B = A unless given):
     E = (A^T A) kron (B_c^T B_c) with B_c the key rows less their mean, and S the four
     Kronecker products of the step pairs (rows m and m + 1). (d^2, d^2) each."""
     B = A if B is None else B
@@ -857,7 +857,7 @@ def explicit_forms(A, B):
 
 
 def search_share(A, B=None, ridge=1e-11):
-    """Section 2.7's fitted share: ridge scaled as (T/24)^2, scipy's generalised eigh."""
+    """Section 2.8's fitted share: ridge scaled as (T/24)^2, scipy's generalised eigh."""
     from scipy.linalg import eigh
 
     E, S = factored_forms(A, B)
@@ -873,7 +873,7 @@ def x0_tables(T):
     return pe, pe @ C, pe @ C / pe.std(1)[:, None]
 
 
-def test_section_2_7_factored_forms_equal_the_explicit_sums():
+def test_section_2_8_factored_forms_equal_the_explicit_sums():
     # the Kronecker factoring is exact, also with different query and key tables
     for T in (24, 48):
         pe, centred, divided = x0_tables(T)
@@ -882,7 +882,7 @@ def test_section_2_7_factored_forms_equal_the_explicit_sums():
                 assert np.allclose(got, ref, rtol=0, atol=1e-9 * np.abs(ref).max())
 
 
-def test_section_2_7_window_length_shares():
+def test_section_2_8_window_length_shares():
     # the search's shares (no longer printed by the chapter); centring's break appears only once the
     # slowest pair turns about a radian, the division's share reaches random W's by 512
     got = {}
@@ -904,7 +904,7 @@ def test_section_2_7_window_length_shares():
     assert f"{min(rnd):.2f} {max(rnd):.2f}" == "0.70 0.92" and min(rnd) < got[512][1] < max(rnd)
 
 
-def test_section_2_7_search_by_another_route_and_ridge():
+def test_section_2_8_search_by_another_route_and_ridge():
     # at 24 positions the test file's own fit (explicit forms, Cholesky whitening, numpy eigh)
     # agrees with the chapter's share at its ridge, and a ten times larger ridge moves the
     # shares by under 0.02 (the chapter's convergence check)
@@ -916,8 +916,8 @@ def test_section_2_7_search_by_another_route_and_ridge():
             assert abs(search_share(A, ridge=1e-10) - search_share(A)) < 0.02
 
 
-def test_section_2_7_centred_spread_is_that_of_d_mu_mu():
-    # moved from 2.7's cell: with W_QK = I, X = 0, the centred term f(n - m) - d mu_m mu_n has
+def test_section_2_8_centred_spread_is_that_of_d_mu_mu():
+    # moved from 2.8's cell: with W_QK = I, X = 0, the centred term f(n - m) - d mu_m mu_n has
     # exactly the diagonal spread of d mu_m mu_n (the f part is relative)
     Pm = P.sinusoidal_encoding(24, 16)
     C = np.eye(16) - np.ones((16, 16)) / 16
@@ -1039,8 +1039,8 @@ def test_appendix_a7_tokens_48_positions_and_row_constants():
     assert abs(free_x0 - div[24]) < 0.01 and abs(free_tok - tok_share[24]) < 0.01
 
 
-def test_section_2_7_dividing_lowers_this_one_share():
-    # 2.7 (moved from the chapter): with W_QK = I, X = 0, T = 24, d_model = 16, dividing the
+def test_section_2_8_dividing_lowers_this_one_share():
+    # 2.8 (moved from the chapter): with W_QK = I, X = 0, T = 24, d_model = 16, dividing the
     # centred rows by sigma_m lowers the share (0.57 -> 0.35). A pin of this one case: the
     # prose says it does not show that dividing helps in general.
     Pm = P.sinusoidal_encoding(24, 16)
@@ -1062,7 +1062,7 @@ def test_section_2_2_wavelengths_follow_the_definition():
     assert math.isclose(wavelength[-1] * 10000 ** (2 / d_model), 10000 * 2 * np.pi, rel_tol=1e-12)
 
 
-# --- 2.7 / A.6: the refit as a projection, six widths (s10: replaces the pinv refit) ---------
+# --- 2.8 / A.6: the refit as a projection, six widths (s10: replaces the pinv refit) ---------
 
 
 def span_of(A, cut=1e-10):
@@ -1095,7 +1095,7 @@ def rows(pe, kind, token=None):
     return centred / ((pe if token is None else pe + token).std(1)[:, None])
 
 
-def test_section_2_7_projection_is_the_pinv_refit_at_d16():
+def test_section_2_8_projection_is_the_pinv_refit_at_d16():
     # the brief: the projection form gives the chapter's former pinv numbers at d_model = 16
     pe = P.sinusoidal_encoding(2048, 16)
     for T in (512, 2048):
@@ -1110,7 +1110,7 @@ def test_section_2_7_projection_is_the_pinv_refit_at_d16():
     assert f"{projection_error(rows(pe, 'centred'), pe):.1%}" == "0.4%"
 
 
-def test_section_2_7_pinv_is_not_least_squares_at_d32():
+def test_section_2_8_pinv_is_not_least_squares_at_d32():
     # expert s37: at d_model = 32 the divided rows' singular values reach the pinv cutoff and the
     # pinv formula reports far more than the least-squares error. The singular values between the
     # cutoff and float64 rounding are noise, so how much more depends on the CPU's kernels: 92.7%
@@ -1126,8 +1126,8 @@ def test_section_2_7_pinv_is_not_least_squares_at_d32():
     assert f"{projection_error(A, p):.1%}" == "8.1%"
 
 
-def test_section_2_7_width_sweep_pins_and_new_positions_only():
-    # A.6's width sweep (section 2.7's table until s10 round 2), its window columns pinned; and
+def test_section_2_8_width_sweep_pins_and_new_positions_only():
+    # A.6's width sweep (section 2.8's table until s10 round 2), its window columns pinned; and
     # the held-out failure on new positions only (queries
     # and keys both past the 512 fitted), the expert's first variation, at every width
     div, held, top = [], [], []
@@ -1172,8 +1172,8 @@ def test_appendix_a6_one_token_draws_and_the_longer_window():
 # --- 2.6 / A.6 (s10, round 2): the share's scale, and the sweep's two controls --------------
 
 
-def test_section_2_6_share_grows_with_the_token_and_the_rest_is_the_content_position_term():
-    # moved from section 2.6 (s12: the chapter no longer states the share, which grows with the
+def test_section_2_7_share_grows_with_the_token_and_the_rest_is_the_content_position_term():
+    # moved from section 2.7 (s12: the chapter no longer states the share, which grows with the
     # token's size, nor its dropdown "The share at other token sizes"; its numbers live here).
     # With one token and a block form, the score less the
     # position-content term is content-content (constant) + content-position + position-position
@@ -1206,8 +1206,8 @@ def test_section_2_6_share_grows_with_the_token_and_the_rest_is_the_content_posi
     assert np.all(got[0.25] < got[1]) and np.all(got[1] < got[4])
 
 
-def test_section_2_6_weight_ratio_moves_with_the_query_and_scales_with_w():
-    # 2.6: one token at all 24 positions, block-form W: S[m, m+1] - S[m, m], the log of the
+def test_section_2_7_weight_ratio_moves_with_the_query_and_scales_with_w():
+    # 2.7: one token at all 24 positions, block-form W: S[m, m+1] - S[m, m], the log of the
     # weight ratio between the next key and the query's own position, changes by 2.54 (a factor
     # of about 13) as m moves; 0.72 to 3.96 for 20 other N(0, 1) tokens (seed 22)
     X, _, W_c, Pm = chapter_tables()
@@ -1581,8 +1581,8 @@ def test_appendix_a6_held_out_next_window_by_lstsq_and_another_cut():
     assert all(math.isclose(other[k], printed[k], rel_tol=0.05) for k in ((16, 512), (32, 4096)))
 
 
-def test_section_2_6_a_slow_pair_makes_g_nearly_straight_on_a_window():
-    # 2.6's "over all positions": u = W_QK^T x on the slowest pair's sine (d_model = 16), slope
+def test_section_2_7_a_slow_pair_makes_g_nearly_straight_on_a_window():
+    # 2.7's "over all positions": u = W_QK^T x on the slowest pair's sine (d_model = 16), slope
     # 0.1 per position: on a finite window g(n + 1) - g(n) barely changes (an offset bias the
     # window cannot tell from a relative term), while g itself moves far
     d = 16
@@ -1698,8 +1698,8 @@ def test_appendix_a6_wide_tables_by_lstsq_other_cuts_and_longer_windows():
     assert np.linalg.norm(r - U @ (U.T @ r)) / np.linalg.norm(r) < 1e-6
 
 
-def test_section_2_8_float32_range_over_f1():
-    # 2.8: the far-out range 0.011 of PE[pos] . PE[pos+1], float32 angles, is 2e-4 of f(1) = 62.09
+def test_section_2_9_float32_range_over_f1():
+    # 2.9: the far-out range 0.011 of PE[pos] . PE[pos+1], float32 angles, is 2e-4 of f(1) = 62.09
     # and about 1/400 of f(1) - f(2) = 4.71, the gap between neighbouring offsets
     d, far = 128, np.arange(60_000, 62_001)
     a32 = (far.astype(np.float32)[:, None] * P.sinusoidal_frequencies(d).astype(np.float32)).astype(
@@ -1787,7 +1787,7 @@ def test_a4_a_trained_block_form_reads_key_m_minus_3_better_than_r3():
 
 
 def _weights_fitted_tv(w, T_, steps=50):
-    # A.6 and section 2.7: the divided rows A = C PE_m / sigma_m (X = 0); W_QK fitted by L-BFGS
+    # A.6 and section 2.8: the divided rows A = C PE_m / sigma_m (X = 0); W_QK fitted by L-BFGS
     # to the mean KL divergence from f's attention weights (softmax of scores / sqrt(d_model)),
     # not by least squares on scores. Parametrised as S = U M U^T over the span of A's columns
     # (cut 1e-10, as the cell), started at the least-squares fit M = U^T F U.
@@ -1847,7 +1847,7 @@ def test_appendix_a6_a_w_fitted_to_the_weights_moves_them_less_than_a_one_positi
     # takes about 45 s, too slow for a test; a scratch run (50 steps) gave mean 0.010 but row 0 at
     # 0.067, above the shift's worst 0.058: not established there. Since s15c2c A.6's cell runs
     # the same fits and prints these numbers (to 0.01: the L-BFGS path moves with the kernels);
-    # section 2.7 makes no claim about weights.
+    # section 2.8 makes no claim about weights.
     for (w, T_), (mean_ls, max_ls, mean_sh, max_sh, mean_kl, max_kl) in {
         (128, 512): ("0.012", "0.070", "0.061", "0.068", 0.010, 0.027),
         (512, 1024): ("0.018", "0.108", "0.186", "0.211", 0.009, 0.022),
@@ -1868,7 +1868,7 @@ def test_appendix_a6_a_w_fitted_to_the_weights_moves_them_less_than_a_one_positi
 
 
 def test_appendix_a6_held_out_the_next_512_positions_in_weights():
-    # A.6 and section 2.7's scope: the norm-bounded refit (cut 1e-3) fitted to the divided scores
+    # A.6 and section 2.8's scope: the norm-bounded refit (cut 1e-3) fitted to the divided scores
     # on positions 0 to 511, and the centred B B^T, evaluated on positions 512 to 1,023: mean
     # (largest) total-variation distance from f's weights there, against f shifted by one
     def tv(S, ref):
