@@ -1786,6 +1786,37 @@ def test_a4_a_trained_block_form_reads_key_m_minus_3_better_than_r3():
 # --- s15c2: the s65 expert's control, a W_QK fitted to the attention weights themselves -------
 
 
+def _lbfgs_kl(U, F, w, steps=50):
+    """W_QK fitted to f's attention weights themselves: L-BFGS on the mean KL divergence from
+    softmax(F / sqrt(w)) to softmax(U M U^T / sqrt(w)), over the span U (so again a projection),
+    started at the least-squares M = U^T F U. Returns the fitted M (detached)."""
+    log_ref = torch.log_softmax(F / math.sqrt(w), 1)
+    M = (U.T @ F @ U).requires_grad_(True)
+    opt = torch.optim.LBFGS(
+        [M],
+        max_iter=steps,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+        tolerance_grad=1e-12,
+        tolerance_change=1e-15,
+    )
+
+    def closure():
+        opt.zero_grad()
+        logq = torch.log_softmax(U @ M @ U.T / math.sqrt(w), 1)
+        loss = (log_ref.exp() * (log_ref - logq)).sum(1).mean()
+        loss.backward()
+        return loss
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small matrices, many steps: one thread
+    try:
+        opt.step(closure)
+    finally:
+        torch.set_num_threads(threads)
+    return M.detach()
+
+
 def _weights_fitted_tv(w, T_, steps=50):
     # A.6 and section 2.8: the divided rows A = C PE_m / sigma_m (X = 0); W_QK fitted by L-BFGS
     # to the mean KL divergence from f's attention weights (softmax of scores / sqrt(d_model)),
@@ -1801,7 +1832,6 @@ def _weights_fitted_tv(w, T_, steps=50):
     ref = torch.softmax(F / math.sqrt(w), 1)
     log_ref = torch.log_softmax(F / math.sqrt(w), 1)
     shifted = torch.softmax(torch.from_numpy(pe @ pe_next[1:].T) / math.sqrt(w), 1)
-    M = (U.T @ F @ U).requires_grad_(True)
 
     def weights(M):
         return torch.softmax(U @ M @ U.T / math.sqrt(w), 1)
@@ -1812,29 +1842,10 @@ def _weights_fitted_tv(w, T_, steps=50):
     def tv(E):
         return 0.5 * (E - ref).abs().sum(1)
 
-    tv_ls, kl_ls = tv(weights(M.detach())), kl(M.detach()).item()
-    opt = torch.optim.LBFGS(
-        [M],
-        max_iter=steps,
-        history_size=20,
-        line_search_fn="strong_wolfe",
-        tolerance_grad=1e-12,
-        tolerance_change=1e-15,
-    )
-
-    def closure():
-        opt.zero_grad()
-        loss = kl(M)
-        loss.backward()
-        return loss
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # small matrices, many steps: one thread
-    try:
-        opt.step(closure)
-    finally:
-        torch.set_num_threads(threads)
-    return tv_ls, tv(weights(M.detach())), tv(shifted), kl_ls, kl(M.detach()).item()
+    M0 = U.T @ F @ U
+    tv_ls, kl_ls = tv(weights(M0)), kl(M0).item()
+    M = _lbfgs_kl(U, F, w, steps)
+    return tv_ls, tv(weights(M)), tv(shifted), kl_ls, kl(M).item()
 
 
 def test_appendix_a6_a_w_fitted_to_the_weights_moves_them_less_than_a_one_position_shift():
@@ -1965,12 +1976,7 @@ def test_appendix_a6_unfitted_terms_fail_the_per_row_yardstick():
 
 def fraction_kept(W):
     """Fraction of W's squared entries kept by its nearest block form (A.4's measure)."""
-    W_block = np.zeros_like(W)
-    for i in range(W.shape[0] // 2):
-        B = W[2 * i : 2 * i + 2, 2 * i : 2 * i + 2]
-        a_, b_ = (B[0, 0] + B[1, 1]) / 2, (B[0, 1] - B[1, 0]) / 2
-        W_block[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = [[a_, b_], [-b_, a_]]
-    return (W_block**2).sum() / (W**2).sum()
+    return (nearest_block_form(W) ** 2).sum() / (W**2).sum()
 
 
 def test_appendix_a6_centred_term_fakes_f_on_long_windows():
@@ -2102,8 +2108,7 @@ def test_appendix_a6_fits_after_the_division():
 
     def weights_tv(S, ref, width):
         # the weights softmax_rows(S, width) against the weights ref, row by row: the total-
-        # variation
-        # distance of each row (half the summed |difference|; 0: equal, 1: disjoint)
+        # variation distance of each row (half the summed |difference|; 0: equal, 1: disjoint)
         E = softmax_rows(S, width)
         E -= ref
         return 0.5 * np.abs(E, out=E).sum(1)
@@ -2161,9 +2166,8 @@ def test_appendix_a6_fits_after_the_division():
     sep_div = [r["divided", 1e-6][0].max() for r in sep]
     sep_shift = max(r["shift"].max() for r in sep)
     # this estimator only (least squares in scores, cut 1e-6, ||W_QK||_2 of order 1e5, held out
-    # between
-    # spread positions): the centred fit reproduces f's weights, the divided fit does not in its
-    # worst row
+    # between spread positions): the centred fit reproduces f's weights, the divided fit does not in
+    # its worst row
     assert (
         sep_cen < 0.01
         and min(sep_div) > sep_shift
@@ -2231,45 +2235,12 @@ def test_appendix_a6_fits_after_the_division():
     # softmax_rows, weights_tv, and the held-out fit W_div (pe_2, cen_*, div_*, ref_out): the cell
     # above
     def fit_to_weights(U_k, pe, F, w, steps=50):
-        # W_QK fitted to f's weights themselves: L-BFGS on the mean KL divergence, scores U M U^T
-        # over
-        # the span U_k (the same directions as the least-squares fit, so again a projection),
-        # started
-        # at the least-squares M = U^T F U (tests/test_book_ch2.py pins the same runs)
-        U_t, F_t = torch.from_numpy(U_k), torch.from_numpy(F)
-        log_ref = torch.log_softmax(F_t / math.sqrt(w), 1)
-        M = (U_t.T @ F_t @ U_t).requires_grad_(True)
-        opt = torch.optim.LBFGS(
-            [M],
-            max_iter=steps,
-            history_size=20,
-            line_search_fn="strong_wolfe",
-            tolerance_grad=1e-12,
-            tolerance_change=1e-15,
-        )
-
-        def closure():
-            opt.zero_grad()
-            loss = (
-                (log_ref.exp() * (log_ref - torch.log_softmax(U_t @ M @ U_t.T / math.sqrt(w), 1)))
-                .sum(1)
-                .mean()
-            )
-            loss.backward()
-            return loss
-
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # small matrices, many steps: one thread
-        try:
-            opt.step(closure)
-        finally:
-            torch.set_num_threads(threads)
-        M = M.detach().numpy()
+        # W_QK fitted to f's weights themselves (_lbfgs_kl; tests/test_book_ch2.py pins the runs)
+        M = _lbfgs_kl(torch.from_numpy(U_k), torch.from_numpy(F), w, steps).numpy()
         return weights_tv(U_k @ M @ U_k.T, softmax_rows(F, w), w)
 
     # the best W_QK of any form for rows A: A W A^T = P F P, P = U U^T the projection onto the span
-    # of
-    # A's columns, F = PE PE^T the table of f(n - m); what is left is F - U (U^T F U) U^T
+    # of A's columns, F = PE PE^T the table of f(n - m); what is left is F - U (U^T F U) U^T
     ln_miss, ln_tv, norm_fit, row_free = {}, {}, {}, {}  # (width, T_, rows, cut): (max, rms) / span
     base_tv, scalar_c = {}, {}  # unfitted terms' distances; the best number
     for w, T_ in [(128, 512), (512, 1024), (128, 4096)]:
@@ -2382,16 +2353,14 @@ def test_appendix_a6_fits_after_the_division():
     )  # divided: not
     assert min(row_free.values()) > 0.03  # nor with a free number per row (0.035 at least)
     # weights: the mean is no yardstick (an unfitted term passes "under a third of the shift"); per
-    # row,
-    # every unfitted term moves some row over three times as far as the shift, the fit to the
-    # weights
-    # moves every row under half as far
+    # row, every unfitted term moves some row over three times as far as the shift, the fit to the
+    # weights moves every row under half as far
     assert base_tv[512, 1024, "centred, W_QK = I"].mean() < ln_tv[512, 1024, "shifted"].mean() / 3
     assert min(v for k, v in row_ratio.items() if k[2] in ("centred, W_QK = I", "divided x")) > 3
     assert max(v for k, v in row_ratio.items() if k[2] == "divided, fit to weights") < 0.5
     # the worst row, as stated, for the least-squares-in-scores W_QK only (one fitted to the
-    # weights:
-    # tests/test_book_ch2.py): at 128 a first row (row < 4) above the shift's worst; at 512 below it
+    # weights: tests/test_book_ch2.py): at 128 a first row (row < 4) above the shift's worst; at 512
+    # below it
     worst = {
         key: (
             ln_tv[key + ("divided",)].argmax(),
