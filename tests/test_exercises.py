@@ -650,7 +650,9 @@ def test_ctrl_c_still_interrupts_a_check(square, mode):
     with pytest.raises(KeyboardInterrupt):
         exercises.check(square, forever, time_limit=30)
     timer.join()
-    assert time.monotonic() - start < 5
+    # Interrupted long before the 30 s limit. The bound is loose on purpose: on a loaded machine
+    # (load average 15) the fork, the signal and the child's kill took over 5 s.
+    assert time.monotonic() - start < 15
 
 
 def test_diagnoses_of_shifted_and_reshaped_results():

@@ -5,17 +5,22 @@
    repository's source, so package data missing from the wheel fails here.
 2. Copy each chapter, alone, into an empty folder of its own: a chapter that reads a path
    relative to the repository (``data/x.json``, ``../mini_transformer``) fails here.
-3. In those folders, three checks per chapter: nbval (every stored output reproduced, strict
-   mode); nbval again under *another CPU's arithmetic* (``OTHER_CPU``: torch's portable kernels
-   instead of this CPU's AVX2/AVX-512 ones, and MKL's conditional numerical reproducibility set
-   to its SSE2 code path), so that an assert or a printed digit that holds only on the machine
-   that made the outputs fails here too; and ``tests/notebooks/rerun_check.py`` (every code
-   cell prints the same text when run twice).
+3. In those folders, two checks per chapter, each executing it once:
+   - ``tests/notebooks/rerun_check.py`` with this CPU's kernels: every code cell run twice in a
+     row; its first run reproduces the stored output as strict nbval compares it (the same
+     fields, the same sanitiser: ``tools/rerun_cells.py``), and its second run prints the same
+     text as its first;
+   - nbval itself (strict mode) under *another CPU's arithmetic* (``OTHER_CPU``: torch's
+     portable kernels instead of this CPU's AVX2/AVX-512 ones, and MKL's conditional numerical
+     reproducibility set to its SSE2 code path), so that an assert or a printed digit that
+     holds only on the machine that made the outputs fails here too.
+   (Until 2026-12 nbval also ran a third time, with this CPU's kernels; the first check's
+   comparison does that work and saves one execution of every chapter, about 3 minutes.)
 
-The 3 x (number of chapters) checks are separate pytest runs, one per core at a time, longest
+The 2 x (number of chapters) checks are separate pytest runs, one per core at a time, longest
 first (each chapter's time from ``book/_data/execution_report.json``; running every cell twice
-costs two), so that the cores finish together: one long serial run per check would leave a
-core idle while the slowest finished.
+costs two, the portable kernels about two), so that the cores finish together: one long serial
+run per check would leave a core idle while the slowest finished.
 
 Usage: ``python tools/test_notebooks.py [book/NN_name.ipynb ...]`` (default: all chapters).
 Prints each check's result as it ends, the whole pytest output of a failing one, and exits with
@@ -117,7 +122,8 @@ def main(argv: list[str]) -> int:
             ).stdout.strip()
             for e in (env, other)
         )
-        print(f"nbval twice: this CPU's kernels ({native}) and another CPU's ({portable}, "
+        print(f"stored outputs with this CPU's kernels ({native}, run-twice check) and with "
+              f"another CPU's ({portable}, nbval, "
               f"{' '.join(f'{k}={v}' for k, v in OTHER_CPU.items())})")  # fmt: skip
         copy = where / "other_cpu"
         shutil.copytree(chapters, copy)
@@ -128,11 +134,15 @@ def main(argv: list[str]) -> int:
         jobs = []  # (cost, name, command, environment)
         for nb in notebooks:
             cost = seconds.get(nb.name, 60.0)
-            one = dict(env, MT_CHAPTERS=str(chapters / nb.stem), MT_EXPECTED_CHAPTERS="1")
+            one = dict(
+                env,
+                MT_CHAPTERS=str(chapters / nb.stem),
+                MT_EXPECTED_CHAPTERS="1",
+                MT_COMPARE_STORED="1",
+            )
             jobs += [
-                (cost, f"nbval {nb.stem} (this CPU)", nbval + [str(chapters / nb.stem)], env),
-                (cost, f"nbval {nb.stem} (another CPU)", nbval + [str(copy / nb.stem)], other),
-                (2 * cost, f"run-twice {nb.stem}", rerun, one),
+                (2 * cost, f"nbval {nb.stem} (another CPU)", nbval + [str(copy / nb.stem)], other),
+                (2 * cost, f"stored + run-twice {nb.stem} (this CPU)", rerun, one),
             ]
         jobs.sort(key=lambda job: -job[0])
 
