@@ -275,12 +275,13 @@ def _sampled_loss(lm, val_ids, seed):
     return float(np.mean(total))
 
 
-def test_a_character_5_gram_writes_real_words_as_often_as_the_model(corpus):
-    """Section 6.5's fair control, written out with strings: the next character is drawn from
+def test_a_character_5_gram_written_with_strings_writes_88_to_96_percent_real_words(corpus):
+    """Section 6.5's 5-gram control, written out with strings: the next character is drawn from
     the training works' counts after the last four characters, to the power 1 / 0.8 (the
     model's temperature), continuations in token order, NumPy's generator seeded 0 to 4.
-    88% to 96% of the complete words are words of the training works; the model's 85% to 94%
-    overlaps that range (5 samples)."""
+    88% to 96% of the complete words are words of the training works. Five samples do not
+    separate it from the model (85% to 94%); the chapter's 30 samples do: the 5-gram leads by
+    5.0 +- 1.2 points, so it spells better than the model."""
     tok, train_text = corpus[0], corpus[1]
     follow = {}
     for i in range(len(train_text) - 4):
