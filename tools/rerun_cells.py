@@ -4,16 +4,16 @@ A reader runs a cell again as often as they run the next one. A cell that draws 
 chapter-wide random stream, from an unseeded ``torch.randn``, or that appends to state an
 earlier cell made, prints something else the second time (or fails its own asserts). This
 script executes the notebook top to bottom in one kernel, running each code cell twice, and
-compares the two text outputs (stdout/stderr, ``text/plain``, ``text/html``, errors), after
-the same sanitising nbval applies (``.ci/nbval_sanitize.cfg``: addresses, durations).
+compares the two outputs as strict nbval compares a run with a stored output (``nbval_fields``:
+streams joined, every MIME type but images, errors without their traceback), after the same
+sanitising (``.ci/nbval_sanitize.cfg``: addresses, durations).
 
 Exempt, run once: cells tagged ``nbval-ignore-output`` or ``nbval-skip`` (timings), and the
 ``install-if-missing`` cell. A second run that raises counts as a change, and so does a cell that
 raises once the cells above it have run twice.
 
 With ``stored=True`` (``--stored``) each cell's first run is also compared with the output
-stored in the notebook, the way strict nbval compares it (``nbval_fields``: streams joined,
-every MIME type but images, sanitised), so one execution checks both: ``make test-notebooks``
+stored in the notebook, in the same fields, so one execution checks both: ``make test-notebooks``
 uses it in place of a separate nbval run with this CPU's kernels. It is stricter than nbval in
 one way only: a cell runs after the cells above it ran twice, so a cell that reads state an
 earlier cell changes on each run fails here.
@@ -37,7 +37,6 @@ from nbval.plugin import coalesce_streams
 
 ROOT = Path(__file__).resolve().parent.parent
 SANITIZE = ROOT / ".ci" / "nbval_sanitize.cfg"
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 EXEMPT = {"nbval-ignore-output", "nbval-skip", "install-if-missing"}
 # What strict nbval leaves out of a comparison (nbval.plugin.IPyNbFile.skip_compare, without
 # --nbdime): metadata, tracebacks, counters, images.
@@ -55,27 +54,6 @@ def sanitizers(path: Path = SANITIZE) -> list[tuple[re.Pattern, str]]:
         if line.startswith("regex: "):
             pairs.append((re.compile(line[7:]), lines[i + 1].removeprefix("replace: ")))
     return pairs
-
-
-def text_of(outputs: list, subs: list[tuple[re.Pattern, str]]) -> str:
-    """The text a reader reads in a cell's outputs (no images), sanitised."""
-    parts = []
-    for out in outputs:
-        kind = out.get("output_type")
-        if kind == "stream":  # one stream arrives in chunks that differ from run to run
-            head = f"[{out['name']}] "
-            if parts and parts[-1].startswith(head):
-                parts[-1] += out["text"]
-            else:
-                parts.append(head + out["text"])
-        elif kind in ("execute_result", "display_data"):
-            data = out.get("data", {})
-            for mime in ("text/plain", "text/html"):
-                if mime in data and not (mime == "text/plain" and "image/png" in data):
-                    parts.append(f"[{mime}] {data[mime]}")
-        elif kind == "error":
-            parts.append(f"[error] {out['ename']}: {ANSI.sub('', out['evalue'])}")
-    return sanitise("\n".join(parts), subs)
 
 
 def sanitise(text: str, subs: list[tuple[re.Pattern, str]]) -> str:
@@ -141,27 +119,28 @@ def rerun(
             )
             reference = nbval_fields(cell.outputs, subs) if compare else None
             client.execute_cell(cell, index)
-            first = text_of(copy.deepcopy(cell.outputs), subs)
-            if compare and (now := nbval_fields(cell.outputs, subs)) != reference:
+            first = nbval_fields(cell.outputs, subs)
+            if compare and first != reference:
                 changed.append(
-                    {"cell": index, "first": show(reference), "second": show(now),
+                    {"cell": index, "first": show(reference), "second": show(first),
                      "against": "stored output"}
                 )  # fmt: skip
                 continue
-            if "[error]" in first:  # fails once the cells above it ran twice
+            if "ename" in first:  # fails once the cells above it ran twice
                 changed.append(
-                    {"cell": index, "first": "(the cells above ran twice)", "second": first,
-                     "against": "second run"}
+                    {"cell": index, "first": "(the cells above ran twice)",
+                     "second": show(first), "against": "second run"}
                 )  # fmt: skip
                 continue
             if EXEMPT & tags:
                 continue
             client.execute_cell(cell, index)
-            second = text_of(cell.outputs, subs)
+            second = nbval_fields(cell.outputs, subs)
             if first != second:
                 changed.append(
-                    {"cell": index, "first": first, "second": second, "against": "second run"}
-                )
+                    {"cell": index, "first": show(first), "second": show(second),
+                     "against": "second run"}
+                )  # fmt: skip
     return changed
 
 
