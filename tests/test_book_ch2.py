@@ -2513,3 +2513,222 @@ def test_rows_free_floors_by_linear_program_as_the_s85_expert_measured():
     ]
     assert [f"{v:.2f}" for v in shares] == ["0.30", "0.32"]
     assert _best_range(Pm @ Pm.T) < 1e-6  # PE PE^T itself: relative
+
+
+# --- moved from the chapter in s21 (appendix cut): A.4's forks, A.6's window and counting -
+
+
+def section_2_6():
+    """Section 2.6's setup: T, d, X, Pm, the random W_QK and the block form (seeds 20, 21)."""
+    X, W_QK, W_comm, Pm = chapter_tables()
+    return 24, 16, X, Pm, W_QK, W_comm
+
+
+def test_helix_third_coordinate_climbs():
+    # section 2.3: implied by 40 omega_1 < pi/2 (sin rises on [0, pi/2]); the link, moved here
+    pe3 = P.sinusoidal_encoding(41, 3)
+    assert np.all(np.diff(pe3[:, 2]) > 0)
+
+
+def rows_free_design(n_rows):
+    # S[m, n] ~ c_m + h(n - m): one column per row m, then one per offset k = 1-T..T-1
+    m_, n_ = np.indices((n_rows, n_rows))
+    M = np.zeros((n_rows * n_rows, 3 * n_rows - 1))
+    M[np.arange(n_rows * n_rows), m_.ravel()] = 1
+    M[np.arange(n_rows * n_rows), n_rows + (n_ - m_).ravel() + n_rows - 1] = 1
+    return M
+
+
+def rows_free_left(S):
+    # least-squares c_m + h(n - m) removed: the range left, an upper bound on the best fit's
+    M = rows_free_design(len(S))
+    return np.ptp(S.ravel() - M @ np.linalg.lstsq(M, S.ravel(), rcond=None)[0])
+
+
+def best_range(S):
+    # the least range of S - c_m - h(n - m) over all c, h: a linear program (a floor)
+    from scipy.optimize import linprog
+
+    M = rows_free_design(len(S))
+    ones, zeros = np.ones((M.shape[0], 1)), np.zeros((M.shape[0], 1))
+    A_ub = np.block([[-M, -ones, zeros], [M, zeros, ones]])
+    cost = np.zeros(M.shape[1] + 2)
+    cost[-2:] = 1, -1  # top - bottom
+    b_ub = np.concatenate([-S.ravel(), S.ravel()])
+    res = linprog(cost, A_ub=A_ub, b_ub=b_ub, bounds=(None, None), method="highs")
+    assert res.status == 0  # solved
+    return max(res.fun, 0.0)
+
+
+def test_random_w_qk_is_far_from_the_block_form_even_with_a_number_per_row():
+    T, d, X, Pm, W_QK, W_comm = section_2_6()
+    kept = [(nearest_block_form(W_QK) ** 2).sum() / (W_QK**2).sum()]
+    rel = [diagonal_spread(Pm @ W_QK @ Pm.T) / np.ptp(Pm @ W_QK @ Pm.T)]
+    for seed in range(100, 110):
+        g = np.random.default_rng(seed)
+        W_r = g.normal(size=(d, d)) @ g.normal(size=(d, d)).T / d
+        kept.append((nearest_block_form(W_r) ** 2).sum() / (W_r**2).sum())
+        rel.append(diagonal_spread(Pm @ W_r @ Pm.T) / np.ptp(Pm @ W_r @ Pm.T))
+    assert abs(np.mean(kept) * d - 1) < 0.3  # near 1/d_model, within 30%
+    assert 0.5 / d < kept[0] < 2 / d  # section 2.6's: near 1/d_model
+    assert min(rel) > 0.5  # every draw: far from relative
+    assert min(rel[1:]) < rel[0] < max(rel[1:])  # section 2.6's: within the ten
+    S = Pm @ W_QK @ Pm.T
+    assert best_range(S) > 0.5 * np.ptp(S)  # far from relative, rows free (3.71 of 7.19)
+
+
+def test_slowest_pair_changes_vanish_once_a_number_per_row_is_free():
+    T, d, X, Pm, W_QK, W_comm = section_2_6()
+    W_slow, W_link, W_in, W_between = (W_comm.copy() for _ in range(4))
+    W_slow[14, 15] += 0.5  # inside the slowest pair, 7
+    W_link[0, 15] += 0.5  # linking pair 0 to pair 7
+    W_in[1, 1] += 0.5  # section 2.6's two changes
+    W_between[0, 2] += 0.5
+    S = {k: Pm @ W @ Pm.T for k, W in [("slow", W_slow), ("link", W_link), ("in", W_in)]}
+    S["between"] = Pm @ W_between @ Pm.T
+    assert diagonal_spread(S["link"]) > 0.1 > 10 * diagonal_spread(S["slow"])
+    assert max(rows_free_left(S["slow"]), rows_free_left(S["link"])) < 1e-4
+    assert min(best_range(S["in"]), best_range(S["between"])) > 0.1
+
+
+def test_a_block_form_reader_for_the_key_three_back():
+    T, d, X, Pm, W_QK, W_comm = section_2_6()
+    j = 3
+    R3 = P.rotation_matrix(j, d)
+    S_back = Pm @ R3 @ Pm.T
+    best = S_back[j:].argmax(1)
+    assert np.array_equal(best, np.arange(T - j)) and diagonal_spread(S_back) < 1e-12
+    X_back, hit = np.random.default_rng(23).normal(size=(50, T, d)), {}
+    for scale in (1.0, 0.1):
+        Z = scale * X_back + Pm
+        S_all = Z @ R3 @ Z.transpose(0, 2, 1)
+        hit[scale] = np.mean(S_all[:, j:].argmax(2) == np.arange(T - j))
+    assert hit[1.0] < 2 / T and hit[0.1] > 0.5  # near chance with N(0, 1) tokens
+
+
+def nearest_block_t(W):  # torch, differentiable
+    i2 = 2 * torch.arange(W.shape[0] // 2)
+    a, b = (W[i2, i2] + W[i2 + 1, i2 + 1]) / 2, (W[i2, i2 + 1] - W[i2 + 1, i2]) / 2
+    B = torch.zeros_like(W).index_put((i2, i2), a).index_put((i2 + 1, i2 + 1), a)
+    return B.index_put((i2, i2 + 1), b).index_put((i2 + 1, i2), -b)
+
+
+def test_training_the_key_three_back_reader():
+    T, d, X, Pm, W_QK, W_comm = section_2_6()
+    j = 3
+
+    def trained(block_form, pe_t, start):
+        # 1,000 steps; the W after step 100 is kept too (one run, the same generator)
+        W = start.clone().requires_grad_(True)
+        opt, gen = torch.optim.Adam([W], lr=0.03), torch.Generator().manual_seed(1)
+        target = torch.arange(T - j).repeat(64)
+        for step in range(1000):
+            Z_t = torch.randn(64, T, d, generator=gen, dtype=torch.float64) + pe_t
+            S_t = Z_t @ (nearest_block_t(W) if block_form else W) @ Z_t.transpose(1, 2)
+            loss = torch.nn.functional.cross_entropy(S_t[:, j:].reshape(-1, T), target)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if step == 99:
+                at_100 = (nearest_block_t(W) if block_form else W).detach().clone()
+        return at_100, (nearest_block_t(W) if block_form else W).detach()
+
+    pe_t, R3 = torch.from_numpy(Pm), torch.from_numpy(P.rotation_matrix(j, d))
+    Z_new = torch.from_numpy(np.random.default_rng(999).normal(size=(2000, T, d))) + pe_t
+
+    def share(W):
+        top = (Z_new @ W @ Z_new.transpose(1, 2))[:, j:].argmax(2)
+        return (top == torch.arange(T - j)).double().mean().item()
+
+    (W_block, long_block), (W_free, long_free) = trained(True, pe_t, R3), trained(False, pe_t, R3)
+    top = {"R(3)": share(R3), "block": share(W_block), "free": share(W_free)}
+    assert torch.equal(W_block, nearest_block_t(W_block)) and top["R(3)"] < 2 / T
+    assert 0.12 < top["block"] < 0.14 and top["R(3)"] < 0.06  # about 13%
+    assert abs(top["free"] - top["block"]) < 0.02  # about as well
+    long = {"block": long_block, "free": long_free}
+    assert all(abs(share(long[k]) - top[k]) < 0.005 for k in long)  # the shares stay
+    norms_100 = [W_block.norm().item(), W_free.norm().item()]
+    assert all(0.45 < W.norm().item() < 0.6 for W in long.values()) and max(norms_100) < 0.6
+
+
+def test_a_window_fit_fakes_a_relative_centred_term():
+    pe = P.sinusoidal_encoding(1024, 128)
+    win, nxt = pe[:512], pe[512:]  # the window, and the next 512
+    s_pe = np.linalg.svd(win, compute_uv=False)
+    # cuts at 1e-12 and 1e-10 only: 1e-15 is below float64 resolution for this SVD (review m4)
+    sv_at = {c: int(np.sum(s_pe > c * s_pe[0])) for c in (1e-12, 1e-10)}
+    n_dirs = int(np.sum(np.outer(s_pe, s_pe) > 1e-10 * s_pe[0] ** 2))  # products s_i s_j
+    assert sv_at[1e-12] < 96 and sv_at[1e-10] < sv_at[1e-12]  # numerically rank-deficient
+    # products above the cut: at least the squared count above sqrt(cut) (true by construction)
+    assert np.sum(s_pe > 1e-5 * s_pe[0]) ** 2 <= n_dirs <= sv_at[1e-10] ** 2
+    assert 55**2 < n_dirs < 65**2  # "about 60^2"
+    C = np.eye(128) - 1 / 128
+    U, s_c, Vt = np.linalg.svd(win @ C, full_matrices=False)
+
+    def fake(cut):  # W_QK = B B^T, B = I + v 1^T / d with PE C v = PE 1 (least squares)
+        keep = s_c > cut * s_c[0]
+        v = Vt[keep].T @ ((U[:, keep].T @ win.sum(1)) / s_c[keep])
+        B = np.eye(128) + np.outer(v, np.ones(128)) / 128
+        return B @ B.T
+
+    W_fake, W6 = fake(1e-10), fake(1e-6)
+    M, span = C @ W_fake @ C, np.ptp(win @ win.T)
+    miss_win = np.abs(win @ (M - np.eye(128)) @ win.T).max() / span
+    miss_next = np.abs(nxt @ (M - np.eye(128)) @ nxt.T).max() / span
+    miss6 = np.abs(win @ (C @ W6 @ C - np.eye(128)) @ win.T).max() / span
+    assert np.abs(M @ np.ones(128)).max() < 1e-9  # a code check: C 1 = 0, so not a block form
+    assert miss_win < 1e-6 and miss_next > 0.1  # exact on the window, not past it
+    assert np.linalg.norm(W_fake) < 3 * np.linalg.norm(np.eye(128)) and miss6 < 1e-5
+
+
+def relative_dimension_cut(A, rows_free=False, tol=1e-10, other_tols=(1e-12, 1e-8)):
+    # dimension of the W with A W A^T relative (rows_free: up to a number per row), counted
+    # as d^2 minus the singular values above an absolute cut; also the ratios either side
+    K = [[np.kron(A[m], A[n]) for n in range(len(A))] for m in range(len(A))]
+    D = [[K[m + 1][n + 1] - K[m][n] for n in range(len(A) - 1)] for m in range(len(A) - 1)]
+    rows = [
+        D[m][n] - D[m][n + 1] if rows_free else D[m][n]
+        for m in range(len(A) - 1)
+        for n in range(len(A) - 1 - rows_free)
+    ]
+    s = np.linalg.svd(np.array(rows), compute_uv=False)
+    rank = int(np.sum(s > tol))
+    others = tuple(A.shape[1] ** 2 - int(np.sum(s > t)) for t in other_tols)
+    return A.shape[1] ** 2 - rank, s[rank - 1] / s[0], s[rank] / s[0], others
+
+
+def test_counting_the_w_qk_with_a_relative_term():
+    pe8, C8 = P.sinusoidal_encoding(80, 8), np.eye(8) - np.ones((8, 8)) / 8
+    tok8 = np.tile(np.random.default_rng(30).normal(size=8), (len(pe8), 1))
+    cases = {
+        "PE": pe8,
+        "centred": pe8 @ C8,
+        "divided, X = 0": pe8 @ C8 / pe8.std(1)[:, None],
+        "divided, one token": pe8 @ C8 / (tok8 + pe8).std(1)[:, None],
+    }
+    dims = {(k, fr): relative_dimension_cut(A, fr) for k, A in cases.items() for fr in (0, 1)}
+    assert dims["PE", 0][0] == 8 and all(v[0] == 15 for k, v in dims.items() if k[0] != "PE")
+    assert min(v[1] / v[2] for k, v in dims.items() if k != ("PE", 1)) > 1e4  # a wide gap
+    # unsettled (no gap at the cut): only the range 8 to 10 and the missing gap are checked
+    assert 8 <= dims["PE", 1][0] <= 10 and dims["PE", 1][1] / dims["PE", 1][2] < 1e3
+    assert dims["PE", 0][3] == (8, 8) and dims["centred", 1][3][0] == 15
+    assert dims["centred", 1][3][1] >= 15  # implied by the count at 1e-10 (the review's link)
+    svals = np.linalg.svd(P.sinusoidal_encoding(24, 16), compute_uv=False)
+    assert svals[-1] / svals[0] < 1e-15  # section 2.6's PE: numerically rank-deficient
+
+
+def test_w_qk_identity_shares_after_centring_and_dividing():
+    d = 16
+    C = np.eye(d) - np.ones((d, d)) / d
+    share, free = {}, {}
+    for T_ in (24, 512, 2048):
+        pe = P.sinusoidal_encoding(T_, d)
+        steps = {"PE": pe, "centred": pe @ C, "divided": pe @ C / pe.std(1)[:, None]}
+        for name, A in steps.items():
+            S = A @ A.T
+            share[T_, name] = diagonal_spread(S) / np.ptp(S)
+            if T_ == 24:
+                free[name] = best_range(S) / np.ptp(S)
+    assert share[24, "PE"] < 1e-12 and share[24, "centred"] - share[24, "divided"] > 0.2
+    assert abs(free["centred"] - free["divided"]) < 0.05 and free["centred"] > 0.25
+    assert all(share[T_, "divided"] > share[T_, "centred"] for T_ in (512, 2048))  # order flips
