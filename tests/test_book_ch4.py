@@ -1148,6 +1148,52 @@ def test_the_verdict_on_nine_new_seeds():
     assert e_4w == [7, 3, 4, 5, 6, 10, 9, 7, 7]
     pairs = list(zip(e_w, e_4w, strict=True))
     assert (sum(a < b for a, b in pairs), sum(a > b for a, b in pairs)) == (8, 0)
+    assert sum(a == b for a, b in pairs) == 1  # moved from A.5's cell: one tie (seed 16)
+
+
+def test_score_spread_at_the_start_for_the_three_score_functions():
+    """Moved from appendix A.1's cut cell: at PyTorch's default start, additive and scaled scores
+    keep a standard deviation below section 4.3's 1 at every d_k, while unscaled ones grow like
+    sqrt(d_k) (the score spread 11.56 at d_k = 1024 that A.4 uses)."""
+    import torch
+
+    from mini_transformer.scoring import ScoreModel, retrieval_batch
+
+    d_ks = (4, 16, 64, 256, 1024)
+    batch = retrieval_batch(torch.Generator().manual_seed(0))
+    init_std = {}
+    for d in d_ks:
+        for kind in KINDS:
+            torch.manual_seed(0)
+            with torch.no_grad():
+                init_std[d, kind] = ScoreModel(kind, d)(batch[0], batch[1]).std().item()
+    for kind in ("additive", "scaled"):  # no growth with d_k
+        assert max(init_std[d, kind] for d in d_ks) / min(init_std[d, kind] for d in d_ks) < 2
+    assert max(init_std[d, k] for d in d_ks for k in ("additive", "scaled")) < 1
+    assert init_std[1024, "unscaled"] / init_std[4, "unscaled"] > 10  # ~ sqrt(1024 / 4) = 16
+    assert round(init_std[1024, "unscaled"], 2) == 11.56  # the spread quoted in appendix A.4
+
+
+def test_additive_score_matches_its_formula_and_w_grows_like_sqrt_d_k():
+    """Moved from appendix A.1's cut cell: the package's additive score is
+    w^T tanh(W_a x_q + U_a x_k + b), and the bound ||w||_1 grows like sqrt(d_k) / 2."""
+    import math
+
+    import torch
+
+    from mini_transformer.additive import AdditiveAttention
+    from mini_transformer.scoring import ScoreModel
+
+    torch.manual_seed(0)
+    add = AdditiveAttention(d_query=8, d_key=8, d_attn=16)
+    x_q, x_k = torch.randn(3, 8), torch.randn(5, 8)
+    e = add.scores(x_q, x_k)
+    pre = add.q_proj.weight @ x_q[1] + add.k_proj.weight @ x_k[2] + add.k_proj.bias
+    assert torch.isclose(e[1, 2], add.w @ torch.tanh(pre), atol=1e-6)  # float32
+    for d in (4, 16, 64, 256, 1024):
+        torch.manual_seed(0)
+        w_l1 = ScoreModel("additive", d).additive.w.abs().sum().item()
+        assert 0.5 < w_l1 / (math.sqrt(d) / 2) < 2
 
 
 def test_the_verdict_on_65536_more_queries():
