@@ -1680,3 +1680,25 @@ def test_rope_alibi_std_control_is_the_sweeps_rope_and_alibi_with_tokens_drawn_a
         [1.0, 1.0, 1.0],
         [0.996, 0.9938, 0.9949],
     ]
+
+
+def test_training_reaches_positions_past_half_L_in_fewer_batches(res):
+    # section 3.7's Test 2: lab.train_model draws one length per step, uniformly from 16 to 32,
+    # from the generator that also draws the batch; replayed for seed 0, the share of the 10000
+    # steps whose batch holds position p is near (32 - p) / 17 (0.94 at 16, 0.47 at 24, 0.06 at 31)
+    import torch
+
+    from mini_transformer import lab
+
+    cfg = {k: v for k, v in res["config"].items() if k != "block_size"}
+    lab_cfg = lab.LabConfig(**cfg)
+    g = torch.Generator().manual_seed(1000 + 0)
+    lengths = []
+    for _ in range(res["steps"]):
+        lo, hi = lab_cfg.min_train_length, lab_cfg.train_length + 1
+        n = int(torch.randint(lo, hi, (1,), generator=g))
+        lab_cfg.batch(lab_cfg.batch_size, n, g)
+        lengths.append(n)
+    lengths = np.array(lengths)
+    for p in (15, 16, 24, 31):
+        assert abs((lengths > p).mean() - min(1.0, (32 - p) / 17)) < 0.02
