@@ -132,6 +132,20 @@ def test_drawn_std1_norms_sit_a_little_below_8_so_the_index_passes_them_at_8_or_
     assert round(float(np.median(chapter_norms)), 2) == 7.95
 
 
+def test_past_the_drawn_median_norm_the_index_dominates_the_median_std1_token():
+    # section 1.2 (moved from its cell, s97 expert): from position 8, where the index passes the
+    # drawn std-1 embeddings' median norm (7.95), the sum e + pos u_0 points mostly along channel 0:
+    # within 45 degrees of it for the median token, at every position up to 99
+    idx = positional.index_encoding(100)[:, 0]
+    e64 = np.random.default_rng(3).standard_normal((1000, 64))
+    first_drawn = int(idx[idx > np.median(np.linalg.norm(e64, axis=1))].min())
+    cos_0 = [
+        np.median((e64[:, 0] + pos) / np.linalg.norm(e64 + pos * np.eye(64)[0], axis=1))
+        for pos in range(first_drawn, 100)
+    ]
+    assert first_drawn == 8 and min(cos_0) > 1 / np.sqrt(2)
+
+
 # --- 1.8 a scalar next to the embedding (section numbers as of session 19) ------------------
 
 
