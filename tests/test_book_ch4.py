@@ -1127,10 +1127,10 @@ def test_the_verdict_at_other_widths(name, d_k, picks, split, cw_lower):
 
 
 def test_the_verdict_on_nine_new_seeds():
-    """Section 4.11's verdict cell and its "Why divide" paragraph, pinned on the stored
-    ``04_new_seeds``: the chapter's protocol (``tools/adam_long_window.py``) at the loss-picked
-    scaled-equivalent rate 0.01 on nine new seeds (9-17), 200 steps; scaled (W) made fewer
-    top-1 errors than unscaled (4W) on 8 seeds, more on 0, with 1 tie."""
+    """Section 4.11's checks cell (it prints this split) and its "Two checks" paragraph, pinned
+    on the stored ``04_new_seeds``: the chapter's protocol (``tools/adam_long_window.py``) at
+    the loss-picked scaled-equivalent rate 0.01 on nine new seeds (9-17), 200 steps; scaled (W)
+    made fewer top-1 errors than unscaled (4W) on 8 seeds, more on 0, with 1 tie."""
     result = data.load_result("04_new_seeds")
     args = _tool_args(result)
     assert args.out == "mini_transformer/results/04_new_seeds.json"
