@@ -958,14 +958,14 @@ def test_the_offset_part_against_the_stream_matched_random_move():
 
 
 def test_pre_ln_at_1e_2_makes_the_same_offset_shaped_move_and_keeps_its_tokens_apart(sweep):
-    """Section 5.10's cross-placement control (its folds on the damage's shape and the stream):
-    Pre-LN at 1e-2, 20 steps, seeds 0-2, the chapter's seeds and batch generators
-    (torch.manual_seed(seed), Generator 1000 + seed), against the same Post-LN runs. W^2 of
-    layers 1-3: offset share of the move, g_0's one-sign-per-row fit and the move's Frobenius norm
-    are Post-LN's (margins: 0.05 on the shares, 0.1 on the norm); Pre-LN learns at 1e-2 (the
-    sweep, seeds 0-2). What differs is the stream: the centred share ||x - x_bar||^2 / ||x||^2 of
-    the held-out tokens after each block (section 5.10's fold) falls to float32 rounding in
-    Post-LN, not in Pre-LN."""
+    """Appendix A.9's cross-placement control (its fold on the damage's shape prints the shares,
+    fits and norms; this test adds the stream): Pre-LN at 1e-2, 20 steps, seeds 0-2, the
+    chapter's seeds and batch generators (torch.manual_seed(seed), Generator 1000 + seed),
+    against the same Post-LN runs. W^2 of layers 1-3: offset share of the move, g_0's
+    one-sign-per-row fit and the move's Frobenius norm are Post-LN's (margins: 0.05 on the
+    shares, 0.1 on the norm); Pre-LN learns at 1e-2 (the sweep, seeds 0-2). What differs is the
+    stream: the centred share ||x - x_bar||^2 / ||x||^2 of the held-out tokens after each block
+    (A.9's fold) falls to float32 rounding in Post-LN, not in Pre-LN."""
 
     def offset_share(d):
         return (d.mean(1).pow(2).sum() * d.shape[1] / d.pow(2).sum()).item()
