@@ -91,9 +91,9 @@ def sinusoidal_encoding(
     \quad \omega_i = base^{-2i/d_{model}}.$$
 
     ``layout="interleaved"`` is the paper's ``[sin w0, cos w0, sin w1, ...]``; ``"concat"``
-    is the TensorFlow tutorial's (quoted in chapter 2, section 2.4) ``[sin w0, sin w1, ..., cos w0, ...]``:
-    the same columns in another order. An odd ``d_model`` leaves the last sine without its
-    cosine, so the norm is no longer constant.
+    is the TensorFlow tutorial's (quoted in section 2.4) ``[sin w0, sin w1, ..., cos w0,
+    ...]``: the same columns in another order. An odd ``d_model`` leaves the last sine
+    without its cosine, so the norm is no longer constant.
 
     Example:
         >>> sinusoidal_encoding(5, 6, layout="concat").round(3)[1]
