@@ -21,7 +21,7 @@ export OMP_NUM_THREADS := 1
 
 help:
 	@echo "make book     build the HTML book into _build/html (from the stored outputs)"
-	@echo "make test     package tests + nbval on every notebook + the book build"
+	@echo "make test     ruff, package tests + nbval on every notebook + the book build"
 	@echo "make execute  re-execute notebooks in place (NB=book/04_attention.ipynb for one)"
 	@echo "make lab      open the notebooks in JupyterLab"
 	@echo "make lint     ruff on the package, tests and notebooks"
@@ -45,7 +45,7 @@ book: $(STAMP)
 	@$(BIN)/jupyter-book build -W -n --keep-going --quiet . 
 	@echo "Book built: file://$(CURDIR)/_build/html/index.html"
 
-test: test-package test-notebooks test-book
+test: lint test-package test-notebooks test-book
 
 # --doctest-modules: the examples in the docstrings are tests too. -n logical: one pytest-xdist
 # worker per core (each test is independent; OMP_NUM_THREADS=1 keeps a worker to its core).
