@@ -146,7 +146,7 @@ def test_past_the_drawn_median_norm_the_index_dominates_the_median_std1_token():
     assert first_drawn == 8 and min(cos_0) > 1 / np.sqrt(2)
 
 
-# --- 1.8 a scalar next to the embedding (section numbers as of session 19) ------------------
+# --- 1.9-1.10 a scalar next to the embedding (section numbers as of session 22) ------------------
 
 
 def _nearest_code_accuracy(codes, n_tokens, gen):
@@ -190,7 +190,7 @@ def test_scalar_readout_is_the_same_at_every_d_and_matches_theory(d):
 
 
 def test_with_std_002_content_the_scalar_is_read_back_almost_always():
-    # section 1.8's scale table: half the gap, 0.05, is 2.5 standard deviations of 0.02 noise
+    # section 1.10's scale table: half the gap, 0.05, is 2.5 standard deviations of 0.02 noise
     N, gen = 10, np.random.default_rng(43)
     codes = np.zeros((N, 64))
     codes[:, 0] = positional.normalized_index_encoding(N)[:, 0]
@@ -208,7 +208,7 @@ def test_with_std_002_content_the_scalar_is_read_back_almost_always():
     [(100, 0.02, 0.205, 0.206), (10, 0.16, 0.321, 0.310)],
 )
 def test_scalar_readout_at_the_two_models_scales(N, std, predicted_quoted, measured_quoted):
-    """Section 1.8's verdict: 0.205 predicted at N = 100 (std 0.02, the book's models' scale) and
+    """Section 1.10's verdict: 0.205 predicted at N = 100 (std 0.02, the book's models' scale) and
     0.321 at N = 10 (std 0.16, the sinusoidal model's 0.02 times sqrt(64), its d_model = 64 entry):
     the closed form, and a measurement with 20 times the chapter's 5,000 guesses (standard error
     about 0.0015)."""
@@ -223,7 +223,7 @@ def test_scalar_readout_at_the_two_models_scales(N, std, predicted_quoted, measu
 
 
 def test_under_the_sinusoidal_models_sqrt_d_scaling_the_scalar_fades_with_d_model():
-    """Section 1.8's third verdict bullet and Summary: with the package's sinusoidal model the
+    """Section 1.10's third verdict bullet and Summary: with the package's sinusoidal model the
     token embeddings have std 0.02 sqrt(d_model) (cold read s6, D1), so the oracle's closed form
     falls 0.810, 0.521, 0.321, 0.212, 0.156 over d_model = 4 ... 1024; a measurement with 40,000
     guesses per size (standard error about 0.0025) agrees, and falls at every step."""
@@ -403,7 +403,7 @@ def test_requirement_6_holds_for_the_raw_dot_product_not_under_a_random_projecti
     assert spread(A) > 1.0
 
 
-# --- 1.10 scoring ---------------------------------------------------------------------------------
+# --- 1.12 scoring ---------------------------------------------------------------------------------
 
 TOL = 1e-9
 SHORT, LONG, D = 10, 100, 16
@@ -622,8 +622,8 @@ def _random_table(table, N, d):
 
 
 def _section_1_6_readout():
-    """Section 1.9's oracle table and Appendix A.5's class-mean table, recomputed with the
-    chapter's generators and order of draws: section 1.9 draws noise then table (seed 5);
+    """Section 1.11's oracle table and Appendix A.5's class-mean table, recomputed with the
+    chapter's generators and order of draws: section 1.11 draws noise then table (seed 5);
     A.5 draws new noise then the class-mean reader's training data (seed 15)."""
     gen, gen_cm, out, all_codes = np.random.default_rng(5), np.random.default_rng(15), {}, {}
     sizes = [(N, d) for N in (10, 100) for d in (4, 16, 64, 256, 1024)]
@@ -674,7 +674,7 @@ def test_section_1_6_readout_numbers_quoted_in_the_prose():
     }
     for key, value in quoted.items():
         assert round(r[key], 3) == value, key
-    # section 1.9's mean error: "0.60 against the random table's 0.77 at N = 10"; A.4: "2.03
+    # section 1.11's mean error: "0.60 against the random table's 0.77 at N = 10"; A.4: "2.03
     # against 5.94 at N = 100"
     mean_error = {(10, "sinusoid"): 0.60, (10, "random"): 0.77, (100, "sinusoid"): 2.03,
                   (100, "random"): 5.94}  # fmt: skip
@@ -685,7 +685,7 @@ def test_section_1_6_readout_numbers_quoted_in_the_prose():
 
 
 def test_at_n_100_d_4_the_sinusoid_beats_the_line_over_30_seeds():
-    """Section 1.9's "by 0.012 on average over 30 seeds at N = 100, d_model = 4": the chapter's
+    """Section 1.11's "by 0.012 on average over 30 seeds at N = 100, d_model = 4": the chapter's
     folded cell (seeds 100 ... 129, 5,000 guesses, 1,000 learning tokens). Cold read s6 (D2)
     found the earlier "tie" to be the low tail of a systematic win."""
     N, d = 100, 4
@@ -710,7 +710,7 @@ def test_at_n_100_d_4_the_sinusoid_beats_the_line_over_30_seeds():
 
 @pytest.mark.parametrize("seed", [61, 62, 63])
 def test_by_mean_error_the_line_leads_at_4_and_16_the_sinusoid_at_64_the_table_from_256(seed):
-    """Section 1.9 and A.4 (s48 expert): counted by how far off a guess is, the oracle's lead
+    """Section 1.11 and A.4 (s48 expert): counted by how far off a guess is, the oracle's lead
     moves with d_model. On a fresh table and noise draw per seed, at N = 10 and 100: the matched
     line has the smallest mean |guess - position| at d_model 4 and 16, the sinusoid at 64, the
     random table at 256 and 1024; at 64 most of the sinusoid's misses land on a neighbour, few of
@@ -779,7 +779,7 @@ def test_a_relu_key_needs_a_gain_growing_like_n_where_the_quadratic_key_needs_n_
 
 @pytest.mark.parametrize(("N", "d"), [(10, 4), (10, 16), (100, 4), (100, 16), (10, 64)])
 def test_a_random_table_reads_back_as_well_as_the_sinusoid_or_better(N, d):
-    # section 1.9's "the random table as much as the sinusoid or more", on 20,000 guesses and
+    # section 1.11's "the random table as much as the sinusoid or more", on 20,000 guesses and
     # 5 table draws, so that neither one lucky table nor the noise carries it
     gen = np.random.default_rng(46)
     sinusoid = _nearest_code_accuracy(positional.sinusoidal_encoding(N, d), 20_000 // N, gen)
@@ -795,7 +795,7 @@ def test_a_random_table_reads_back_as_well_as_the_sinusoid_or_better(N, d):
     [(10, 4, 10, 47), (100, 4, 10, 47), (10, 16, 30, 48), (100, 16, 30, 48)],
 )
 def test_every_fresh_random_table_beats_the_sinusoid(N, d, draws, seed):
-    # section 1.9 reads one table draw per cell ("one draw per cell"); at d_model = 4, where the
+    # section 1.11 reads one table draw per cell ("one draw per cell"); at d_model = 4, where the
     # margins are smallest, the worst of 10 draws, and at d_model = 16 the worst of 30, still
     # beats the sinusoid, so the table's lead is not draw luck (10,000 guesses per draw:
     # standard error <= 0.005; the margins are several times that)
@@ -810,7 +810,7 @@ def test_every_fresh_random_table_beats_the_sinusoid(N, d, draws, seed):
 
 @pytest.mark.parametrize(("N", "d"), [(10, 4), (10, 16), (100, 4), (100, 16)])
 def test_sinusoid_beats_the_centred_scalar_at_equal_varying_energy_with_many_samples(N, d):
-    # the smallest margins of section 1.9 (0.044 at N = 10, d = 4; 0.011 at N = 100, d = 4),
+    # the smallest margins of section 1.11 (0.044 at N = 10, d = 4; 0.011 at N = 100, d = 4),
     # re-measured on 100,000 guesses: the sampling noise of a difference is then about 0.003
     gen = np.random.default_rng(44)
     centred = _nearest_code_accuracy(_centred(N, d), 100_000 // N, gen)
@@ -861,7 +861,7 @@ def _probe_r2(x, y, x_test, y_test):
 
 @pytest.mark.parametrize(("d", "n"), [(8, 1024), (128, 1024), (256, 512)])
 def test_untold_probe_loses_one_minus_r2_times_d_over_n_minus_d(d, n):
-    # section 1.8's law for a least-squares probe of all channels, at sizes the chapter does not
+    # section 1.10's law for a least-squares probe of all channels, at sizes the chapter does not
     # use; averaged over 8 draws, whose R^2 varies by about 0.01 each
     N, gen = 10, np.random.default_rng(45)
     p = positional.normalized_index_encoding(N)[:, 0]
@@ -1075,7 +1075,7 @@ def test_exercise_5_mean_of_20_draws_is_on_the_predicted_loss():
 
 
 def test_next_to_std_002_embeddings_the_probe_of_all_channels_reads_the_scalar():
-    """Section 1.8's "probe 0.995 at 1024" next to std-0.02 embeddings: the best R^2 is
+    """Section 1.10's "probe 0.995 at 1024" next to std-0.02 embeddings: the best R^2 is
     var(p) / (var(p) + 0.0004) and fitting 1024 weights on 8,192 tokens costs under 0.001."""
     from sklearn.linear_model import LinearRegression
 
@@ -1093,7 +1093,7 @@ def test_next_to_std_002_embeddings_the_probe_of_all_channels_reads_the_scalar()
 
 @pytest.mark.parametrize("N", [10, 100])
 def test_a_cross_validated_logistic_reader_keeps_the_order_and_does_not_beat_class_means(N):
-    """Section 1.9's class-mean reader (Appendix A.5) is the nearest class mean. The
+    """Section 1.11's class-mean reader (Appendix A.5) is the nearest class mean. The
     fairer-looking control a
     reviewer asked for, a multinomial logistic regression with its penalty cross-validated, on
     the same number of tokens (1,024 // N per position, d_model = 64): it reads the sinusoid
@@ -1185,7 +1185,7 @@ def test_exercise_1_wraps_and_exercise_4_code_is_zero_at_0_and_depends_on_n():
 
 
 def test_a_random_tables_nearest_codes_are_farther_apart_than_the_sinusoids():
-    # section 1.9's "5.21 apart ... and a random table's 18.73" at N = 100, d_model = 1024,
+    # section 1.11's "5.21 apart ... and a random table's 18.73" at N = 100, d_model = 1024,
     # with the chapter's generator and order of draws (noise, table, the class-mean reader's data)
     gen = np.random.default_rng(5)
     for N in (10, 100):
@@ -1206,7 +1206,7 @@ def test_a_random_tables_nearest_codes_are_farther_apart_than_the_sinusoids():
 
 
 def test_at_std_002_the_scalars_energy_share_at_1024_is_the_predicted_0_41():
-    # moved from section 1.8's former folded cell (seed 14): at std 0.02 the scalar's measured
+    # moved from section 1.10's former folded cell (seed 14): at std 0.02 the scalar's measured
     # share of the energy at d_model = 1024 is the predicted 0.41 (E|e|^2 = 0.0004 d)
     p = positional.normalized_index_encoding(10)[:, 0]
     e = 0.02 * np.random.default_rng(14).standard_normal((500, 1, 1024))
@@ -1218,7 +1218,7 @@ def test_at_std_002_the_scalars_energy_share_at_1024_is_the_predicted_0_41():
 
 
 def test_a_learned_table_fails_length_independence_at_any_size_one_row_past_it():
-    # section 1.10's note: the ✗ is by construction, not an artefact of max_len = 100; a table of
+    # section 1.12's note: the ✗ is by construction, not an artefact of max_len = 100; a table of
     # 1,000 rows passes the chapter's probe at N = 200 and is bounded at N = 1000, but has no
     # row 1,000 either
     torch.manual_seed(0)
@@ -1280,7 +1280,7 @@ def test_exercise_5_one_draw_straddles_the_target_at_n_and_the_sd_rule_keeps_nin
 
 
 def test_matched_codes_share_one_mean_pair_distance_and_the_nearest_pairs_share_orders_them():
-    # section 1.9's reason: matching fixes the mean squared distance between two codes,
+    # section 1.11's reason: matching fixes the mean squared distance between two codes,
     # 2 N / (N - 1) times the varying energy, so the codes differ only in how much of it the
     # nearest pair gets (line 0.0006, sinusoid 0.065, random table 0.85 at N = 100, d = 1024)
     N, d = 100, 1024
@@ -1344,7 +1344,7 @@ def test_the_former_exercise_5_solution_passes_its_checker_and_its_mean_loss_is_
 
 
 def test_one_circle_fails_uniqueness_once_it_asks_for_a_margin():
-    # section 1.10: at N = 100 one circle's codes 44 apart come within 0.018 against a 0.959 step,
+    # section 1.12: at N = 100 one circle's codes 44 apart come within 0.018 against a 0.959 step,
     # so the margin rule fails it; besides, it has 2 channels, not D
     scores, _ = _score(lambda n: positional.sinusoidal_encoding(n, 2))
     failed = {r for r, ok in scores.items() if ok is not None and not ok}
@@ -1352,7 +1352,7 @@ def test_one_circle_fails_uniqueness_once_it_asks_for_a_margin():
 
 
 def test_sinusoid_keeps_a_third_of_the_energy_next_to_std1_tokens():
-    # moved from section 1.8's cell (s7h1): ||pe||^2 = d/2 against E||e||^2 = d, so the
+    # moved from section 1.9's cell (s7h1): ||pe||^2 = d/2 against E||e||^2 = d, so the
     # sinusoid's share of the total energy is a third at every d_model (500 random tokens)
     gen = np.random.default_rng(4)
     for d in (4, 16, 64, 256, 1024):
@@ -1414,7 +1414,7 @@ def _turn_back(d):
 
 
 def _head_with_tokens(d, std, n=40, draws=50, seed=22, kept_pairs=None, norm=False):
-    # section 1.7's dropdown: the codes plus Gaussian token embeddings of std `std`, the
+    # section 1.8's dropdown: the codes plus Gaussian token embeddings of std `std`, the
     # package's attention with W_Q = beta * (each pair turned back one step), W_K = I, beta = 16
     # (the package divides the scores by sqrt(d_k), so the query carries sqrt(d) beta), optionally
     # both keeping only the fastest `kept_pairs` pairs, and (norm=True) the package's LayerNorm
@@ -1467,7 +1467,7 @@ def test_the_rotation_heads_weight_by_length_is_the_closed_form_and_falls_slowly
 
 
 def test_the_scalars_excess_over_chance_is_at_the_two_ends():
-    # section 1.8 (s41 expert): per position, the oracle's hits next to std-1 noise at N = 10 are
+    # section 1.10 (s41 expert): per position, the oracle's hits next to std-1 noise at N = 10 are
     # 2 Phi(0.05) - 1 = 0.040 inside, below chance 0.1, and Phi(0.05) = 0.520 at the two ends;
     # channel 0 alone (d_model drops out), 10,000 tokens per position
     N = 10
@@ -1479,7 +1479,7 @@ def test_the_scalars_excess_over_chance_is_at_the_two_ends():
 
 
 def test_token_embeddings_pull_the_rotation_heads_top_weight_off_the_previous_key():
-    # section 1.7's dropdown, with the package's attention: the printed shares (seed 22, N = 40)
+    # section 1.8's dropdown, with the package's attention: the printed shares (seed 22, N = 40)
     # as pins, then the skeptic's variations: three other token draws and N = 200
     pins = {(16, None): 0.875, (64, None): 0.345, (16, 4): 0.967, (64, 4): 0.956}
     for (d, kept), share in pins.items():
@@ -1506,7 +1506,7 @@ def test_token_embeddings_pull_the_rotation_heads_top_weight_off_the_previous_ke
 
 
 def test_the_rotation_heads_fall_at_64_comes_mostly_from_the_larger_token_std():
-    # section 1.7 (s100 expert M1): the package's starting scale doubles the token std from 16 to
+    # section 1.8 (s100 expert M1): the package's starting scale doubles the token std from 16 to
     # 64, so the table crosses two token stds with both widths. The printed shares (seed 22) as
     # pins, then other draws: at one std the width costs less than doubling the std at one width
     pins = {(16, 0.08): 0.875, (64, 0.08): 0.841, (16, 0.16): 0.535, (64, 0.16): 0.345}
@@ -1519,7 +1519,7 @@ def test_the_rotation_heads_fall_at_64_comes_mostly_from_the_larger_token_std():
 
 
 def _where_the_misses_go(d, n=40, draws=50, seed=22):
-    # section 1.7's dropdown (s42 expert): the head W_Q = beta R_back, W_K = I on the codes plus
+    # section 1.8's dropdown (s42 expert): the head W_Q = beta R_back, W_K = I on the codes plus
     # tokens of std 0.02 sqrt(d). Returns the share of misses whose top key is key i (the query's
     # own position), the hits, and the hits with the query's own token-token term e_i R e_i^T
     # removed from key i's score
@@ -1537,7 +1537,7 @@ def _where_the_misses_go(d, n=40, draws=50, seed=22):
 
 
 def test_most_misses_of_the_rotation_head_with_tokens_land_on_the_querys_own_position():
-    # section 1.7 (s42 expert): a self-match bias of this W_K = I head, plus noise. The printed
+    # section 1.8 (s42 expert): a self-match bias of this W_K = I head, plus noise. The printed
     # values (seed 22, N = 40) as pins, then the skeptic's variations: other draws and N = 200
     pins = {16: (0.617, 0.875, 0.914), 64: (0.924, 0.345, 0.703)}
     for d, quoted in pins.items():
@@ -1556,7 +1556,7 @@ def test_most_misses_of_the_rotation_head_with_tokens_land_on_the_querys_own_pos
 
 
 def test_the_packages_layernorm_alone_pulls_some_queries_off_the_previous_key():
-    # section 1.7's dropdown (s38 expert D1): the package's block is Pre-LN, so its first head
+    # section 1.8's dropdown (s38 expert D1): the package's block is Pre-LN, so its first head
     # sees LayerNorm(codes + tokens). The printed values (seed 22, N = 40) as pins, with the
     # package's attention, then the skeptic's variations: a longer sentence, other token draws
     pins = {16: (0.897, 0.762, 0.998), 64: (0.974, 0.170, 0.0)}
@@ -1641,7 +1641,7 @@ def test_a_one_channel_code_puts_at_most_the_geometric_bound_on_the_previous_pos
 
 @pytest.mark.parametrize("N", [10, 100])
 def test_held_at_one_varying_energy_the_codes_hits_barely_move_with_d_model(N):
-    # section 1.9: the matched curves rise with d_model because the sinusoid's varying energy
+    # section 1.11: the matched curves rise with d_model because the sinusoid's varying energy
     # does; held at its d_model = 64 value, each code's hits change by at most 0.128 from 16 to
     # 1024 in the chapter's draw (0.143 in this one): far below the matched rise of 0.5 or more.
     gen = np.random.default_rng(2024)
@@ -1701,7 +1701,7 @@ def test_previous_key_weight_under_a_scalar_code_is_the_closed_form_and_at_most_
 
 
 def test_eight_circles_at_random_speeds_pass_every_requirement_as_the_sinusoid_does():
-    """Section 1.10: the list selects rotation codes, not the sinusoid's speeds. The chapter's
+    """Section 1.12: the list selects rotation codes, not the sinusoid's speeds. The chapter's
     8 circles at speeds drawn from U(0.001, 1) (seed 20) pass all six tests, scored by this file's
     own scorer; so does another draw (seed 21); one circle does not (section 1.6's 44 apart)."""
     for seed in (20, 21):
@@ -1720,7 +1720,7 @@ def test_eight_circles_at_random_speeds_pass_every_requirement_as_the_sinusoid_d
 def test_the_confusion_sum_of_section_1_8s_codes_orders_their_hits_in_every_cell():
     """Moved from Appendix A.3 (session 8): the *confusion sum*, sum over the wrong codes of
     Phi(-distance / 2) averaged over positions, a union bound on the chance of a mistake, ranks
-    section 1.9's four codes as the oracle's hits do, strictly, in all 10 cells of its run."""
+    section 1.11's four codes as the oracle's hits do, strictly, in all 10 cells of its run."""
     gen = np.random.default_rng(5)  # the chapter's generator and order of draws (noise, table)
     names = ("scalar", "centred", "random", "sinusoid")
     for N, d in [(N, d) for N in (10, 100) for d in (4, 16, 64, 256, 1024)]:
@@ -1770,7 +1770,7 @@ def test_a_key_with_the_squared_position_escapes_the_quarter_cap_at_a_gain_growi
 
 
 def _trained_with_tokens(d, seed=7, n=40, draws=100, steps=200):
-    # section 1.7's dropdown: a W_Q trained with the tokens present (Appendix A.9's loss,
+    # section 1.8's dropdown: a W_Q trained with the tokens present (Appendix A.9's loss,
     # W_K = I, Adam lr 0.05) on `draws` sentences of n codes plus tokens of std 0.02 sqrt(d)
     pe = torch.as_tensor(positional.sinusoidal_encoding(n, d))
     std = 0.02 * math.sqrt(d)
@@ -1800,7 +1800,7 @@ def _top_key_hits(W, d, std, n=200, draws=50, seed=22):
 
 
 def test_a_wq_trained_with_tokens_fits_its_40_positions_and_not_the_positions_past_them():
-    # section 1.7 (s45 expert): the W_Q trained with tokens on N = 40 puts key i - 1 on top at
+    # section 1.8 (s45 expert): the W_Q trained with tokens on N = 40 puts key i - 1 on top at
     # the positions it saw, and for few queries past them, where the hand-built head (package
     # attention) keeps its share. The printed values (training seed 7, N = 200, seed 22) as pins,
     # then the skeptic's variations: other training and test draws, and the codes alone
@@ -1824,7 +1824,7 @@ def test_a_wq_trained_with_tokens_fits_its_40_positions_and_not_the_positions_pa
 
 
 def test_at_std_002_the_embedding_outweighs_the_scalar_from_712_on_and_the_oracle_still_reads_it():
-    # section 1.8's std-0.02 rows (s46 expert): the embedding's energy 0.0004 d_model passes the
+    # section 1.10's std-0.02 rows (s46 expert): the embedding's energy 0.0004 d_model passes the
     # scalar's 0.285 at d_model = 712.5; the printed shares; then the skeptic's variations of the
     # d_model = 1024 row: another seed with twice the guesses, and d_model = 4096
     p = positional.normalized_index_encoding(10)[:, 0]
@@ -1891,7 +1891,7 @@ def test_the_wq_trained_on_120_sinusoid_rows_loses_key_i_minus_1_to_far_keys_onl
 
 
 def test_the_wq_trained_with_tokens_puts_key_i_minus_1_on_top_for_other_training_seeds_too():
-    # section 1.7's dropdown (s51 expert): "200 Adam steps at learning rate 0.05 ... two other
+    # section 1.8's dropdown (s51 expert): "200 Adam steps at learning rate 0.05 ... two other
     # training seeds give at least 0.95": seeds 8 and 9, scored on the book's 50 draws at N = 40
     for d in (16, 64):
         std = 0.02 * math.sqrt(d)
@@ -1901,7 +1901,7 @@ def test_the_wq_trained_with_tokens_puts_key_i_minus_1_on_top_for_other_training
 
 
 def test_layernorm_keeps_equal_norms_but_spreads_the_offset_1_dot_product():
-    # section 1.7's dropdown (s51 expert; s53 expert): full LN gives every code the norm
+    # section 1.8's dropdown (s51 expert; s53 expert): full LN gives every code the norm
     # sqrt(d) but spreads LN(p_(i+1)) . LN(p_i) over positions 0 to 999 (requirement 6 lost: 1.91
     # and 3.15); each step alone leaves unequal norms, and one constant mean misses at 16 even with
     # the turn undone
@@ -1951,7 +1951,7 @@ def test_layernorm_keeps_equal_norms_but_spreads_the_offset_1_dot_product():
 
 
 def test_the_wq_trained_with_tokens_fails_past_its_40_positions_for_three_more_training_seeds():
-    # section 1.7's dropdown (s81 expert): "three more training seeds give the same split ... past
+    # section 1.8's dropdown (s81 expert): "three more training seeds give the same split ... past
     # them under 0.01 at 64": seeds 0, 1, 2 (the book trains seed 7), scored on the book's 50 draws
     # of N = 200 (seed 22): key i - 1 on top for most queries 1 to 39, for almost none at 40 to 199
     std = 0.02 * math.sqrt(64)
