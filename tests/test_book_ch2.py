@@ -440,7 +440,7 @@ def test_lab_sinusoidal_beyond_training_length_is_pinned():
 
 
 def test_the_sinusoidal_lab_model_fails_past_its_trained_length():
-    # section 2.6's forward link to section 3.6 ("the sinusoidal model does not work past its
+    # section 2.6's forward link to section 3.7 ("the sinusoidal model does not work past its
     # trained length"), the claim the chapter's lab cell asserted before it moved here:
     # perfect within L = 32, near chance past it like the learned table, RoPE near perfect
     res = data.load_result("extrapolation")["results"]

@@ -81,7 +81,7 @@ def test_appending_8_tokens_to_8_moves_memn2n_codes_by_at_most_one_half():
 
 
 def test_before_L_from_the_stored_means_matches_the_per_seed_recombination(res):
-    # (the former Exercise 5, dropped as a repeat of section 3.6's before_L) recombining the
+    # (the former Exercise 5, dropped as a repeat of section 3.7's before_L) recombining the
     # stored means agrees with the per-seed recombination, MemN2N's accuracy on t < L at 8L is
     # the 0.24 the chapter quotes, and the learned model (causal) keeps 1.000 on t < L at every T
     cfg = res["config"]
@@ -314,7 +314,7 @@ def test_learning_rate_side_experiment_pins(res):
     assert [round(v, 2) for v in at_L] == [0.99, 0.99]
 
 
-# --- section 3.6: accuracies ---------------------------------------------------------------
+# --- section 3.7: accuracies ---------------------------------------------------------------
 
 
 def test_accuracy_pins_within_L(res):
@@ -342,7 +342,7 @@ def test_accuracy_pins_no_encoding(res):
 
 
 def test_accuracy_pins_rope_and_alibi(res):
-    """RoPE ahead of ALiBi up to 2L (section 3.7 says so); past 2L pins of the committed data only:
+    """RoPE ahead of ALiBi up to 2L (A.5 asserts it); past 2L pins of the committed data only:
     the chapter does not rank them there, since ALiBi's loss was still falling."""
     L = res["config"]["train_length"]
     longer = [T for T in res["eval_lengths"] if T > L]
@@ -386,7 +386,7 @@ def test_accuracy_pins_memn2n(res):
         assert _mean(res, "memn2n", T, "accuracy_beyond") > max(others)
 
 
-# --- section 3.6: the learned table ---------------------------------------------------------
+# --- appendix A.3: the learned table ---------------------------------------------------------
 
 
 def test_learned_table_pins(res):
@@ -405,7 +405,7 @@ def test_learned_table_pins(res):
         round(trained, 2) == 0.28 and round(diag3.mean(), 2) == -0.40 and round(spread, 2) == 0.28
     )
     assert round(random_cos, 3) == 0.100
-    # section 3.7: the spread at a fixed offset against random rows (std of cos: 1 / sqrt(d)),
+    # A.3: the spread at a fixed offset against random rows (std of cos: 1 / sqrt(d)),
     # measured on the untrained quadrant too; the sinusoid's cosines are a function of the offset
     untrained = sim[Lr : 2 * Lr, Lr : 2 * Lr]
     untrained_spread = np.mean([np.diagonal(untrained, k).std() for k in range(1, Lr // 2 + 1)])
@@ -460,9 +460,9 @@ def test_live_first_layer_attention_on_the_key_three_back():
         on3 = model.attention_weights(idx)[0][:, :, t, t - r]  # (B, heads, queries)
         got[scheme] = [on3[:, :, t < L].mean(dim=(0, 2)), on3[:, :, t >= L].mean(dim=(0, 2))]
         live[scheme] = lab.accuracy_by_length(model, cfg, seed=0)
-    # moved from the chapter's live slice (section 3.6): the stored pattern, not its digits.
+    # moved from the chapter's live slice (section 3.7): the stored pattern, not its digits.
     # Learned solves t < L but sits near the even-weight reader past L (0.133 at 2L: section
-    # 3.6's print, checked by test_even_weight_reader_reference_by_a_plain_loop); RoPE 1.000
+    # 3.7's print, checked by test_even_weight_reader_reference_by_a_plain_loop); RoPE 1.000
     assert live["learned"]["accuracy"][L] > 0.9
     assert abs(live["learned"]["accuracy_beyond"][2 * L] - 0.133) < 0.03
     assert min(live["rope"]["accuracy"].values()) >= 0.9995
@@ -687,7 +687,7 @@ def test_alibi_slopes_recipe_stays_on_the_power_of_two_ladder():
     assert np.isclose(np.log2(formula), np.round(np.log2(formula))).sum() == 2
 
 
-# --- section 3.6: the input-scale control (tools/extrapolation_lab.py --embed-scale) --------
+# --- appendix A.7: the input-scale control (tools/extrapolation_lab.py --embed-scale) --------
 
 
 def test_scale_control_is_the_sweeps_sinusoidal_run_with_tokens_times_36(res):
@@ -700,7 +700,7 @@ def test_scale_control_is_the_sweeps_sinusoidal_run_with_tokens_times_36(res):
     assert args.embed_scale == 36 and args.schemes == ["sinusoidal"] and args.steps == 10000
     assert control["config"] == res["config"] | {"extra": {"sinusoidal_embed_scale": 36.0}}
     assert control["seeds"] == res["seeds"] and control["complete"]
-    # 36 makes the token rows as long as the encoding's rows at initialisation (section 3.6's
+    # 36 makes the token rows as long as the encoding's rows at initialisation (A.7's
     # 0.16 x 36 against 5.66): within 2 %
     from mini_transformer import lab
 
@@ -715,7 +715,7 @@ def test_scale_control_is_the_sweeps_sinusoidal_run_with_tokens_times_36(res):
 
 
 def test_scale_control_pins_at_every_length(res):
-    # section 3.6 quotes the control at all four lengths past L: seed 0 reaches 0.69, 0.54, 0.39,
+    # A.7 quotes the control at all four lengths past L: seed 0 reaches 0.69, 0.54, 0.39,
     # 0.29 on t >= L; seed 2 gains 0.13 at 1.5L and 0.06 at 2L, seed 1 at most 0.03; both at
     # most 0.01 from 4L on
     L = res["config"]["train_length"]
@@ -756,7 +756,7 @@ def test_before_L_rounding_error_is_below_the_chapters_margin(res):
 
 
 # --- checks moved out of the chapter (session 5): A.3's offset share and ranks, and the ------
-# --- initial row norms of section 3.6 -------------------------------------------------------
+# --- initial row norms of section 3.7 -------------------------------------------------------
 
 
 def _trained_tables(res, probe):
@@ -797,7 +797,7 @@ def test_learned_table_offset_share_above_shuffled_rows_and_offset_3_ranks(res, 
 
 
 def test_learned_model_token_and_table_rows_start_equally_long():
-    # section 3.6's row norms at initialisation (seed 0): tokens 0.16, table rows 0.16
+    # section 3.7's row norms at initialisation (seed 0): tokens 0.16, table rows 0.16
     from mini_transformer import lab
 
     model = lab.make_model("learned", lab.LabConfig(), seed=0)
@@ -856,7 +856,7 @@ def _even_weight_reader_loop(T, L, n, seed, vocab=16, offset=3):
 
 
 def test_even_weight_reader_reference_by_a_plain_loop(res):
-    # section 3.6 prints 0.20 (t < L) and 0.133 at 2L / 0.106 at 8L (t >= L) from a vectorised
+    # section 3.7 prints 0.20 (t < L) and 0.133 at 2L / 0.106 at 8L (t >= L) from a vectorised
     # reader on 2000 sequences; this loop uses other sequences (standard error about 0.004)
     L = res["config"]["train_length"]
     inside, at_2L = _even_weight_reader_loop(2 * L, L, n=600, seed=11)
@@ -909,7 +909,7 @@ def test_even_weight_reader_on_the_models_own_sequences_pairs_the_gaps(res):
     assert (_r3(np.min(means)), _r3(np.max(means))) == (-0.026, -0.014)  # A.5's seed means
     assert (gap["learned"] < 0).all()  # every learned seed below, every length
     assert [_r3(v) for v in gap["sinusoidal"][:, 0]] == [-0.014, -0.008, 0.001, 0.005]  # seed 0
-    # what pairing removes: the reader on these sequences vs on 2000 random ones (section 3.6)
+    # what pairing removes: the reader on these sequences vs on 2000 random ones (section 3.7)
     assert [_r3(v) for v in reader[0]] == [0.132, 0.142, 0.137]  # 1.5L; 2000 random: 0.136
 
 
@@ -983,7 +983,7 @@ def test_alibi_toy_steep_head_fixed_shallow_head_spreads():
 
 
 def test_probe_models_reproduce_the_stored_accuracies(probe):
-    # moved from section 3.7's hidden cell: the retrained models are the sweep's
+    # moved from a hidden cell of the probe (now A.10): the retrained models are the sweep's
     assert max(run["max_accuracy_difference"] for run in probe["runs"].values()) == 0
 
 
@@ -1117,7 +1117,7 @@ def test_token_rows_drawn_as_tensor2tensor_draws_them_are_longer_than_the_books(
 
 
 def test_before_L_recovery_exceeds_one_only_by_its_rounding(res):
-    # section 3.6's before_L is clipped at 1: unclipped, the recovered t < L accuracy exceeds 1
+    # section 3.7's before_L is clipped at 1: unclipped, the recovered t < L accuracy exceeds 1
     # in some runs (two accuracies stored to 4 decimals), but never by more than its bound
     cfg = res["config"]
     L, off = cfg["train_length"], cfg["offset"]
@@ -1133,7 +1133,7 @@ def test_before_L_recovery_exceeds_one_only_by_its_rounding(res):
 
 
 def test_attention_probe_quoted_ranges(probe):
-    # section 3.7's quoted ranges: learned past L 0.019 to 0.021 (three decimals, layer 1),
+    # A.10's quoted ranges: learned past L 0.019 to 0.021 (three decimals, layer 1),
     # sinusoidal past L 3 to 6 times the even share (layer 2), at 2L
     L = probe["train_length"]
     even = float(np.mean(1 / (np.arange(L, 2 * L) + 1)))
@@ -1152,7 +1152,7 @@ def test_attention_probe_quoted_ranges(probe):
 
 
 def test_past_L_learned_and_sinusoidal_fall_below_no_encoding_in_every_seed(res):
-    # section 3.6's results list (learned bullet) compares seed means; the gap holds per seed too
+    # section 3.7's results list (learned bullet) compares seed means; the gap holds per seed too
     # at every length past L (narrowest at 8L: no encoding's lowest seed 0.1117 vs 0.1095)
     L = res["config"]["train_length"]
     for T in (T for T in res["eval_lengths"] if T > L):
@@ -1204,7 +1204,7 @@ def test_appending_8_tokens_moves_memn2n_first_logits_by_the_quoted_range():
     assert max(largest_changes("sinusoidal", k)[0] for k in range(10)) < 1e-4
 
 
-# --- section 3.7: MemN2N-style codes replaced (tools/code_spacing.py) ---
+# --- appendix A.9: MemN2N-style codes replaced (tools/code_spacing.py) ---
 
 
 @pytest.fixture(scope="module")
@@ -1257,7 +1257,7 @@ def test_code_spacing_fractions_are_the_three_variants():
 
 
 def test_spacing_end_reruns_code_spacing_and_pins_variant_d(res, spacing):
-    # 03_spacing_end (section 3.7's cell reads it): the same tool, models and sequences with
+    # 03_spacing_end (A.9's cell reads it): the same tool, models and sequences with
     # variant d added; its a, b, c equal 03_code_spacing's exactly, and d is pinned
     end = data.load_result("03_spacing_end")
     assert end["command"].startswith("python tools/code_spacing.py ")
@@ -1287,7 +1287,7 @@ def test_spacing_end_fractions_never_below_the_trained_ones():
         d = code_spacing.fractions("d", J, L, 3)
         assert np.allclose(np.diff(d), 1 / J) and d[-1] == 1  # spacing 1/J, ending at 1
         assert (d >= np.arange(1, L + 1) / L - 1e-12).all()  # no upper dimension shrinks
-        assert d[3] > 1 / 8  # j = 4 (t = 3) moved up: the confound section 3.7 names
+        assert d[3] > 1 / 8  # j = 4 (t = 3) moved up: the confound A.9 names
 
 
 def test_code_spacing_tool_refuses_bad_input_before_any_work(tmp_path):
@@ -1304,7 +1304,7 @@ def test_code_spacing_tool_refuses_bad_input_before_any_work(tmp_path):
 
 
 def _even_weight_reader(T, L, n, seed, vocab=16, offset=3):
-    """Section 3.6's vectorised reader on t >= L: its mean accuracy and the standard error the
+    """Section 3.7's vectorised reader on t >= L: its mean accuracy and the standard error the
     chapter quotes (from the n per-sequence means)."""
     x = np.random.default_rng(seed).integers(0, vocab, (n, T))
     counts = np.cumsum(np.eye(vocab, dtype=np.int32)[x], axis=1)  # (n, T, vocab)
@@ -1329,7 +1329,7 @@ def test_even_weight_reader_standard_error_matches_the_spread_over_reader_seeds(
     assert [round(v, 3) for v in three] == [0.136, 0.138, 0.142]  # the expert's three seeds
 
 
-# --- section 3.7: positions shifted at length L (tools/shifted_positions.py) ---
+# --- sections 3.8-3.9: positions shifted at length L (tools/shifted_positions.py) ---
 
 
 def test_shifted_positions_moves_only_the_positions():
@@ -1494,7 +1494,7 @@ def test_shifted_positions_per_position_pins_what_section_3_7_says(shifted):
 
 
 def test_even_weight_reader_on_the_shifted_windows_queries(res):
-    # section 3.7: the reader on the queries t = 16..31 of the sweep's length-L sequences (the
+    # section 3.8: the reader on the queries t = 16..31 of the sweep's length-L sequences (the
     # p0 = 16 window's untrained queries), 0.16 to 0.17, by the plain loop; and at 2L per query
     # position past L, 0.09 to 0.18
     import torch
@@ -1536,7 +1536,7 @@ def test_token_std_control_is_the_sweeps_sinusoidal_run_with_tokens_drawn_at_std
     beyond = np.array(
         [sin["accuracy_beyond"][str(T)]["per_seed"] for T in (3 * L // 2, 2 * L, 4 * L, 8 * L)]
     )
-    # section 3.6 and A.7 quote 0.50 to 0.66 at 1.5L, 0.25 to 0.31 at 8L, every seed
+    # section 3.10 and A.7 give the means; per seed 0.50 to 0.66 at 1.5L, 0.25 to 0.31 at 8L
     assert beyond[0].tolist() == [0.6589, 0.499, 0.6138]
     assert (_r2(beyond[0].min()), _r2(beyond[0].max())) == (0.50, 0.66)
     assert (_r2(beyond[-1].min()), _r2(beyond[-1].max())) == (0.25, 0.31)
@@ -1544,7 +1544,7 @@ def test_token_std_control_is_the_sweeps_sinusoidal_run_with_tokens_drawn_at_std
 
 
 def test_learned_std_control_is_the_sweeps_learned_run_with_tokens_drawn_at_std_0_125(res):
-    # section 3.6's learned row at std 0.125 (a reviewer's control, the twin of 03_token_std): the
+    # A.7's learned row at std 0.125 (a reviewer's control, the twin of 03_token_std): the
     # same recipe and seeds, the learned model's token rows (and the tied output layer) drawn
     # with std d_model^-1/2 = 0.125 (no factor 8: the learned model has none)
     import shlex
@@ -1565,7 +1565,7 @@ def test_learned_std_control_is_the_sweeps_learned_run_with_tokens_drawn_at_std_
     beyond = {
         T: lrn["accuracy_beyond"][str(T)]["per_seed"] for T in (3 * L // 2, 2 * L, 4 * L, 8 * L)
     }
-    # section 3.6 and the Summary quote 0.058 to 0.072 (chance 1/16), every seed and length
+    # A.7 quotes 0.058 to 0.072 (chance 1/16), every seed and length
     assert beyond == {
         48: [0.0581, 0.0588, 0.071],
         64: [0.0635, 0.067, 0.0719],
@@ -1578,7 +1578,7 @@ def test_learned_std_control_is_the_sweeps_learned_run_with_tokens_drawn_at_std_
 
 
 def test_position_lists_pins_and_matches_the_shifted_window(shifted):
-    # 03_position_lists (section 3.7's position lists): the same retrained sinusoidal models;
+    # 03_position_lists (section 3.9's position lists): the same retrained sinusoidal models;
     # the list 16-31,32-47 is the window at p0 = 16 of 03_shifted, query by query
     lists = data.load_result("03_position_lists")
     assert lists["command"].startswith("python tools/shifted_positions.py --runs sinusoidal/0 ")
@@ -1605,7 +1605,7 @@ def test_position_lists_pins_and_matches_the_shifted_window(shifted):
 
 
 def test_memn2n_fixed_j_control_is_the_sweeps_memn2n_run_with_j_fixed_at_the_block_size(res):
-    # section 3.6's MemN2N bullet and the Summary: the sweep's memn2n model, recipe and seeds,
+    # section 3.7's MemN2N bullet, A.9 and the Summary: the sweep's memn2n model, recipe and seeds,
     # with J fixed at block_size = 256 (prefix-stable) instead of J = T
     import shlex
 
@@ -1640,7 +1640,7 @@ def test_memn2n_fixed_j_control_is_the_sweeps_memn2n_run_with_j_fixed_at_the_blo
 
 
 def test_rope_alibi_std_control_is_the_sweeps_rope_and_alibi_with_tokens_drawn_at_std_0_125(res):
-    # section 3.6's std-0.125 bullet, section 3.7's Press et al. comparison and the Summary: the
+    # section 3.10's std-0.125 sentence and Press et al. comparison and the Summary: the
     # sweep's RoPE and ALiBi models, recipe and seeds, token rows drawn with std d_model^-1/2
     import shlex
 
@@ -1683,7 +1683,7 @@ def test_rope_alibi_std_control_is_the_sweeps_rope_and_alibi_with_tokens_drawn_a
 
 
 def test_training_reaches_positions_past_half_L_in_fewer_batches(res):
-    # section 3.7's Test 2: lab.train_model draws one length per step, uniformly from 16 to 32,
+    # section 3.9's Test 2: lab.train_model draws one length per step, uniformly from 16 to 32,
     # from the generator that also draws the batch; replayed for seed 0, the share of the 10000
     # steps whose batch holds position p is near (32 - p) / 17 (0.94 at 16, 0.47 at 24, 0.06 at 31)
     import torch
