@@ -390,7 +390,7 @@ def test_adam_unscaled_is_scaled_from_a_larger_start_at_a_larger_rate(d_k):
     # the condition matters: from the same start at the same rate the runs differ
     usual = run("scaled", eta, W, 1e-8)
     assert not torch.allclose(unscaled["q_proj.weight"], usual["q_proj.weight"], atol=1e-3)
-    # section 4.11 keeps PyTorch's default eps in both grid rows: then the runs are no longer
+    # section 4.12 keeps PyTorch's default eps in both grid rows: then the runs are no longer
     # bit-identical (eps is the one term the rescaling does not carry), but they differ by
     # far less than the grid's effects
     default = run("scaled", c * eta, big, 1e-8)
@@ -601,7 +601,7 @@ def test_score_gradient_is_bounded_by_the_jacobian_size():
 
 
 def test_the_4w_start_is_less_saturated_than_unit_variance_rows():
-    # section 4.11: the start 4W (the unscaled model's own start, d_k = 256) has mean largest
+    # section 4.12: the start 4W (the unscaled model's own start, d_k = 256) has mean largest
     # weight about 0.79, below the 0.92 of section 4.3's unit-variance rows at d_k = 256.
     # Independent of the chapter's cells: other seeds and batches; unit-variance rows drawn here.
     import torch
@@ -624,7 +624,7 @@ def test_the_4w_start_is_less_saturated_than_unit_variance_rows():
 
 
 def test_section_4_11_better_rate_is_10_to_the_minus_2_for_scaled_only(scoring):
-    # section 4.11 and Appendix A.1: scaled attention's better rate of the two, 1e-2, at every
+    # section 4.12 and Appendix A.1: scaled attention's better rate of the two, 1e-2, at every
     # d_k (unscaled's changed with d_k), by median loss as the chapter's cell picks it
     runs = scoring["runs"]
 
@@ -640,7 +640,7 @@ def test_section_4_11_better_rate_is_10_to_the_minus_2_for_scaled_only(scoring):
 
 
 def test_two_sided_sign_test_band_for_nine_starts():
-    # section 4.11's reading of its grid: the start 4W lower on 0 of 9 starts at 1e-3 is a detected
+    # section 4.12's reading of its grid: the start 4W lower on 0 of 9 starts at 1e-3 is a detected
     # cost, lower on 2 of 9 at 1e-2 is not ("no cost detected"); each at its best rate, unscaled
     # lower on 5 of 9 starts is "no winner" (the cells assert 2 <= k <= 7): for 9 starts, a
     # two-sided sign test at 5% rejects "no difference" exactly at 0, 1, 8 and 9 wins
@@ -659,10 +659,10 @@ def test_two_sided_sign_test_band_for_nine_starts():
 
 def test_section_4_11_error_gap_survives_the_exact_loss():
     # Appendix A.4: the package's loss -ln(o_y* + 1e-9) has a floor, where o_y* < 1e-9 its gradient
-    # vanishes. Section 4.11's protocol (d_k = 256, nine starts W, batches seeded 100 + start, 200
+    # vanishes. Section 4.12's protocol (d_k = 256, nine starts W, batches seeded 100 + start, 200
     # Adam steps, its best rates: scaled at 1e-2, unscaled at 1e-2 / 4) rerun under the exact loss
     # -ln o_y* (a logsumexp over all keys minus one over the right keys: no floor), scored on
-    # section 4.11's 4,096 fresh queries: unscaled still makes more top-1 errors on 9 of 9 starts
+    # section 4.12's 4,096 fresh queries: unscaled still makes more top-1 errors on 9 of 9 starts
 
     import torch
 
@@ -692,7 +692,7 @@ def test_section_4_11_error_gap_survives_the_exact_loss():
                 out = (model(q, k).softmax(-1) @ v)[:, 0]
             errors[kind].append(int((out.argmax(-1) != t).sum()))
     more = sum(u > s for u, s in zip(errors["unscaled"], errors["scaled"], strict=True))
-    assert more == 9, errors  # as under the package's loss (section 4.11: 9 of 9, p = 0.004)
+    assert more == 9, errors  # as under the package's loss (section 4.12: 9 of 9, p = 0.004)
 
 
 def test_fused_path_never_hands_the_kernel_a_fully_masked_row(monkeypatch):
@@ -948,7 +948,7 @@ def test_more_keys_per_row_ratio_over_twenty_draws():
     assert round(float(np.median(ratio[1024])), 2) == 0.62 and min(ratio[16]) > 100
 
 
-# ------------------------------------------------ section 4.11 trained longer (04_long_window)
+# ------------------------------------------------ section 4.12 trained longer (04_long_window)
 @pytest.fixture(scope="module")
 def long_window() -> dict:
     result = data.load_result("04_long_window")
@@ -1016,7 +1016,7 @@ def test_the_long_window_command_asks_for_the_stored_runs(long_window):
 
 
 def test_the_long_window_starts_as_section_4_11s_runs(long_window):
-    """Step 200 at the picked rate is section 4.11's verdict (its cells print these errors on
+    """Step 200 at the picked rate is section 4.12's verdict (its cells print these errors on
     the fresh and the picking queries), so the tool reruns the chapter's protocol."""
     fresh = [_window(long_window, s, 0.01, 200) for s in ("W", "4W")]
     pick = [_window(long_window, s, 0.01, 200, "pick_errors") for s in ("W", "4W")]
@@ -1025,7 +1025,7 @@ def test_the_long_window_starts_as_section_4_11s_runs(long_window):
 
 
 def test_the_long_window_verdicts_of_section_4_11(long_window):
-    """Section 4.11's "Why divide" paragraph, its grid fold and the Summary, pinned on the stored
+    """Section 4.12's "Why divide" paragraph, its grid fold and the Summary, pinned on the stored
     runs: at the picked rate W's lead (9 of 9 at 200 steps) is gone by 400 and reversed by 600
     (more errors on 8 of 9), as W's loss rises; retuned on the grid to 0.025, W makes fewer
     errors at every checkpoint, but the lead shrinks to 6 of 9 (more on 2, p = 0.29) at 1,200
@@ -1103,7 +1103,7 @@ def test_the_long_window_reruns_to_its_stored_scores(long_window):
     [("04_dk_64", 64, (0.016, 0.016), (7, 2), 3), ("04_dk_1024", 1024, (0.01, 0.01), (7, 2), 3)],
 )
 def test_the_verdict_at_other_widths(name, d_k, picks, split, cw_lower):
-    """Section 4.11's fold "The verdict at d_k = 64 and 1,024", pinned on the stored runs: the
+    """Section 4.12's fold "The verdict at d_k = 64 and 1,024", pinned on the stored runs: the
     tool's protocol at that width (c = d_k^(1/4), the larger start stored as "4W"), 200 steps; at
     step 200 both picks inside the grid, W fewer errors on 7 of 9 starts, more on 2 (p = 0.18)."""
     result = data.load_result(name)
@@ -1127,7 +1127,7 @@ def test_the_verdict_at_other_widths(name, d_k, picks, split, cw_lower):
 
 
 def test_the_verdict_on_nine_new_seeds():
-    """Section 4.11's checks cell (it prints this split) and its "Two checks" paragraph, pinned
+    """Section 4.12's checks cell (it prints this split) and its "Two checks" paragraph, pinned
     on the stored ``04_new_seeds``: the chapter's protocol (``tools/adam_long_window.py``) at
     the loss-picked scaled-equivalent rate 0.01 on nine new seeds (9-17), 200 steps; scaled (W)
     made fewer top-1 errors than unscaled (4W) on 8 seeds, more on 0, with 1 tie."""
@@ -1197,7 +1197,7 @@ def test_additive_score_matches_its_formula_and_w_grows_like_sqrt_d_k():
 
 
 def test_the_verdict_on_65536_more_queries():
-    """Section 4.11's verdict, "Why divide" paragraph and Summary, pinned on the stored
+    """Section 4.12's verdict, "Why divide" paragraph and Summary, pinned on the stored
     ``04_large_fresh``: the verdict's two picks (W at 0.01, 4W = unscaled at 0.0025), seeds 0-8,
     kept at that rate to 600 steps and also scored on 65,536 fresh queries (seed 7000). Positive
     control: the 4,096-query errors at step 200 are the verdict cell's. At step 200 W's loss is
@@ -1239,7 +1239,7 @@ def test_the_verdict_on_65536_more_queries():
 
 
 def test_the_still_smaller_start():
-    """Section 4.11's "Why divide" paragraph and its fold "A still smaller start", pinned on the
+    """Section 4.12's "Why divide" paragraph and its fold "A still smaller start", pinned on the
     stored ``04_small_start``: the chapter's protocol (``tools/adam_long_window.py``) with a third
     start, scaled attention from W / 4, seeds 0-8, 200 steps. Picked by median picking loss, W and
     W/4 take 0.01 and 4W 0.016; at 0.01 W/4 made more fresh top-1 errors than W on 9 of 9 seeds,
@@ -1281,7 +1281,7 @@ def test_the_still_smaller_start():
 
 def _picks_by_errors(runs, step):
     """Each start's rate with the fewest mean top-1 errors on the picking queries (ties: the lower
-    median picking loss), as section 4.11's ``picked(step, "errors")``."""
+    median picking loss), as section 4.12's ``picked(step, "errors")``."""
     import numpy as np
 
     rates = runs["result"]["rates"]
@@ -1294,7 +1294,7 @@ def _picks_by_errors(runs, step):
 
 
 def test_section_4_11_both_picking_rules(long_window):
-    """Section 4.11's table "rates picked by loss | by errors", pinned on the stored runs: picked
+    """Section 4.12's table "rates picked by loss | by errors", pinned on the stored runs: picked
     by the picking queries' errors (the metric judged), W makes fewer fresh errors than 4W at
     every checkpoint to 1,200 steps (7 / 0 there, p = 0.016) and at d_k = 64 (8 / 1) and 1,024
     (9 / 0); picked by loss the lead narrows to 6 / 2 at 1,200 (p = 0.29) and 7 / 2 at both
@@ -1448,7 +1448,7 @@ def test_exercise5_float32_exp_overflows_above_about_89():
 
 
 def test_the_verdict_at_each_starts_own_pick_with_and_without_the_floor(long_window):
-    """Section 4.11's "Why divide" fold sentence, computed live (not from stored JSON): each start
+    """Section 4.12's "Why divide" fold sentence, computed live (not from stored JSON): each start
     at its own fine-grid loss pick at step 200 (W at 0.01, 4W at 0.016: the "Does the lead last?"
     table), seeds 0-8, batch order 100 + seed, 200 Adam steps, trained under the chapter's floored
     loss -ln(o_y* + 1e-9) and under the exact loss (logsumexp over all keys minus over the right
@@ -1515,7 +1515,7 @@ def test_the_verdict_at_each_starts_own_pick_with_and_without_the_floor(long_win
 
 
 def test_the_loss_picked_median_losses_of_section_4_11(long_window):
-    """Section 4.11's result sentence and its fold "Does the lead last?": with each start at its
+    """Section 4.12's result sentence and its fold "Does the lead last?": with each start at its
     loss-picked rate, 4W's median fresh loss is the lower at 300, 400, 800, 1,000 and 1,200
     steps and W's at 100, 200 and 600, so the errors, not the loss, favour W."""
     import numpy as np
