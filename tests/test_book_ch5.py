@@ -2,7 +2,7 @@
 
 The chapter keeps in its visible cells the one to three asserts that test each claim; the
 bookkeeping lives here: that the committed sweep is the grid the chapter describes and its
-summary the summary of its runs, the per-seed verdicts behind every sentence of section 5.8, a
+summary the summary of its runs, the per-seed verdicts behind every sentence of sections 5.8-5.9, a
 live re-run of one sweep run, the experiments' model (``stability.xiong_lm``) against its
 description, and the four-seed gradient claims the chapter made before it moved to 16 seeds.
 Everything is computed from the package and ``data.load_result``; the exact pins are pins of
@@ -89,7 +89,7 @@ def test_the_summary_agrees_with_the_runs(sweep):
 
 
 def test_a_live_run_reproduces_the_stored_one(sweep):
-    """Provenance of the largest rate's first 30 steps (section 5.9 re-runs 60 steps at 1e-2)."""
+    """Provenance of the largest rate's first 30 steps (section 5.10 re-runs 60 steps at 1e-2)."""
     lr = sweep["t"]["lrs"][-1]
     live = S.train_run("post", lr=lr, warmup_steps=0, steps=30, seed=0)["losses"][:-1]
     stored = sweep["runs"]["post", 0, lr, 0]["losses"][: len(live)]
@@ -189,8 +189,8 @@ def test_where_post_ln_learned_pre_ln_ended_lower(sweep):
     assert all(runs[k]["final_loss"] > f for k, f in zip(learned, pre, strict=True))
 
 
-def test_the_sweep_of_section_5_9_is_seed_0_at_1e_2(sweep):
-    """Section 5.9 re-runs Post-LN (stuck) and Pre-LN (learned) at 1e-2 without warm-up, seed 0,
+def test_the_sweep_of_section_5_10_is_seed_0_at_1e_2(sweep):
+    """Section 5.10 re-runs Post-LN (stuck) and Pre-LN (learned) at 1e-2 without warm-up, seed 0,
     and, as a control, Post-LN at 1e-3 (learned)."""
     letters = sweep["letters"]
     assert letters["post", 0, 1e-2, 0] == "-" and letters["pre", 0, 1e-2, 0] == "L"
@@ -275,7 +275,7 @@ def test_grad_norms_at_init_runs_its_setup_on_each_fresh_model():
 
 
 def test_the_usable_rate_rises_with_the_warm_up_as_the_takeaway_says(sweep):
-    """Section 5.9's answer and the Summary: the largest rate at which all five seeds learned is
+    """Section 5.8's answer and the Summary: the largest rate at which all five seeds learned is
     1e-3 for Post-LN without warm-up, 5e-3 after 30 or 100 steps, 1e-2 after 200; Pre-LN's is
     1e-2 without warm-up (read from the committed runs, not the summary)."""
     runs, t = sweep["runs"], sweep["t"]
@@ -368,7 +368,7 @@ def test_a_live_logged_run_reproduces_the_stored_one(logged):
     assert np.allclose(live["losses"], stored["losses"][:25], rtol=1e-3, atol=1e-3)
     g1 = [g[0] for g in live["grad"]]
     assert np.allclose(g1[:21], stored["grad_layer1"][:21], rtol=1e-2)
-    # the 12 block LayerNorms' input norms (section 5.9's mechanism), their mean and largest
+    # the 12 block LayerNorms' input norms (appendix A.4, section 5.10), their mean and largest
     assert all(len(n) == 12 for n in live["ln_in"])
     assert np.allclose(
         [np.mean(n) for n in live["ln_in"]], stored["ln_input_norm_mean"][:25], rtol=1e-3
@@ -425,7 +425,7 @@ def test_the_appendix_a2_verdicts_from_the_logged_runs(logged):
 def test_the_collapse_parts_the_stuck_runs_at_3e_3_and_the_warm_up_runs_fail_without_it(
     logged, sweep
 ):
-    """Section 5.9's collapse bullet, from the committed runs: at 3e-3 without warm-up the seeds
+    """Appendix A.2 (section 5.11), from the committed runs: at 3e-3 without warm-up the seeds
     whose sweep run ended stuck (above 2.5 nats) are exactly those whose layer 6 / layer 1 passed
     1,000 in the 60 logged steps (peaks 1,700 to 3,900 against 200 and 350); after a 100-step
     warm-up to 1e-2 the peaks are 35 to 330 and every run fails; the runs that learn (1e-3)
@@ -568,7 +568,7 @@ def test_the_sign_test_p_values_of_section_5_7():
 
 def test_seeds_1_to_4_keep_their_step_2_update_direction():
     """Appendix A.3: without warm-up at 1e-2, Post-LN's layer 1 update keeps its step-2 direction
-    (cosine above 0.99 at every step 2 to 59) in seeds 1 to 4, as seed 0 does in section 5.9.
+    (cosine above 0.99 at every step 2 to 59) in seeds 1 to 4, as seed 0 does in section 5.10.
 
     A layer that still learned would turn (Pre-LN's layer 1: cosine with its first update -0.02
     at step 59); a slow drift would also fail this bound, where the chapter's A.3 assert on the
@@ -677,7 +677,7 @@ def reset() -> dict:
 
 
 def test_the_reset_command_asks_for_the_stored_runs_with_its_provenance(reset):
-    """Section 5.10's reset table: the stored command still parses with its tool and asks for what
+    """Section 5.11's reset table: the stored command still parses with its tool and asks for what
     the file holds, every row of the tool for seeds 0 to 4, with the provenance the tools store
     (a clean commit, date, wall time, machine and torch version)."""
     import shlex
@@ -750,8 +750,8 @@ def test_the_reset_runs_start_as_the_sweeps_run_at_1e_2(sweep, reset):
             assert run["losses"][2] == stored[2], (row, s)
 
 
-def test_the_reset_verdicts_of_section_5_9(reset):
-    """Section 5.10's sentence, seed by seed (pins of committed data): no seed learned with Adam
+def test_the_reset_verdicts_of_section_5_11(reset):
+    """Section 5.11's sentence, seed by seed (pins of committed data): no seed learned with Adam
     kept, with a fresh Adam alone, or with W^2 of layers 1-3, blocks 1-3, or blocks 4-6 and the
     head reset (stuck: 5, 5, 5, 1, 3 of 5); all five learned with all but the embeddings reset."""
     end = {k: r["final_loss"] for k, r in reset["runs"].items()}
@@ -788,7 +788,7 @@ def keep_and_dir() -> dict:
 
 
 def test_the_keep_and_direction_files_hold_what_their_commands_ask(keep_and_dir):
-    """Section 5.10's last seven rows: each stored command parses with its tool and names the rows
+    """Section 5.11's last seven rows: each stored command parses with its tool and names the rows
     and seeds 0 to 4 the file holds, complete, with the tools' provenance."""
     import shlex
 
@@ -814,7 +814,7 @@ def test_the_direction_control_reruns_the_kept_w2_row(keep_and_dir):
     assert all(abs(moved_end[row, s] - keep_end[row, s]) < 1e-3 for s in range(5))
 
 
-def test_the_kept_rows_of_section_5_9(keep_and_dir):
+def test_the_kept_rows_of_section_5_11(keep_and_dir):
     """Pins of committed data: W^2 of layers 1-3 kept damaged (with the embeddings) left all five
     seeds off the plateau but none below 0.5; W^1 kept instead (also replayed, the same size)
     ended lower in every seed; W^2 moved as far, at random or shuffled, lower than W^2 kept."""
@@ -830,7 +830,7 @@ def test_the_kept_rows_of_section_5_9(keep_and_dir):
     assert list(learned.values()) == [[], [0, 1, 2, 3, 4], [2, 3, 4]]  # W^2 kept; random; shuffled
 
 
-def test_the_shape_rows_of_section_5_9(keep_and_dir):
+def test_the_shape_rows_of_section_5_11(keep_and_dir):
     """Pins of committed data: W^2 of layers 1-3 kept moved as far as a common offset u 1^T
     learned in no seed and ended above the move with the damage's singular values and random
     singular vectors, and above a rank-1 move with no offset, in every seed; those two ended below
@@ -845,8 +845,8 @@ def test_the_shape_rows_of_section_5_9(keep_and_dir):
         assert shape_end[offset, s] > max(shape_end[spectrum, s], shape_end[rank1, s]), s
 
 
-def test_section_5_9_moves_as_far_are_the_tools():
-    """Section 5.10's stream-change cell rebuilds the table's random and offset moves inline
+def test_section_5_11_moves_as_far_are_the_tools():
+    """Appendix A.9's stream-change cell rebuilds the table's random and offset moves inline
     (``as_far``, generator 77 + seed, layers 1-3 in order): they must be the moves that
     tools/reset_control.py's ``redirected`` made for the stored rows."""
     import ast
@@ -871,7 +871,7 @@ def test_section_5_9_moves_as_far_are_the_tools():
             assert abs(a.norm().item() / d.norm().item() - 1) < 1e-4  # the same norm (float32)
 
 
-def test_the_stream_matched_rows_of_section_5_9(keep_and_dir):
+def test_the_stream_matched_rows_of_section_5_11(keep_and_dir):
     """05_reset_stream: the stored command parses with tools/reset_control.py and asks for the two
     stream-matched rows, seeds 0 to 4; pins of committed data: the random move scaled to the real
     move's change to the stream ended below the real move (05_reset_keep's W^2 row) and below the
@@ -909,7 +909,7 @@ def test_the_stream_matched_rows_of_section_5_9(keep_and_dir):
     assert f"{min(gaps):.2f} to {max(gaps):.2f}" == "0.40 to 0.76"
 
 
-def test_the_real_offset_part_rows_of_section_5_9(keep_and_dir):
+def test_the_real_offset_part_rows_of_section_5_11(keep_and_dir):
     """05_reset_offset_part (the s77 expert's control): the stored command parses with
     tools/reset_control.py and asks for the two split rows, seeds 0 to 4; pins of committed data:
     kept alone, the real W^2 move's own offset part (its row means) leaves every seed off the
@@ -938,7 +938,7 @@ def test_the_real_offset_part_rows_of_section_5_9(keep_and_dir):
 
 
 def test_the_offset_part_against_the_stream_matched_random_move():
-    """Section 5.10's fold comparison, from committed data: the real W^2 move's own offset part
+    """Appendix A.9's comparison, from committed data: the real W^2 move's own offset part
     (05_reset_offset_part) against the random move scaled to the whole real move's change to the
     stream (05_reset_stream). The two rows are the same control_run up to the switch (identical
     logged losses at steps 0 and 10), and the offset part ends higher in every seed, by the printed
