@@ -241,7 +241,7 @@ def warm_up_optimizers() -> None:
         "(eps = 1e-8 is far below |g| ~ 3e-5 here). The update's norm is lr * sqrt(32 * 32) = "
         "3e-3 * 32 = 0.096, whatever the gradient's size as long as its entries are well above "
         "eps: a gradient 1,000 times larger gives the same first step. That is why Xiong et "
-        "al.'s gradient-size argument does not carry over to Adam directly (section 5.8)."
+        "al.'s gradient-size argument does not carry over to Adam directly (section 5.10)."
     ),
     warm_up=warm_up_optimizers,  # for an answer that runs an optimizer
 )
