@@ -736,6 +736,48 @@ def test_clippings_paired_difference_is_below_the_clipped_runs_spread_between_se
     assert diff.mean() < clipped.std(ddof=1)
 
 
+def test_the_block_bar_has_2_degrees_of_freedom_and_does_not_reach_5_percent():
+    """Section 6.4's dropdown (the s104 expert's M1): 0.090 over the block bar, 0.026, is 3.5
+    standard errors, but three 20-seed block means give a t-statistic on 2 degrees of freedom:
+    two-sided p = 0.07, not below 5 %. The paired bar (59 degrees of freedom) is clear."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    runs = {}
+    for name in ("06_clip_seeds_20_39", "06_clip_seeds_40_79"):
+        for k, v in data.load_result(name)["runs"].items():
+            runs[int(k)] = v
+    diff = np.array(
+        [
+            runs[s]["unclipped"]["whole_text_loss"] - runs[s]["clipped"]["whole_text_loss"]
+            for s in range(20, 80)
+        ]
+    )
+    blocks = diff.reshape(3, 20).mean(1)
+    se_blocks = blocks.std(ddof=1) / math.sqrt(3)
+    t_blocks = diff.mean() / se_blocks
+    p_blocks = 2 * scipy_stats.t.sf(t_blocks, df=2)
+    assert round(t_blocks, 1) == 3.5 and round(p_blocks, 2) == 0.07
+    assert t_blocks < scipy_stats.t.ppf(0.975, df=2)  # 4.30: the block bar does not reach 5 %
+    t_paired = diff.mean() / (diff.std(ddof=1) / math.sqrt(60))
+    assert 2 * scipy_stats.t.sf(t_paired, df=59) < 1e-6  # the paired bar is clear
+
+
+def test_hamlets_abbreviated_speakers_never_speak_in_the_training_works(corpus):
+    """Appendix A.3 (the s104 expert's M2): Hamlet names its speakers in mixed case ("Hor."),
+    which the chapter's capitals-only mask does not match; its main speakers, too, never speak
+    in the training works."""
+    _, train_text, val_text, _, _ = corpus
+    caps = r"(?m)^[A-Z][A-Z' ]+\.$"
+    hamlet = data.load_works()["Hamlet"]
+    assert (
+        len(re.findall(caps, hamlet))
+        < 10
+        < 100
+        < len(re.findall(r"(?m)^(?:Ham|Hor|King|Pol)\.$", hamlet))
+    )
+    for name in ("Ham", "Hor", "King", "Pol", "Queen", "Laer", "Oph"):
+        assert f"\n{name}.\n" in val_text and f"\n{name}.\n" not in train_text
+
+
 def test_the_fourth_arm_clipped_at_the_lower_rate_and_a_live_rerun_of_one(corpus):
     """Section 6.4's fourth arm (06_clip_low_rate, ``tools/clip_seeds.py --fourth-arm``): the tiny
     run clipped at peak rate 6e-3 on seeds 20-79, paired with those seeds' three stored arms.
