@@ -1417,6 +1417,14 @@ def test_shifted_positions_p0_zero_is_the_sweeps_accuracy_at_L_and_rope_ignores_
     assert set(rope.values()) == {rope["0"]} and rope["0"] == 1.0
 
 
+def test_sinusoid_within_training_reads_positions_16_to_31_without_harm(shifted):
+    # section 3.9's dropdown: at p0 = 0 window places 19-31 read positions 16-31 (trained) and
+    # score 1.000 in every seed, so the pull of keys at 16-31 needs queries past L
+    for seed in (0, 1, 2):
+        per_q = shifted["runs"][f"sinusoidal/{seed}"]["per_position_by_start"]["0"]
+        assert min(per_q[16:]) == 1.0, seed  # entries for t = 3..31: index 16 is place 19
+
+
 def test_shifted_positions_pins_what_section_3_7_says(res, shifted):
     L = res["config"]["train_length"]
     unseen = [str(p) for p in shifted["starts"] if p >= L]
