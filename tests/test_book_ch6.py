@@ -78,11 +78,11 @@ def test_cpu_log_and_checkpoint():
     rates = [r["tokens_per_s"] for r in evals if r["tokens_per_s"]]
     # 2 threads; the rate varies by under 1.5x (the last three stretches ran slowest); about 70 s
     assert start["threads"] == 2 and max(rates) / min(rates) < 1.5
-    # moved from section 6.6's folded cell (a regression pin of the stored log, not explained):
+    # moved from 6.7's throughput folded cell (a regression pin of the stored log, not explained):
     # the last three training stretches ran slowest
     assert set(sorted(rates)[:3]) == set(rates[-3:])
     assert round(end["wall_time_s"] / 60, 1) == 1.1
-    # moved from section 6.6's folded cell: the logged `mfu` (a share of a float32 matmul's rate
+    # moved from that folded cell: the logged `mfu` (a share of a float32 matmul's rate
     # for a CPU run, not an MFU) lies between 0 and 1 on this log; a pin, not a law
     assert start["device_type"] == "cpu"
     assert all(0 < r["mfu"] < 1 for r in evals if r["tokens_per_s"])
