@@ -356,7 +356,7 @@ def _nearest_offset(pe):
 @pytest.mark.parametrize(
     ("d", "offset", "distance"), [(2, 44, 0.018), (8, 63, 0.645), (16, 1, 1.015)]
 )
-def test_nearest_offsets_quoted_in_section_1_9_and_every_pair_at_that_offset_ties(
+def test_nearest_offsets_quoted_in_section_1_6_and_every_pair_at_that_offset_ties(
     d, offset, distance
 ):
     # section 1.6 reports offsets, not pairs: on circles the distance depends on the offset
@@ -486,7 +486,7 @@ def scored():
     return {name: _score(encode) for name, encode in encodings.items()}
 
 
-def test_the_scalar_codes_of_section_1_5_keep_the_failures_of_pos_over_n():
+def test_the_scalar_codes_of_sections_1_2_1_3_and_exercise_4_keep_the_failures_of_pos_over_n():
     # the scalar codes of 1.4 to 1.6 (plain, centred at energy D/2; and Exercise 4's copy in every
     # channel) keep the failures of pos/N: unequal norms, length dependence, no linear shift
     # (as D-dimensional codes, so the construction column passes)
@@ -621,7 +621,7 @@ def _random_table(table, N, d):
     return table * np.sqrt(varying / np.mean(((table - table.mean(0)) ** 2).sum(axis=1)))
 
 
-def _section_1_6_readout():
+def _section_1_11_readout():
     """Section 1.11's oracle table and Appendix A.5's class-mean table, recomputed with the
     chapter's generators and order of draws: section 1.11 draws noise then table (seed 5);
     A.5 draws new noise then the class-mean reader's training data (seed 15)."""
@@ -654,12 +654,12 @@ def _section_1_6_readout():
     return out
 
 
-def test_section_1_6_readout_numbers_quoted_in_the_prose():
+def test_section_1_11_readout_numbers_quoted_in_the_prose():
     # "0.564 (sinusoid) and 0.786 (random table) against 0.383 at N = 10, d_model = 64;
     # 0.990 and 1.000 against 0.212 at N = 100, 1024"; A.5: "it reads the sinusoid 0.673".
     # At N = 100, d_model = 4 the chapter's single draw has the sinusoid 0.009 ahead (the
     # 30-seed mean is pinned below)
-    r = _section_1_6_readout()
+    r = _section_1_11_readout()
     quoted = {
         ("sinusoid", "oracle", 10, 4): 0.264,
         ("random", "oracle", 10, 4): 0.315,
@@ -877,7 +877,7 @@ def test_untold_probe_loses_one_minus_r2_times_d_over_n_minus_d(d, n):
     assert abs(np.mean(r2) - (best - (1 - best) * d / (n - d))) < 0.015
 
 
-def test_section_1_5_probe_numbers_quoted_in_the_prose():
+def test_appendix_a1_probe_numbers_quoted_in_the_prose():
     # "R^2 0.075 at d_model = 4, 0.033 at 256, -0.053 at 1024": the chapter's generator and order
     gen, N = np.random.default_rng(2), 10
     p = positional.normalized_index_encoding(N)[:, 0]
@@ -985,7 +985,7 @@ def test_appendix_a4_linear_readout_numbers_quoted_in_the_prose():
 
 def test_learned_reader_reads_the_plain_scalar_at_chance_from_256_on():
     # Appendix A.5: "near chance (0.1) from d_model = 256 on, 0.107 and 0.103"
-    r = _section_1_6_readout()
+    r = _section_1_11_readout()
     assert round(r["scalar", "learned", 10, 256], 3) == 0.107
     assert round(r["scalar", "learned", 10, 1024], 3) == 0.103
 
@@ -1717,7 +1717,7 @@ def test_eight_circles_at_random_speeds_pass_every_requirement_as_the_sinusoid_d
         assert all(s[r] for r in s if r != "d_model dims") and s["d_model dims"], seed
 
 
-def test_the_confusion_sum_of_section_1_8s_codes_orders_their_hits_in_every_cell():
+def test_the_confusion_sum_of_section_1_11s_codes_orders_their_hits_in_every_cell():
     """Moved from Appendix A.3 (session 8): the *confusion sum*, sum over the wrong codes of
     Phi(-distance / 2) averaged over positions, a union bound on the chance of a mistake, ranks
     section 1.11's four codes as the oracle's hits do, strictly, in all 10 cells of its run."""
