@@ -1676,11 +1676,11 @@ def test_held_at_one_varying_energy_the_codes_hits_barely_move_with_d_model(N):
 
 
 def test_previous_key_weight_under_a_scalar_code_is_the_closed_form_and_at_most_a_quarter_far_out():
-    """Section 1.7: a head scoring pos/N directly gives key j the weight r^j / sum, r = e^(b/N),
+    """Appendix A.9: a head scoring pos/N directly gives key j the weight r^j / sum, r = e^(b/N),
     so key i - 1 gets r^(i-1) (r - 1) / (r^(i+1) - 1). Over r in [1e-4, 1e4] (a log grid of
     200,001 values, finer than the chapter's 4,001 slopes) that is below 0.2501 at i = 20, tends
     to (r - 1)/r^2 <= 1/4 for r > 1, stays at most 1/(i + 1) for r <= 1, and near the start is
-    larger: 1/3 at i = 2 (r = 1) and 0.277 at i = 3, as the dropdown says."""
+    larger: 1/3 at i = 2 (r = 1) and 0.277 at i = 3, as A.9's dropdown says (0.277 printed only)."""
     log_r = np.linspace(np.log(1e-4), np.log(1e4), 200_001)
 
     def weight_on_previous(i):
