@@ -1710,3 +1710,30 @@ def test_training_reaches_positions_past_half_L_in_fewer_batches(res):
     lengths = np.array(lengths)
     for p in (15, 16, 24, 31):
         assert abs((lengths > p).mean() - min(1.0, (32 - p) / 17)) < 0.02
+
+
+# --- the committed lab's no-encoding rows (moved from chapter 1's tests) -----------------
+
+
+def test_committed_lab_no_encoding_pins():
+    # regression pins of the committed lab (mini_transformer/results/extrapolation.json)
+    lab = data.load_result("extrapolation")
+    L = lab["config"]["train_length"]
+    acc = lab["results"]["none"]["accuracy"][str(L)]
+    assert L == 32
+    assert lab["chance_accuracy"] == 0.0625
+    assert acc["per_seed"] == [0.6827, 0.6711, 0.6932]
+    assert round(acc["mean"], 2) == 0.68
+    assert min(acc["per_seed"]) > 5 * lab["chance_accuracy"]
+
+
+def test_past_the_trained_length_no_encoding_beats_learned_and_sinusoidal_at_48():
+    # the committed lab: accuracy on positions >= 32 of 48-token inputs
+    res = data.load_result("extrapolation")["results"]
+    beyond = {s: res[s]["accuracy_beyond"]["48"]["mean"] for s in ("none", "learned", "sinusoidal")}
+    assert round(beyond["none"], 2) == 0.22
+    assert round(beyond["learned"], 2) == round(beyond["sinusoidal"], 2) == 0.12
+    # over all 48 positions the order reverses
+    overall = {s: res[s]["accuracy"]["48"]["mean"] for s in ("none", "learned", "sinusoidal")}
+    assert round(overall["none"], 2) == 0.52
+    assert round(overall["learned"], 2) == round(overall["sinusoidal"], 2) == 0.69
