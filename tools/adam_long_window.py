@@ -52,6 +52,22 @@ at the picked rate, the chapter's seeds, up to step 600::
 
     python tools/adam_long_window.py --rates 0.01 --checkpoints 200 400 600 --large-fresh 65536 \
         --out mini_transformer/results/04_large_fresh.json
+
+Section 4.12's own grid (the chapter used to train it live: 29 s of its execution), four
+scaled-equivalent rates, 200 steps; ``--held-out`` also scores every checkpoint on section
+4.11's 256 held-out queries (seeds 999-1002, the mean of the four batches' losses, as its
+``train`` returns it)::
+
+    python tools/adam_long_window.py --rates 0.001 0.004 0.01 0.04 --checkpoints 200 --held-out \
+        --out mini_transformer/results/04_grid.json
+
+Appendix A.1's squared-error control (the chapter used to train it live: 31 s): the same grid
+trained under ``--loss mse``, the mean of ``(o - e_y*)^2`` over the batch and the 16 labels;
+``pick_mse`` and ``fresh_mse`` are that loss on the two query sets (keys unprojected, as
+``score_pick``), the other scores as above::
+
+    python tools/adam_long_window.py --rates 0.001 0.004 0.01 0.04 --checkpoints 200 --loss mse \
+        --out mini_transformer/results/04_mse_grid.json
 """
 
 from __future__ import annotations
@@ -76,6 +92,7 @@ RATES = (0.001, 0.0025, 0.004, 0.0063, 0.01, 0.016, 0.025)  # scaled-equivalent 
 GRID_STEPS = 1200
 PICK_SEED, FRESH_SEED, QUERIES = 6000, 5000, 4096  # section 4.11's two query sets
 LARGE_SEED, CHUNK = 7000, 8192  # --large-fresh: a larger fresh set, scored in chunks
+HELD_SEED, HELD_BATCHES = 999, 4  # --held-out: section 4.11's held-out batches, seeds 999-1002
 
 __all__ = [
     "PROG",
@@ -83,6 +100,9 @@ __all__ = [
     "RATES",
     "GRID_STEPS",
     "train_scored",
+    "label_weights",
+    "mse_of",
+    "mse_on",
     "run_all",
     "parser",
     "main",
@@ -96,14 +116,41 @@ def loss_of(model: ScoreModel, batch) -> torch.Tensor:
     return F.nll_loss(torch.log(out + 1e-9), target)
 
 
-def score_pick(model: ScoreModel, batch) -> tuple[float, int]:
-    """Loss and top-1 errors on the picking queries, as section 4.11's grid cell computes them
-    (``label_weights``: the keys enter unprojected, (x_q W^Q)(W^K)^T x_k^T)."""
+def mse_of(model: ScoreModel, batch) -> torch.Tensor:
+    """Appendix A.1's squared-error training loss: the mean of ``(o - e_y*)^2`` over the batch
+    and the labels (``--loss mse``)."""
     query, keys, values, target = batch
+    out = (model(query, keys).softmax(-1) @ values)[:, 0]
+    return F.mse_loss(out, F.one_hot(target, values.shape[-1]).float())
+
+
+def label_weights(model: ScoreModel, batch) -> torch.Tensor:
+    """``o`` (B, C) as section 4.12's ``label_weights`` computes it: the keys enter unprojected,
+    (x_q W^Q)(W^K)^T x_k^T."""
+    query, keys, values, _ = batch
     with torch.no_grad():
         s = (model.q_proj(query) @ model.k_proj.weight) @ keys.transpose(1, 2) * model.scale
-        out = (s.softmax(-1) @ values)[:, 0]
+        return (s.softmax(-1) @ values)[:, 0]
+
+
+def score_pick(model: ScoreModel, batch) -> tuple[float, int]:
+    """Loss and top-1 errors on the picking queries, as section 4.11's grid cell computes them
+    (:func:`label_weights`)."""
+    target = batch[3]
+    out = label_weights(model, batch)
     return F.nll_loss(torch.log(out + 1e-9), target).item(), int((out.argmax(-1) != target).sum())
+
+
+def mse_on(model: ScoreModel, batch) -> float:
+    """The squared error of :func:`mse_of` on a query set, through :func:`label_weights`."""
+    out = label_weights(model, batch)
+    return F.mse_loss(out, F.one_hot(batch[3], out.shape[-1]).float()).item()
+
+
+def held_loss(model: ScoreModel, held) -> float:
+    """Section 4.11's held-out loss: the mean over its batches of :func:`loss_of`."""
+    with torch.no_grad():
+        return sum(loss_of(model, b).item() for b in held) / len(held)
 
 
 def score_fresh(model: ScoreModel, batch) -> tuple[float, int]:
@@ -149,18 +196,23 @@ def train_scored(
     fresh,
     d_k: int = D_K,
     large=(),
+    held=(),
+    loss: str = "log",
 ) -> dict:
     """Adam (PyTorch defaults) from ``start`` up to the last checkpoint, batch order
-    ``data_seed``; ``{step: scores}`` on both query sets at each checkpoint (and on ``large``,
-    chunks of a larger fresh set, when given)."""
+    ``data_seed``, on the log loss (``loss="log"``, :func:`loss_of`) or the squared error
+    (``"mse"``, :func:`mse_of`); ``{step: scores}`` on both query sets at each checkpoint (and
+    on ``large``, chunks of a larger fresh set, on ``held``, section 4.11's held-out batches,
+    when given; with ``"mse"`` also the squared error on both query sets)."""
     model = ScoreModel(kind, d_k)
     model.load_state_dict(start)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     batches = torch.Generator().manual_seed(data_seed)
+    train_loss = {"log": loss_of, "mse": mse_of}[loss]
     scores = {}
     for step in range(1, max(checkpoints) + 1):
         opt.zero_grad()
-        loss_of(model, retrieval_batch(batches)).backward()
+        train_loss(model, retrieval_batch(batches)).backward()
         opt.step()
         if step in checkpoints:
             (pl, pe), (fl, fe) = score_pick(model, pick), score_fresh(model, fresh)
@@ -169,6 +221,13 @@ def train_scored(
             if large:
                 ll, le, lw = score_large(model, large)
                 scores[str(step)] |= {"large_loss": ll, "large_errors": le, "large_worst": lw}
+            if held:
+                scores[str(step)]["held_loss"] = held_loss(model, held)
+            if loss == "mse":
+                scores[str(step)] |= {
+                    "pick_mse": mse_on(model, pick),
+                    "fresh_mse": mse_on(model, fresh),
+                }
     return scores
 
 
@@ -181,17 +240,25 @@ def run_all(
     checkpoints=CHECKPOINTS,
     small_start: int | None = None,
     large_fresh: int = 0,
+    held_out: bool = False,
+    loss: str = "log",
 ) -> dict:
     """Every (seed, rate, start); the JSON-ready result. At another ``d_k`` the larger start is
     ``c W`` with ``c = d_k^(1/4)``, still labelled ``'4W'`` (the chapter's name for it). With
     ``small_start = K`` a third start, scaled from ``W / K`` at ``r``, is labelled ``'W/K'``. With
-    ``large_fresh = N`` every checkpoint is also scored on N fresh queries (seed 7000)."""
+    ``large_fresh = N`` every checkpoint is also scored on N fresh queries (seed 7000); with
+    ``held_out`` on section 4.11's 256 held-out queries; ``loss="mse"`` trains on the squared
+    error (Appendix A.1's control)."""
     t0, head, runs = time.perf_counter(), provenance(), []
     pick = retrieval_batch(torch.Generator().manual_seed(PICK_SEED), batch_size=QUERIES)
     fresh = retrieval_batch(torch.Generator().manual_seed(FRESH_SEED), batch_size=QUERIES)
     large_gen = torch.Generator().manual_seed(LARGE_SEED)
     sizes = [min(CHUNK, large_fresh - i) for i in range(0, large_fresh, CHUNK)]
     large = [retrieval_batch(large_gen, batch_size=n) for n in sizes]
+    held = [
+        retrieval_batch(torch.Generator().manual_seed(HELD_SEED + i)) for i in range(HELD_BATCHES)
+    ]
+    held = held if held_out else []
     c = d_k**0.25
     grid_checkpoints = tuple(s for s in checkpoints if s <= GRID_STEPS)
 
@@ -212,8 +279,22 @@ def run_all(
                 f"{CHUNK:,}): large_loss (mean), large_errors, large_worst (largest query loss)"
                 if large_fresh
                 else ""
+            )
+            + (
+                "; also scored on section 4.11's 256 held-out queries (seeds 999-1002, 64 each):"
+                " held_loss, the mean of the four batches' losses"
+                if held_out
+                else ""
+            )
+            + (
+                "; trained on the squared error mean((o - e_y*)^2) instead, also scored by it:"
+                " pick_mse, fresh_mse (keys unprojected, as pick_loss)"
+                if loss == "mse"
+                else ""
             ),
             "large_fresh": large_fresh,
+            "held_out": held_out,
+            "loss": loss,
             "d_k": d_k,
             "small_start": small_start,
             "picked_rate": PICKED,
@@ -239,7 +320,7 @@ def run_all(
                 lr = rate * factor
                 t1 = time.perf_counter()
                 scores = train_scored(
-                    kind, lr, starts[begin], 100 + seed, marks, pick, fresh, d_k, large
+                    kind, lr, starts[begin], 100 + seed, marks, pick, fresh, d_k, large, held, loss
                 )
                 runs.append({"start": name, "kind": kind, "rate": rate, "lr": lr, "seed": seed,
                              "steps": max(marks), "scores": scores,
@@ -264,6 +345,10 @@ def parser() -> argparse.ArgumentParser:
                    help="add a third start, scaled attention from W / K at each rate")  # fmt: skip
     p.add_argument("--large-fresh", type=non_negative_int, default=0, metavar="N",
                    help="also score every checkpoint on N fresh queries (seed 7000)")  # fmt: skip
+    p.add_argument("--held-out", action="store_true",
+                   help="also score on section 4.11's 256 held-out queries")  # fmt: skip
+    p.add_argument("--loss", choices=("log", "mse"), default="log",
+                   help="the training loss: log (default) or squared error")  # fmt: skip
     return p
 
 
@@ -281,6 +366,8 @@ def main(argv: list[str] | None = None) -> dict:
             checkpoints=tuple(sorted(set(a.checkpoints))),
             small_start=a.small_start,
             large_fresh=a.large_fresh,
+            held_out=a.held_out,
+            loss=a.loss,
         ),
     )
 
