@@ -45,9 +45,9 @@ RESULTS = ("extrapolation", "03_scale_control", "04_score_functions", "05_stabil
     "06_cpu_recipe_sweep", "03_shifted", "05_long_budget", "06_clip_low_rate", "04_long_window",
     "05_reset", "06_clip_600", "06_clip_unclipped_004", "03_token_std", "05_reset_keep",
     "03_spacing_end", "06_clip_warmup_15", "06_clip_warmup_15_006", "05_reset_dir", "06_cpu_seeds",
-    "03_position_lists", "04_dk_64", "04_dk_1024", "05_reset_shape", "03_learned_std",
-    "04_small_start", "05_reset_stream", "06_clip_mechanism", "05_reset_offset_part",
-    "04_large_fresh", "03_memn2n_fixed_j", "03_rope_alibi_std")  # fmt: skip
+    "05_reset_offset_part", "03_position_lists", "06_clip_mechanism", "03_memn2n_fixed_j",
+    "03_rope_alibi_std", "05_reset_stream", "05_reset_shape", "03_learned_std", "04_small_start",
+    "04_large_fresh", "05_logged_pre", "05_adam_fill", "04_dk_1024", "04_dk_64")  # fmt: skip
 
 
 def load_result(name: str) -> dict:
