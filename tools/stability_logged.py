@@ -23,6 +23,14 @@ The committed result (the command, wall time and device are stored in it)::
 (16 runs, about 200 s on one thread of a 2-core CPU shared with other jobs; the file stores the
 commit it was made from.) Rerunning over the
 committed file needs ``--overwrite``.
+
+A.3's reference, Pre-LN (which learns) on the same seeds 1-4, 60 steps at 1e-2 without warm-up
+(:data:`PRE_RUNS`; A.3 used to run these live)::
+
+    python tools/stability_logged.py --runs "A.3 Pre-LN" \\
+        --out mini_transformer/results/05_logged_pre.json
+
+(4 runs, about 10 s on one thread of a 2-core CPU.)
 """
 
 from __future__ import annotations
@@ -50,8 +58,11 @@ RUNS = (
     ("A.2", 1e-2, 100, 300, (0, 1, 2, 3, 4)),
     ("A.3", 1e-2, 0, 60, (1, 2, 3, 4)),
 )
+# A.3's reference: Pre-LN, the same seeds and rate (``--runs "A.3 Pre-LN"``)
+PRE_RUNS = (("A.3", 1e-2, 0, 60, (1, 2, 3, 4)),)
+RUN_SETS = {"appendix": ("post", RUNS), "A.3 Pre-LN": ("pre", PRE_RUNS)}
 
-__all__ = ["PROG", "RUNS", "logged_run", "run_all", "parser", "main"]
+__all__ = ["PROG", "RUNS", "PRE_RUNS", "RUN_SETS", "logged_run", "run_all", "parser", "main"]
 
 
 def logged_run(position: str, lr: float = 1e-2, steps: int = 60, seed: int = 0, warmup: int = 0):
@@ -93,8 +104,10 @@ def _sig(v: float, digits: int = 5) -> float:
     return float(f"{v:.{digits}g}")
 
 
-def run_all(verbose: bool = True, on_progress=None) -> dict:
-    """Every run of :data:`RUNS`; the JSON-ready result (``"complete": False`` until the end)."""
+def run_all(verbose: bool = True, on_progress=None, run_set: str = "appendix") -> dict:
+    """Every run of ``run_set`` (:data:`RUN_SETS`: :data:`RUNS`, Post-LN, or :data:`PRE_RUNS`,
+    Pre-LN); the JSON-ready result (``"complete": False`` until the end)."""
+    position, run_list = RUN_SETS[run_set]
     t0 = time.perf_counter()
     runs: list[dict] = []
     git = ["git", "-C", str(Path(__file__).resolve().parent)]  # the commit the runs came from
@@ -108,7 +121,8 @@ def run_all(verbose: bool = True, on_progress=None) -> dict:
     def result(complete: bool) -> dict:
         return {
             "runs": runs,
-            "what": "Post-LN, xiong_lm, Adam(betas=(0.9, 0.98), eps=1e-9), no clipping; "
+            "what": f"{position.capitalize()}-LN, xiong_lm, Adam(betas=(0.9, 0.98), eps=1e-9), "
+            "no clipping; "
             "per step: training loss, ||dL/dW2|| of layers 1 and 6, cosine of layer 1's "
             "update with its first, the 12 block LayerNorms' input norms (mean over tokens): "
             "their mean and largest",
@@ -120,11 +134,11 @@ def run_all(verbose: bool = True, on_progress=None) -> dict:
             "where_it_ran": where_it_ran("cpu"),
         }
 
-    for label, lr, warmup, steps, seeds in RUNS:
+    for label, lr, warmup, steps, seeds in run_list:
         for seed in seeds:
             t1 = time.perf_counter()
-            r = logged_run("post", lr=lr, steps=steps, seed=seed, warmup=warmup)
-            run = {"appendix": label, "norm_position": "post", "lr": lr, "warmup_steps": warmup}
+            r = logged_run(position, lr=lr, steps=steps, seed=seed, warmup=warmup)
+            run = {"appendix": label, "norm_position": position, "lr": lr, "warmup_steps": warmup}
             run |= {"steps": steps, "seed": seed, "wall_s": round(time.perf_counter() - t1, 2)}
             run["losses"] = [round(v, 5) for v in r["losses"]]
             run["grad_layer1"] = [_sig(g[0]) for g in r["grad"]]
@@ -142,12 +156,16 @@ def run_all(verbose: bool = True, on_progress=None) -> dict:
 
 def parser() -> argparse.ArgumentParser:
     """The tool's arguments (also used by the tests to parse the command stored in the JSON)."""
-    return sweep_parser(PROG, __doc__)
+    p = sweep_parser(PROG, __doc__)
+    p.add_argument("--runs", choices=list(RUN_SETS), default="appendix")
+    return p
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Run every run and write ``--out``; bad input exits with status 2 before any work."""
-    return sweep_main(PROG, parser(), argv, lambda a, save: run_all(on_progress=save))
+    return sweep_main(
+        PROG, parser(), argv, lambda a, save: run_all(on_progress=save, run_set=a.runs)
+    )
 
 
 if __name__ == "__main__":
