@@ -30,7 +30,7 @@ The committed results (the command, commit, wall time and device are stored in e
     python tools/ch6_controls.py --part rope-pairs \\
         --out mini_transformer/results/06_rope_pairs.json
 
-(about 20, 5, 5 and 10 s on one thread of a 2-core CPU shared with other jobs.)
+(72, 11, 11 and 43 s on one thread of a 2-core CPU shared with other jobs, load average 4.)
 """
 
 from __future__ import annotations
