@@ -718,11 +718,11 @@ def test_clipping_result_over_40_seeds_and_a_live_rerun_of_one(corpus):
     # the size section 6.4 and the Summary quote: every stored seed pooled, and the confirmations
     assert mean_se(diffs("unclipped", "clipped", range(80))) == (0.083, 0.011)
     assert mean_se(diffs("unclipped", "clipped", range(20, 80))) == (0.090, 0.013)
-    # the size's scatter (section 6.4): the three 20-seed means, and their SD / sqrt(3), twice the ±
+    # the size's scatter (A.6): the three 20-seed means, and their SD / sqrt(3), twice the ±
     blocks20 = [diffs("unclipped", "clipped", range(a, a + 20)).mean() for a in (20, 40, 60)]
     assert [round(m, 3) for m in blocks20] == [0.045, 0.135, 0.089]
     assert round(np.std(blocks20, ddof=1) / math.sqrt(3), 3) == 0.026
-    # the lower rate, on the same 80 seeds as the pooled size (section 6.4's dropdown)
+    # the lower rate, on the same 80 seeds as the pooled size (appendix A.6)
     low = diffs("unclipped_lower_lr", "clipped", range(80))
     assert mean_se(low) == (0.011, 0.010)
     low_se = low.std(ddof=1) / math.sqrt(80)
@@ -769,9 +769,10 @@ def test_clippings_paired_difference_is_below_the_clipped_runs_spread_between_se
 
 
 def test_the_block_bar_has_2_degrees_of_freedom_and_does_not_reach_5_percent():
-    """Section 6.4's dropdown (the s104 expert's M1): 0.090 over the block bar, 0.026, is 3.5
-    standard errors, but three 20-seed block means give a t-statistic on 2 degrees of freedom:
-    two-sided p = 0.07, not below 5 %. The paired bar (59 degrees of freedom) is clear."""
+    """Appendix A.6's second dropdown, moved there from section 6.4 (the s104 expert's M1):
+    0.090 over the block bar, 0.026, is 3.5 standard errors, but three 20-seed block means give a
+    t-statistic on 2 degrees of freedom: two-sided p = 0.07, not below 5 %. The paired bar (59
+    degrees of freedom) is clear."""
     scipy_stats = pytest.importorskip("scipy.stats")
     runs = {}
     for name in ("06_clip_seeds_20_39", "06_clip_seeds_40_79"):
