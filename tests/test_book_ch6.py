@@ -60,15 +60,6 @@ def kn6_chars(corpus):
     return _notebook_kneser_ney(corpus[3], corpus[4], per_character=True)(6)
 
 
-def _stored_control(name: str) -> dict:
-    """A result of tools/ch6_controls.py, read as ``data.load_result`` reads the package's."""
-    import importlib.resources
-    import json
-
-    path = importlib.resources.files("mini_transformer") / "results" / f"{name}.json"
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 # ---------------------------------------------------------------- pins of committed data
 
 
@@ -283,7 +274,7 @@ def test_a_samples_standard_error_predicts_the_scatter_of_30_samples(whole_loss,
     30 sampled means scatter by 0.021, within a factor 2 of that; the whole text is 1.698. The
     same 30 samples are the stored 06_sample_seeds's (float32 windows: 1e-5)."""
     whole, samples = whole_loss, thirty_samples
-    stored = _stored_control("06_sample_seeds")["runs"]
+    stored = data.load_result("06_sample_seeds")["runs"]
     assert all(
         abs(float(w.mean()) - r["mean"]) < 1e-5 for w, r in zip(samples, stored, strict=True)
     )
@@ -628,7 +619,7 @@ def test_a_full_context_does_not_close_the_gap_to_the_6_gram():
     128 previous characters. The cpu model scores 1.689 (1.706 in its restarting windows,
     +0.017 +- 0.004), the Kneser-Ney 6-gram 1.562 on the same characters (model minus 6-gram
     +0.127 +- 0.016): a full context helps a little, and the model still trails the 6-gram."""
-    fc = _stored_control("06_full_context")
+    fc = data.load_result("06_full_context")
     m, d_ctx, d_kn = fc["means"], fc["restart_minus_full"], fc["full_minus_kn6"]
     assert fc["n_characters"] == 4096 and len(fc["chunk_means"]) == 4096 // fc["chunk"]
     assert tuple(round(m[k], 3) for k in ("full", "restart", "kn6")) == (1.689, 1.706, 1.562)
@@ -648,7 +639,7 @@ def test_the_full_context_control_reruns_on_its_first_512_characters(corpus, cpu
     import ch6_controls as tool
 
     train_ids, val_ids, lm = corpus[3], corpus[4], cpu_model[0]
-    T, stored = lm.config.block_size, _stored_control("06_full_context")
+    T, stored = lm.config.block_size, data.load_result("06_full_context")
     targets = tool.spread_targets(len(val_ids), T)[: stored["chunk"]]
     assert int(targets[1] - targets[0]) == stored["spacing"]
     got = tool.full_context(lm, val_ids, targets)
@@ -1552,7 +1543,7 @@ def test_the_controls_commands_ask_for_the_stored_results_with_their_provenance(
 
     import ch6_controls as tool
 
-    result = _stored_control(CONTROLS[part])
+    result = data.load_result(CONTROLS[part])
     argv = shlex.split(result["command"])
     assert argv[:2] == ["python", "tools/ch6_controls.py"] and result["complete"] is True
     args = tool.parser().parse_args(argv[2:])
@@ -1587,7 +1578,7 @@ def test_the_30_more_samples_as_section_6_5s_dropdown_states_them(corpus):
     import ch6_controls as tool
 
     tok, train_text, _, train_ids, _ = corpus
-    more = _stored_control("06_more_samples")
+    more = data.load_result("06_more_samples")
     known = set(re.findall(r"[A-Za-z]+", train_text))
     shares = [float(np.mean([w in known for w in tool.words_of(t)])) for t in more["texts"]]
     assert shares == more["real_word_share"] and len(shares) == more["n_samples"] == 30
@@ -1614,7 +1605,7 @@ def test_the_30_more_samples_rerun_for_their_first_20_characters(cpu_model):
     rare draw, so 28 of the 30 prefixes must match, not all."""
     import ch6_controls as tool
 
-    lm, stored = cpu_model[0], _stored_control("06_more_samples")
+    lm, stored = cpu_model[0], data.load_result("06_more_samples")
     tok = data.CharTokenizer.from_corpus()
     got = tool.more_samples(lm, tok, n_samples=30, n_new=20, seed=1)
     assert sum(a == b[:20] for a, b in zip(got, stored["texts"], strict=True)) >= 28
@@ -1625,7 +1616,7 @@ def test_the_30_sample_seeds_as_appendix_a1_states_them():
     0.021, range 1.666 to 1.737), within 0.01 of the whole text's 1.698 (unbiased); one sample's
     s / sqrt(128), averaged, is 0.018, and the scatter is within 0.7 to 1.4 times it (the SD of
     30 values is itself uncertain by about 13%)."""
-    runs = _stored_control("06_sample_seeds")["runs"]
+    runs = data.load_result("06_sample_seeds")["runs"]
     assert [r["seed"] for r in runs] == list(range(1000, 1030))
     others = np.array([r["mean"] for r in runs])
     predicted = float(np.mean([r["se"] for r in runs]))
@@ -1645,7 +1636,7 @@ def test_sample_seed_1000_reruns_as_stored(corpus, cpu_model):
     import ch6_controls as tool
 
     (got,) = tool.sample_seeds(cpu_model[0], corpus[4], [1000])
-    stored = _stored_control("06_sample_seeds")["runs"][0]
+    stored = data.load_result("06_sample_seeds")["runs"][0]
     assert got["seed"] == stored["seed"] == 1000
     assert abs(got["mean"] - stored["mean"]) < 1e-5 and abs(got["se"] - stored["se"]) < 1e-5
 
@@ -1657,7 +1648,7 @@ def test_the_rope_pair_ablation_as_appendix_a4_states_it():
     times its pairs' single costs summed (+1.110); the two fastest pairs cost most alone,
     unrotated or zeroed; pair 6 is the third (+0.064 +- 0.003), and the 7 slowest zeroed cost
     +0.046 +- 0.003, each beyond 3 standard errors."""
-    r = _stored_control("06_rope_pairs")
+    r = data.load_result("06_rope_pairs")
     pair_cost = [p["mean"] for p in r["single_pairs"]["unrotated"]]
     pair_zero = [p["mean"] for p in r["single_pairs"]["zeroed"]]
     rows = {(g["group"], g["zeroed"]): g for g in r["groups"]}
@@ -1689,7 +1680,7 @@ def test_the_fast_rope_pairs_unrotated_rerun_as_stored(corpus, cpu_model):
     base = tool.spaced_losses(lm, spaced)
     fast = tool.pair_groups(lm.config.d_head, lm.config.block_size)["at least one turn"]
     change = tool.ablation_change(lm, spaced, base, ~torch.from_numpy(fast))
-    rows = _stored_control("06_rope_pairs")["groups"]
+    rows = data.load_result("06_rope_pairs")["groups"]
     (row,) = [g for g in rows if g["group"] == "at least one turn" and not g["zeroed"]]
     assert float((change - torch.tensor(row["window_changes"])).abs().max()) < 1e-4
     assert round(float(change.mean()), 3) == round(row["mean"], 3) == 2.25
