@@ -22,7 +22,7 @@ import argparse
 import time
 
 from reset_control import control_run
-from sweep_cli import non_negative_int, provenance, sweep_main, sweep_parser
+from sweep_cli import non_negative_int, provenance, run_rows, sweep_main, sweep_parser
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from mini_transformer import stability as S
@@ -81,18 +81,7 @@ def run_all(seeds=(0,), verbose=True, on_progress=None) -> dict:
             "where_it_ran": where_it_ran("cpu"),
         }
 
-    for seed in seeds:
-        for row in ROWS:
-            t1 = time.perf_counter()
-            final, losses = fill_run(seed, row)
-            wall = round(time.perf_counter() - t1, 2)
-            runs.append({"row": row, "seed": seed, "final_loss": final, "losses": losses})
-            runs[-1]["wall_s"] = wall
-            if verbose:
-                print(f"seed={seed} {row}: final={final} ({wall} s)", flush=True)
-            if on_progress is not None:
-                on_progress(result(complete=False))
-    return result(complete=True)
+    return run_rows(seeds, ROWS, fill_run, result, runs, verbose, on_progress)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -63,7 +63,7 @@ import time
 
 import numpy as np
 import torch
-from sweep_cli import non_negative_int, provenance, sweep_main, sweep_parser
+from sweep_cli import non_negative_int, provenance, run_rows, sweep_main, sweep_parser
 
 from mini_transformer import stability as S
 from mini_transformer.core import train_step
@@ -263,26 +263,13 @@ def run_all(seeds=(0, 1, 2, 3, 4), verbose=True, on_progress=None, rows=FIRST_RO
             "where_it_ran": where_it_ran("cpu"),
         }
 
-    for seed in seeds:
-        for row in rows:
-            fresh, reset = ROWS[row]
-            t1 = time.perf_counter()
-            restart_at, how = SWITCH_AT if fresh else None, REDIRECT.get(row)
-            final, losses = control_run(
-                seed,
-                restart_at=restart_at,
-                reset=reset,
-                redirect=how,
-                stream_matched=row in STREAM_MATCHED,
-            )
-            wall = round(time.perf_counter() - t1, 2)
-            runs.append({"row": row, "seed": seed, "final_loss": final, "losses": losses})
-            runs[-1]["wall_s"] = wall
-            if verbose:
-                print(f"seed={seed} {row}: final={final} ({wall} s)", flush=True)
-            if on_progress is not None:
-                on_progress(result(complete=False))
-    return result(complete=True)
+    def run_one(seed: int, row: str):
+        fresh, reset = ROWS[row]
+        restart_at, how = SWITCH_AT if fresh else None, REDIRECT.get(row)
+        return control_run(seed, restart_at=restart_at, reset=reset, redirect=how,
+                           stream_matched=row in STREAM_MATCHED)  # fmt: skip
+
+    return run_rows(seeds, rows, run_one, result, runs, verbose, on_progress)
 
 
 def parser() -> argparse.ArgumentParser:

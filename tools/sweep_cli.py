@@ -12,6 +12,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -108,3 +109,23 @@ def sweep_main(
         lambda save: sweep(args, save),
         overwrite=args.overwrite,
     )
+
+
+def run_rows(seeds, rows, run_one: Callable, result: Callable, runs: list, verbose=True,
+             on_progress=None) -> dict:  # fmt: skip
+    """Every ``(seed, row)`` through ``run_one(seed, row) -> (final_loss, losses)``: each run
+    appended to ``runs`` with its wall time, the partial ``result(complete=False)`` handed to
+    ``on_progress`` after each (the JSON is rewritten as the sweep goes), and
+    ``result(complete=True)`` returned at the end."""
+    for seed in seeds:
+        for row in rows:
+            t1 = time.perf_counter()
+            final, losses = run_one(seed, row)
+            wall = round(time.perf_counter() - t1, 2)
+            runs.append({"row": row, "seed": seed, "final_loss": final, "losses": losses})
+            runs[-1]["wall_s"] = wall
+            if verbose:
+                print(f"seed={seed} {row}: final={final} ({wall} s)", flush=True)
+            if on_progress is not None:
+                on_progress(result(complete=False))
+    return result(complete=True)
