@@ -70,6 +70,13 @@ def test_example_sentences_start_values():
     assert [round(P.memn2n_encoding(J, 20)[0, 0], 3) for J in (12, 15)] == [0.875, 0.890]
 
 
+def test_word_4_of_12_and_word_5_of_15_share_one_code():
+    # section 3.2 prints the max |difference| (moved from its cell: float arithmetic, 4/12 and 5/15
+    # round to the same 1/3, so it cannot fail if the encoding is coded as written)
+    enc12, enc15 = P.memn2n_encoding(12, 20), P.memn2n_encoding(15, 20)
+    assert np.abs(enc12[3] - enc15[4]).max() < 1e-15
+
+
 def test_appending_8_tokens_to_8_moves_memn2n_codes_by_at_most_one_half():
     # section 3.2 and the Summary quote 0.50: l_kj(J=8) - l_kj(J=16) = j (1/8 - 1/16) (2k/d - 1),
     # largest at j = 8, k = d: 8/16 = 0.5; the middle dimension k = d/2 never moves
