@@ -272,7 +272,7 @@ def apart(r, slow, fast):
 
 
 def test_benchmark_cpu_only_gaps_beyond_the_iqr_are_read(benches):
-    # section 4.10: "from scratch takes 2.5 times as long as fused at T = 1024 (per-run ratios:
+    # Appendix A.2: "from scratch takes 2.5 times as long as fused at T = 1024 (per-run ratios:
     # median 2.5, quartiles 2.4 to 2.6); fused and nn.MultiheadAttention never differ beyond
     # their quartiles"; the machine was loaded
     rows = benches["cpu"]["rows"]
